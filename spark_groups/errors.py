@@ -1,0 +1,49 @@
+"""The exception hierarchy of spark_groups.
+
+Every error the library raises on purpose is a :class:`SparkGroupsError`, so callers can
+catch one type. Messages name the option, broker, topic or record at fault and never
+contain secrets (see :func:`spark_groups.options.redact`).
+"""
+
+from __future__ import annotations
+
+
+class SparkGroupsError(Exception):
+    """Base class of every error raised by spark_groups."""
+
+
+class OptionError(SparkGroupsError, ValueError):
+    """An option is missing, unknown, malformed or conflicts with another one."""
+
+    def __init__(self, option: str, problem: str) -> None:
+        self.option = option
+        self.problem = problem
+        super().__init__(f"option '{option}': {problem}")
+
+
+class BrokerUnreachableError(SparkGroupsError):
+    """No broker of ``kafka.bootstrap.servers`` answered within the allowed time."""
+
+
+class TopicNotFoundError(SparkGroupsError):
+    """A subscribed topic does not exist on the cluster."""
+
+
+class GroupMembershipError(SparkGroupsError):
+    """The driver's consumer-group member failed (could not join, was closed, or crashed)."""
+
+
+class CommitError(SparkGroupsError):
+    """Offsets of a finished batch could not be committed to the ledger or to Kafka."""
+
+
+class StaleGenerationError(CommitError):
+    """Kafka refused an offset commit because this member's generation is no longer current."""
+
+
+class LedgerError(SparkGroupsError):
+    """The Delta offsets ledger is unusable (wrong table, wrong group, unreadable)."""
+
+
+class DataLossError(SparkGroupsError):
+    """Records in a planned offset range can no longer be read (deleted, or the log moved)."""
