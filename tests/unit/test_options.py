@@ -1,0 +1,155 @@
+"""Option parsing: every bad input gives an OptionError naming the option."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_groups.errors import OptionError
+from spark_groups.offsets import TopicPartition
+from spark_groups.options import (
+    EARLIEST,
+    LATEST,
+    parse_options,
+    redact,
+    validate_client_config,
+)
+
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders", "group.id": "etl"}
+
+
+def with_(**changes: str | None) -> dict[str, str]:
+    opts = dict(BASE)
+    for key, value in changes.items():
+        key = key.replace("__", ".")
+        if value is None:
+            opts.pop(key, None)
+        else:
+            opts[key] = value
+    return opts
+
+
+def test_minimal_options_and_defaults() -> None:
+    o = parse_options(BASE)
+    assert o.group_id == "etl"
+    assert o.topics == ("orders",)
+    assert o.assignment_strategy == "cooperative-sticky"
+    assert o.starting_offsets.default == LATEST
+    assert o.max_offsets_per_trigger is None
+    assert o.fail_on_data_loss is True
+    assert o.kafka == {"bootstrap.servers": "127.0.0.1:9092"}
+
+
+def test_keys_are_case_insensitive_as_spark_lowercases_them() -> None:
+    o = parse_options(
+        {k.lower(): v for k, v in with_(maxOffsetsPerTrigger="50", includeHeaders="true").items()}
+    )
+    assert o.max_offsets_per_trigger == 50
+    assert o.include_headers is True
+
+
+def test_kafka_prefixed_group_id_is_accepted() -> None:
+    o = parse_options(with_(group__id=None, kafka__group__id="via-kafka"))
+    assert o.group_id == "via-kafka"
+    assert "group.id" not in o.kafka
+
+
+def test_member_and_reader_configs() -> None:
+    o = parse_options(
+        with_(
+            group__instance__id="job-1",
+            kafka__session__timeout__ms="6000",
+            kafka__fetch__min__bytes="1",
+        )
+    )
+    member = o.member_config()
+    assert member["group.id"] == "etl"
+    assert member["group.instance.id"] == "job-1"
+    assert member["enable.auto.commit"] == "false"
+    assert member["session.timeout.ms"] == "6000"
+    reader = o.reader_config()
+    assert "group.instance.id" not in reader  # executors never join the group
+    assert "session.timeout.ms" not in reader
+    assert reader["fetch.min.bytes"] == "1"
+
+
+def test_subscribe_pattern_becomes_anchored_regex() -> None:
+    o = parse_options(with_(subscribe=None, subscribePattern="orders-.*"))
+    assert o.subscription == ["^orders-.*"]
+
+
+def test_starting_offsets_json() -> None:
+    o = parse_options(with_(startingOffsets='{"orders": {"0": 23, "1": -2}}'))
+    so = o.starting_offsets
+    assert so.for_partition(TopicPartition("orders", 0)) == 23
+    assert so.for_partition(TopicPartition("orders", 1)) == EARLIEST
+    assert so.for_partition(TopicPartition("orders", 2)) == LATEST
+    assert parse_options(with_(startingOffsets="EARLIEST")).starting_offsets.default == EARLIEST
+
+
+@pytest.mark.parametrize(
+    ("changes", "option", "words"),
+    [
+        ({"group.id": None}, "group.id", "required"),
+        ({"kafka.bootstrap.servers": None}, "kafka.bootstrap.servers", "required"),
+        ({"subscribe": None}, "subscribe", "neither"),
+        ({"subscribePattern": "x.*"}, "subscribe", "both"),
+        ({"subscribe": " , "}, "subscribe", "at least one"),
+        ({"subscribe": "bad topic!"}, "subscribe", "not a valid"),
+        ({"subscribe": None, "subscribePattern": "("}, "subscribePattern", "regular expression"),
+        ({"maxOffsetsPerTrigger": "-5"}, "maxOffsetsPerTrigger", "greater than 0"),
+        ({"maxOffsetsPerTrigger": "ten"}, "maxOffsetsPerTrigger", "whole number"),
+        ({"includeHeaders": "yes"}, "includeHeaders", "true or false"),
+        ({"partition.assignment.strategy": "sticky"}, "partition.assignment.strategy", "unknown"),
+        ({"startingOffsets": "{not json"}, "startingOffsets", "JSON"),
+        ({"startingOffsets": '{"orders": {"x": 1}}'}, "startingOffsets", "not a number"),
+        ({"startingOffsets": '{"orders": {"0": -7}}'}, "startingOffsets", "-2 (earliest)"),
+        ({"startingOffsets": "[1]"}, "startingOffsets", "object"),
+        ({"endOffsets": "magic"}, "endOffsets", "fetch"),
+        (
+            {"maxOfsetsPerTrigger": "5"},
+            "maxOfsetsPerTrigger",
+            "did you mean 'maxOffsetsPerTrigger'",
+        ),
+        ({"fetch.min.bytes": "5"}, "fetch.min.bytes", "kafka."),
+        ({"assign": '{"orders":[0]}'}, "assign", "assigned by the consumer group"),
+        ({"kafka.enable.auto.commit": "true"}, "kafka.enable.auto.commit", "not supported"),
+        ({"kafka.group.id": "other"}, "group.id", "different values"),
+        ({"path": "/x"}, "path", "no path"),
+    ],
+)
+def test_bad_options_name_the_option(
+    changes: dict[str, str | None], option: str, words: str
+) -> None:
+    opts = dict(BASE)
+    for key, value in changes.items():
+        if value is None:
+            opts.pop(key, None)
+        else:
+            opts[key] = value
+    with pytest.raises(OptionError) as info:
+        parse_options(opts)
+    assert info.value.option == option
+    assert words in str(info.value)
+    assert f"option '{option}'" in str(info.value)
+
+
+def test_librdkafka_rejects_unknown_kafka_setting_by_name() -> None:
+    o = parse_options(with_(kafka__no__such__setting="1"))
+    with pytest.raises(OptionError) as info:
+        validate_client_config(o)
+    assert info.value.option == "kafka.no.such.setting"
+
+
+def test_librdkafka_rejects_malformed_value_by_name() -> None:
+    o = parse_options(with_(kafka__session__timeout__ms="soon"))
+    with pytest.raises(OptionError) as info:
+        validate_client_config(o)
+    assert info.value.option == "kafka.session.timeout.ms"
+
+
+def test_secrets_are_redacted_and_not_in_repr() -> None:
+    o = parse_options(with_(kafka__sasl__password="hunter2", kafka__sasl__username="bob"))
+    assert "hunter2" not in repr(o)
+    shown = redact(o.member_config())
+    assert shown["sasl.password"] == "***"
+    assert shown["sasl.username"] == "bob"
