@@ -1,0 +1,117 @@
+"""The end-to-end demo: embedded broker, sample orders, the ingest job, what landed.
+
+    python jobs/demo.py            (README command one runs this through jobs/demo.sh)
+
+Starts the embedded broker, produces sample orders to topic ``orders``, runs
+``jobs/ingest.py`` through ``spark-submit`` with ``conf/ingest.toml``, then prints the rows
+that landed in the Delta table and the group's committed offsets in Kafka and the ledger.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from spark_groups.embedded import EmbeddedBroker
+from spark_groups.ledger import OffsetLedger
+from spark_groups.offsets import TopicPartition as TP
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF = ROOT / "conf" / "ingest.toml"
+WORK = Path("/tmp/spark-groups-demo")
+TOPIC, GROUP, PARTITIONS, ORDERS = "orders", "orders-etl", 3, 3000
+
+
+def produce_orders(servers: str) -> dict[int, int]:
+    """Create the topic and produce sample orders; return records per partition."""
+    admin = AdminClient({"bootstrap.servers": servers})
+    for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": servers, "linger.ms": "5"})
+    counts = dict.fromkeys(range(PARTITIONS), 0)
+
+    def delivered(error: object, message: object) -> None:
+        if error is None:
+            counts[message.partition()] += 1  # type: ignore[attr-defined]
+
+    for i in range(ORDERS):
+        order = {"order_id": i, "customer": f"c{i % 97}", "amount": 5 + (i * 7) % 300}
+        producer.produce(
+            TOPIC,
+            key=f"c{i % 97}".encode(),
+            value=json.dumps(order).encode(),
+            on_delivery=delivered,
+        )
+        if i % 700 == 0:
+            producer.flush(30)  # several record batches of different sizes per partition
+    producer.flush(30)
+    return counts
+
+
+def run_job(servers: str) -> None:
+    """Run the ingest job through spark-submit, as in production."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    cmd = [
+        "spark-submit",
+        "--master", "local[2]",
+        "--driver-memory", "1g",
+        "--conf", "spark.ui.enabled=false",
+        str(ROOT / "jobs" / "ingest.py"),
+        "--conf", str(CONF),
+        "--bootstrap-servers", servers,
+    ]  # fmt: skip
+    print(f"\n$ {' '.join(cmd)}\n", flush=True)
+    subprocess.run(cmd, check=True, env=env)
+
+
+def report(servers: str, produced: dict[int, int]) -> None:
+    """Print what landed and where the group's offsets are."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(WORK / "tables" / "orders")).to_pyarrow_table()
+    print("\n=== landed in the Delta table", WORK / "tables" / "orders")
+    print(f"rows: {table.num_rows} (produced {sum(produced.values())})")
+    per_partition = table.group_by("partition").aggregate([("offset", "count")]).to_pylist()
+    for row in sorted(per_partition, key=lambda r: r["partition"]):
+        print(f"  partition {row['partition']}: {row['offset_count']} rows")
+    first = table.sort_by([("partition", "ascending"), ("offset", "ascending")]).slice(0, 3)
+    for row in first.to_pylist():
+        print(f"  {row['topic']}-{row['partition']}@{row['offset']}: {row['value'].decode()}")
+
+    admin = AdminClient({"bootstrap.servers": servers})
+    request = ConsumerGroupTopicPartitions(
+        GROUP, [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+    )
+    committed = admin.list_consumer_group_offsets([request])[GROUP].result(30)
+    ledger = OffsetLedger(str(WORK / "_offsets" / GROUP), GROUP).latest_positions()
+    print(f"\n=== consumer group '{GROUP}' committed offsets")
+    print("  partition  kafka(__consumer_offsets)  ledger(Delta)  log-end  lag")
+    for tp in committed.topic_partitions:
+        in_ledger = ledger.get(TP(TOPIC, tp.partition))
+        end = produced[tp.partition]
+        lag = end - tp.offset
+        print(f"  {tp.partition:>9}  {tp.offset:>25}  {in_ledger!s:>13}  {end:>7}  {lag:>3}")
+
+
+def main() -> int:
+    """Run the whole demo; exit status 0 when every produced order landed."""
+    shutil.rmtree(WORK, ignore_errors=True)
+    with EmbeddedBroker() as broker:
+        servers = broker.bootstrap_servers
+        print(f"embedded broker on {servers}")
+        produced = produce_orders(servers)
+        print(f"produced {sum(produced.values())} orders to '{TOPIC}': {produced}")
+        run_job(servers)
+        report(servers, produced)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""The Spark-facing data source ``kafka-group``: a thin adapter over the other modules.
+
+Where each piece runs (see docs/architecture.md):
+
+* ``KafkaGroupDataSource.__init__`` and ``schema()``: in Python workers when the query is
+  defined (``load()``), so bad options fail there.
+* ``KafkaGroupStreamReader``: built in a planning worker, pickled to executors for
+  ``read()``, and built once more in the long-lived reader process on the driver, which is
+  the only place that joins the consumer group (lazily, on the first offset call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from spark_groups.offsets import BatchOffset, OffsetRange
+from spark_groups.options import SourceOptions, parse_options, validate_client_config
+from spark_groups.schema import spark_ddl
+
+SHORT_NAME = "kafka-group"
+
+
+class RangePartition(InputPartition):
+    """One Spark task: read ``range`` of one Kafka partition."""
+
+    def __init__(self, offset_range: OffsetRange) -> None:
+        super().__init__(offset_range)
+        self.range = offset_range
+
+
+class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The stream reader: one task per assigned partition, offsets owned by the group."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._stream: Any = None  # GroupStream, created lazily in the reader process only
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_stream"] = None  # clients cannot be pickled, and executors never need them
+        return state
+
+    def _driver(self) -> Any:
+        if self._stream is None:
+            from spark_groups.stream import GroupStream  # driver-only dependencies
+
+            self._stream = GroupStream(self.options)
+        return self._stream
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Nothing planned yet; positions come from the group at the first batch."""
+        self._driver().ensure_started()
+        return BatchOffset.initial().to_json()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxOffsetsPerTrigger`` as Spark admission control."""
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """Commit the finished batch ``start``, then plan the next one within ``limit``."""
+        max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return self._driver().latest_offset(start, max_records)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """Log end offsets seen at the last plan, for the query progress (lag)."""
+        return self._stream.report_latest() if self._stream is not None else None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: read only what exists now, then end."""
+        self._driver().prepare_available_now()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """One task per range in ``end``: deterministic, so replays read the same records."""
+        return [RangePartition(r) for r in BatchOffset.from_json(end).ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """Executor side: read exactly the task's range as Arrow record batches."""
+        from spark_groups.reader import read_range
+
+        assert isinstance(partition, RangePartition)
+        return read_range(
+            self.options.reader_config(),
+            partition.range,
+            include_headers=self.options.include_headers,
+            max_batch_rows=self.options.arrow_batch_rows,
+            poll_timeout_s=self.options.poll_timeout_ms / 1000.0,
+            fail_on_data_loss=self.options.fail_on_data_loss,
+        )
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark's own commit signal; offsets were committed at the safe point already."""
+        if self._stream is not None:
+            self._stream.commit_durable(BatchOffset.from_json(end))
+
+    def stop(self) -> None:
+        """Leave the group."""
+        if self._stream is not None:
+            self._stream.stop()
+
+
+class KafkaGroupDataSource(DataSource):
+    """``spark.readStream.format("kafka-group")``: Kafka records read as a group member."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.parsed = parse_options(options)
+
+    @classmethod
+    def name(cls) -> str:
+        """The short format name."""
+        return SHORT_NAME
+
+    def schema(self) -> str:
+        """The columns of Spark's kafka source (``headers`` with ``includeHeaders=true``)."""
+        validate_client_config(self.parsed)
+        return spark_ddl(self.parsed.include_headers)
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        """The stream reader (joins the group lazily, in the driver's reader process)."""
+        return KafkaGroupStreamReader(self.parsed)

@@ -1,0 +1,413 @@
+"""The driver side of one streaming query: membership, planning, commits and the barrier.
+
+:class:`GroupStream` lives in Spark's long-lived reader process on the driver
+(``python_streaming_source_runner``). Spark calls it from that process's main thread; the
+group member calls it back (assignment changes) from the member's owner thread. It knows
+nothing about Spark: ``source.py`` adapts it.
+
+The life of a partition here:
+
+1. The group assigns it (owner thread): it becomes *owned* but has no position yet.
+2. The next ``latest_offset`` resolves where it resumes: the furthest of the ledger's last
+   ``until`` and the group's committed offset in Kafka; with neither, ``startingOffsets``.
+3. Each ``latest_offset`` plans one range per owned partition with new records.
+4. ``latest_offset(start)`` is the *safe point*: every batch up to ``start`` has finished
+   and is in Spark's commit log, so ``start``'s ranges are committed (ledger, then Kafka).
+5. When the group revokes it, planning stops at once and the revocation waits (the
+   barrier) until the last batch that read it has been committed, so the next owner starts
+   exactly where this member stopped. Lost partitions are dropped and never committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from spark_groups.errors import (
+    CommitError,
+    DataLossError,
+    GroupMembershipError,
+    StaleGenerationError,
+)
+from spark_groups.ledger import LedgerRow, OffsetLedger
+from spark_groups.member import GroupMember
+from spark_groups.offsets import BatchOffset, TopicPartition, positions_to_json
+from spark_groups.options import EARLIEST, LATEST, SourceOptions
+from spark_groups.planner import plan_ranges
+from spark_groups.watermarks import EndOffsetResolver
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StreamMetrics:
+    """Counters an operator watches (also logged)."""
+
+    batches_planned: int = 0
+    batches_committed: int = 0
+    failed_commits: int = 0
+    revocations: int = 0
+    last_barrier_wait_s: float = 0.0
+    barrier_timeouts: int = 0
+    lost_partitions: int = 0
+    last_commit_ms: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _log_to_stderr() -> None:
+    """Spark's reader process has no logging set up: send ``spark_groups`` records to its
+    stderr (which Spark copies into the driver log) at ``$SPARK_GROUPS_LOG_LEVEL`` (INFO)."""
+    root = logging.getLogger("spark_groups")
+    if any(not isinstance(h, logging.NullHandler) for h in root.handlers):
+        return
+    if logging.getLogger().handlers:  # the application configured logging itself
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s")
+    )
+    root.addHandler(handler)
+    root.setLevel(os.environ.get("SPARK_GROUPS_LOG_LEVEL", "INFO").upper())
+
+
+class GroupStream:
+    """One query's consumer-group membership and offset bookkeeping on the driver."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        _log_to_stderr()
+        self.options = options
+        self.metrics = StreamMetrics()
+        self._lock = threading.Condition()
+        self._member: GroupMember | None = None
+        self._resolver: EndOffsetResolver | None = None
+        self._ledger = (
+            OffsetLedger(options.ledger_path, options.group_id) if options.ledger_path else None
+        )
+        # Owned partitions with a planning position (next offset to plan).
+        self._positions: dict[TopicPartition, int] = {}
+        # Highest offset known committed per partition (ledger or Kafka); never go below it.
+        self._committed: dict[TopicPartition, int] = {}
+        # The last planned batch that read each partition (for the barrier).
+        self._last_batch_of: dict[TopicPartition, int] = {}
+        self._revoking: frozenset[TopicPartition] = frozenset()
+        self._committed_batch = -1
+        self._targets: dict[TopicPartition, int] | None = None
+        self._latest_ends: dict[TopicPartition, int] = {}
+        self._stopped = False
+        max_poll = int(options.kafka.get("max.poll.interval.ms", "300000"))
+        self._barrier_timeout_s = max(1.0, max_poll / 1000.0 - 5.0)
+
+    # ------------------------------------------------------------------ lifecycle
+    def ensure_started(self) -> GroupMember:
+        """Join the group on first use (never in ``__init__``: Spark builds readers in
+        several processes, and only the long-lived reader process may be a member)."""
+        if self._member is not None:
+            return self._member
+        member = GroupMember(
+            self.options.member_config(),
+            self.options.subscription,
+            listener=self,
+            broker_timeout_s=self.options.broker_timeout_ms / 1000.0,
+        )
+        self._resolver = EndOffsetResolver(
+            self.options.reader_config(),
+            mode=self.options.end_offsets_mode,
+            timeout_s=self.options.broker_timeout_ms / 1000.0,
+        )
+        member.start()
+        self._member = member
+        self._install_sigterm_handler()
+        return member
+
+    def stop(self) -> None:
+        """Leave the group and release clients. Idempotent; safe from a signal handler."""
+        if self._stopped:
+            return
+        self._stopped = True
+        with self._lock:
+            self._lock.notify_all()
+        if self._member is not None:
+            self._member.close()
+        if self._resolver is not None:
+            self._resolver.close()
+
+    def _install_sigterm_handler(self) -> None:
+        """Spark ends the reader process with SIGTERM and may never call ``stop()``: leave
+        the group first, so the others need not wait for the session to time out."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            if self._stopped:
+                return
+            log.info("SIGTERM: leaving consumer group %s", self.options.group_id)
+            self.stop()
+            if callable(previous):
+                previous(signum, frame)
+            else:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+    # ------------------------------------------------------------------ Spark calls
+    def latest_offset(self, start_json: Mapping[str, Any], max_records: int | None) -> Any:
+        """Commit the batch that ended at ``start`` (now durable), then plan the next one.
+
+        Returns ``start_json`` itself when there is nothing new to read.
+        """
+        start = BatchOffset.from_json(start_json)
+        member = self.ensure_started()
+        self._wait_for_first_assignment(member)
+        member.check()
+        self._resolve_new_partitions(member, start)
+        self.commit_durable(start)
+        with self._lock:
+            positions = {
+                tp: pos
+                for tp, pos in self._positions.items()
+                if tp in member.assignment and tp not in self._revoking
+            }
+        ends = self._end_offsets(positions)
+        plan = plan_ranges(positions, ends, max_records)
+        for tp, position, end in plan.went_backwards:
+            self._log_went_backwards(tp, position, end)
+        with self._lock:
+            # Planning and the barrier meet here: a revocation that began while the ends were
+            # fetched has removed its partitions from _positions, so they are left out; one
+            # that begins after this block sees this batch in _last_batch_of and waits for it.
+            ranges = [
+                r
+                for r in plan.ranges
+                if self._positions.get(r.topic_partition) == r.from_offset
+                and r.topic_partition in member.assignment
+            ]
+            if not ranges:
+                return start_json
+            batch = BatchOffset.of(start.batch + 1, ranges)
+            for r in batch.ranges:
+                self._positions[r.topic_partition] = r.until_offset
+                self._last_batch_of[r.topic_partition] = batch.batch
+        self.metrics.batches_planned += 1
+        log.debug("planned batch %d: %s", batch.batch, batch.to_json()["ranges"])
+        return batch.to_json()
+
+    def prepare_available_now(self) -> None:
+        """Trigger.AvailableNow: fix the end of every subscribed partition as of now."""
+        member = self.ensure_started()
+        partitions = member.subscribed_partitions()
+        assert self._resolver is not None
+        self._targets = self._resolver.end_offsets(partitions)
+        log.info("Trigger.AvailableNow: reading up to %s", positions_to_json(self._targets))
+
+    def report_latest(self) -> dict[str, dict[str, int]] | None:
+        """The log ends seen by the last plan, in the JSON shape of Spark's kafka source."""
+        return positions_to_json(self._latest_ends) if self._latest_ends else None
+
+    # ------------------------------------------------------------------ internals
+    def _wait_for_first_assignment(self, member: GroupMember) -> None:
+        timeout_s = self.options.join_timeout_ms / 1000.0
+        if not member.wait_for_assignment(timeout_s):
+            raise GroupMembershipError(
+                f"no partition assignment from consumer group '{self.options.group_id}' "
+                f"within joinTimeoutMs={self.options.join_timeout_ms}"
+            )
+
+    def _end_offsets(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        if not positions:
+            return {}
+        assert self._resolver is not None
+        ends = self._resolver.end_offsets(positions.keys())
+        self._latest_ends = dict(ends)
+        if self._targets is not None:
+            ends = {tp: min(end, self._targets.get(tp, positions[tp])) for tp, end in ends.items()}
+        return ends
+
+    def _log_went_backwards(self, tp: TopicPartition, position: int, end: int) -> None:
+        message = (
+            f"{tp}: the log ends at {end} but the group's position is {position} "
+            "(was the topic recreated or the broker's data lost?)"
+        )
+        if self.options.fail_on_data_loss:
+            raise DataLossError(message + "; set failOnDataLoss=false to continue from the end")
+        log.warning("%s; failOnDataLoss=false: continuing from %d", message, end)
+        with self._lock:
+            self._positions[tp] = end
+            self._committed[tp] = min(self._committed.get(tp, end), end)
+
+    def _resolve_new_partitions(self, member: GroupMember, start: BatchOffset) -> None:
+        """Find where newly assigned partitions resume: ledger, Kafka, else startingOffsets."""
+        with self._lock:
+            new = sorted(
+                tp
+                for tp in member.assignment
+                if tp not in self._positions and tp not in self._revoking
+            )
+        if not new:
+            return
+        known: dict[TopicPartition, int] = {}
+        if self._ledger is not None:
+            known.update(self._ledger.latest_positions(new))
+        for tp, offset in member.committed(new).items():
+            known[tp] = max(offset, known.get(tp, offset))
+        # With no commit anywhere, a partition the checkpoint's last batch read continues
+        # after that batch (as Spark's kafka source would); others use startingOffsets.
+        replayed = start.ends()
+        starts = self._starting_offsets(
+            [tp for tp in new if tp not in known and tp not in replayed]
+        )
+        sources: dict[str, tuple[int, str]] = {}
+        with self._lock:
+            for tp in new:
+                if tp in known:
+                    self._committed[tp] = max(known[tp], self._committed.get(tp, known[tp]))
+                    self._positions[tp] = self._committed[tp]
+                    sources[str(tp)] = (self._positions[tp], "committed")
+                elif tp in replayed:
+                    self._positions[tp] = replayed[tp]
+                    sources[str(tp)] = (replayed[tp], "checkpoint")
+                else:
+                    self._positions[tp] = starts[tp]
+                    sources[str(tp)] = (starts[tp], "startingOffsets")
+        log.info("resuming %d partitions (offset, from): %s", len(new), sources)
+
+    def _starting_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        if not partitions:
+            return {}
+        assert self._resolver is not None
+        wanted = {tp: self.options.starting_offsets.for_partition(tp) for tp in partitions}
+        need_earliest = [tp for tp, v in wanted.items() if v == EARLIEST]
+        need_latest = [tp for tp, v in wanted.items() if v == LATEST]
+        earliest = self._resolver.start_offsets(need_earliest) if need_earliest else {}
+        latest = self._resolver.end_offsets(need_latest) if need_latest else {}
+        return {
+            tp: earliest[tp] if v == EARLIEST else latest[tp] if v == LATEST else v
+            for tp, v in wanted.items()
+        }
+
+    def commit_durable(self, batch: BatchOffset) -> None:
+        """Commit a batch Spark has finished: one ledger row per range, then Kafka.
+
+        Only partitions this member still owns are committed, and never below what is
+        already known committed (a replayed batch must not move the group backwards).
+        A ledger failure raises; a Kafka refusal (stale generation) is logged and counted.
+        """
+        if batch.batch <= self._committed_batch or self._member is None:
+            return
+        member = self._member
+        owned = member.assignment
+        with self._lock:
+            ranges = [
+                r
+                for r in batch.ranges
+                if r.topic_partition in owned
+                and r.until_offset > self._committed.get(r.topic_partition, -1)
+            ]
+        started = time.monotonic()
+        if ranges:
+            now = datetime.now(timezone.utc)
+            if self._ledger is not None:
+                self._ledger.append(
+                    [
+                        LedgerRow(
+                            topic=r.topic,
+                            partition=r.partition,
+                            from_offset=r.from_offset,
+                            until_offset=r.until_offset,
+                            member_id=member.member_id,
+                            generation=member.generation,
+                            batch=batch.batch,
+                            committed_at=now,
+                        )
+                        for r in ranges
+                    ]
+                )
+            offsets = {r.topic_partition: r.until_offset for r in ranges}
+            try:
+                member.commit(offsets)
+            except StaleGenerationError as exc:
+                self.metrics.failed_commits += 1
+                log.error("batch %d: %s (the ledger has the offsets)", batch.batch, exc)
+            except CommitError as exc:
+                self.metrics.failed_commits += 1
+                log.error("batch %d: Kafka offset commit failed: %s", batch.batch, exc)
+            with self._lock:
+                for tp, until in offsets.items():
+                    self._committed[tp] = max(until, self._committed.get(tp, until))
+                    # A replayed batch moves a freshly resumed position past what it read.
+                    if tp in self._positions:
+                        self._positions[tp] = max(self._positions[tp], until)
+        with self._lock:
+            self._committed_batch = max(self._committed_batch, batch.batch)
+            self._lock.notify_all()
+        self.metrics.batches_committed += 1
+        self.metrics.last_commit_ms = (time.monotonic() - started) * 1000
+        log.info(
+            "committed batch %d: %d partitions in %.1f ms",
+            batch.batch,
+            len(ranges),
+            self.metrics.last_commit_ms,
+        )
+
+    # ------------------------------------------------------------------ RebalanceListener
+    def on_assigned(self, partitions: frozenset[TopicPartition], generation: int) -> None:
+        """New partitions get their position at the next plan (see ``latest_offset``)."""
+
+    def on_revoked(
+        self, partitions: frozenset[TopicPartition], serve: Callable[[float], None]
+    ) -> None:
+        """The barrier: stop planning ``partitions`` now, return once their last batch is
+        committed (bounded by the rebalance timeout, ``max.poll.interval.ms``)."""
+        started = time.monotonic()
+        with self._lock:
+            self._revoking = self._revoking | partitions
+            for tp in partitions:
+                self._positions.pop(tp, None)
+            wait_for = max((self._last_batch_of.get(tp, -1) for tp in partitions), default=-1)
+        self.metrics.revocations += 1
+        deadline = started + self._barrier_timeout_s
+        try:
+            while self._committed_batch < wait_for and not self._stopped:
+                if time.monotonic() >= deadline:
+                    self.metrics.barrier_timeouts += 1
+                    log.error(
+                        "revocation barrier timed out after %.1f s waiting for batch %d "
+                        "(committed: %d); %s move to another member uncommitted and may be read "
+                        "twice. Raise max.poll.interval.ms above the longest batch.",
+                        time.monotonic() - started,
+                        wait_for,
+                        self._committed_batch,
+                        sorted(str(tp) for tp in partitions),
+                    )
+                    break
+                serve(0.05)
+        finally:
+            with self._lock:
+                self._revoking = self._revoking - partitions
+                for tp in partitions:
+                    self._committed.pop(tp, None)
+                    self._last_batch_of.pop(tp, None)
+        self.metrics.last_barrier_wait_s = time.monotonic() - started
+        log.info(
+            "revoked %s after a barrier wait of %.3f s (waited for batch %d)",
+            sorted(str(tp) for tp in partitions),
+            self.metrics.last_barrier_wait_s,
+            wait_for,
+        )
+
+    def on_lost(self, partitions: frozenset[TopicPartition]) -> None:
+        """Lost partitions are dropped and never committed (another member owns them)."""
+        with self._lock:
+            for tp in partitions:
+                self._positions.pop(tp, None)
+                self._committed.pop(tp, None)
+                self._last_batch_of.pop(tp, None)
+        self.metrics.lost_partitions += len(partitions)

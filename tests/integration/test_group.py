@@ -1,0 +1,102 @@
+"""Two members in one group: a Spark query beside a plain confluent-kafka consumer."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer
+
+from helpers import group_options, produce_ids, unique, wait_until
+
+
+class PlainMember(threading.Thread):
+    """A plain consumer-group member that commits after every record it processes."""
+
+    def __init__(self, servers: str, topic: str, group: str) -> None:
+        super().__init__(daemon=True)
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": servers,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": "false",
+                "session.timeout.ms": "6000",
+                "heartbeat.interval.ms": "500",
+                "partition.assignment.strategy": "cooperative-sticky",
+            }
+        )
+        self.topic = topic
+        self.seen: list[int] = []
+        self.assigned: set[int] = set()
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        def on_assign(consumer: Consumer, parts: list) -> None:
+            self.assigned |= {p.partition for p in parts}
+
+        def on_revoke(consumer: Consumer, parts: list) -> None:
+            self.assigned -= {p.partition for p in parts}
+
+        try:
+            self.consumer.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke)
+            while not self.stop_event.is_set():
+                message = self.consumer.poll(0.2)
+                if message is None or message.error() is not None:
+                    continue
+                self.seen.append(int(message.value()))
+                self.consumer.commit(message=message, asynchronous=False)
+                time.sleep(0.02)  # a slow service: leaves work for the query
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.consumer.close()  # commits nothing more; sends LeaveGroup
+
+
+def test_query_and_plain_consumer_share_a_group_and_hand_over(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    topic = make_topic(4)
+    total = 400
+    produce_ids(bootstrap_servers, topic, range(total), 4)
+    group, table = unique("g"), unique("q")
+    opts = group_options(
+        bootstrap_servers, topic, group, str(tmp_path / "ledger"), maxOffsetsPerTrigger="20"
+    )
+    df = spark.readStream.format("kafka-group").options(**opts).load()
+    query = (
+        df.selectExpr("cast(value as string) as id", "partition")
+        .writeStream.format("memory")
+        .queryName(table)
+        .trigger(processingTime="1 second")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .start()
+    )
+    try:
+        wait_until(lambda: spark.table(table).count() > 0, 90, "the query's first rows")
+        plain = PlainMember(bootstrap_servers, topic, group)
+        plain.start()
+        # The group splits the partitions between the two members.
+        wait_until(lambda: len(plain.assigned) == 2, 90, "the plain member to get 2 partitions")
+        wait_until(lambda: len(plain.seen) >= 10, 60, "the plain member to process records")
+        spark_partitions_during = {
+            r.partition for r in spark.table(table).select("partition").distinct().collect()
+        }
+        assert len(spark_partitions_during) >= 2
+        plain.stop_event.set()
+        plain.join(30)
+        assert plain.error is None
+        # The query takes the plain member's partitions over from its committed offsets.
+        spark_ids = lambda: [int(r.id) for r in spark.table(table).select("id").collect()]  # noqa: E731
+        wait_until(
+            lambda: len(set(spark_ids()) | set(plain.seen)) == total, 120, "every record read"
+        )
+        got = spark_ids()
+        assert sorted(set(got) | set(plain.seen)) == list(range(total))  # nothing lost
+        twice = sorted(i for i in set(got) if got.count(i) > 1)
+        assert not twice, f"the query read {twice} twice (partitions {[i % 4 for i in twice]})"
+        assert not set(got) & set(plain.seen), "a record was read by both members"
+    finally:
+        query.stop()

@@ -1,0 +1,258 @@
+"""The kafka-group source in real Spark (local[2]) against a real broker."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from spark_groups.ledger import OffsetLedger
+from spark_groups.offsets import TopicPartition as TP
+
+from helpers import group_options, produce_ids, unique, wait_until
+
+
+def run_available_now(
+    spark: Any, opts: dict, checkpoint: Path, sink: str, table: str | None = None
+):
+    """Run one Trigger.AvailableNow query into a memory table (or a parquet folder)."""
+    df = spark.readStream.format("kafka-group").options(**opts).load()
+    out = df.selectExpr("cast(value as string) as id", "topic", "partition", "offset")
+    writer = out.writeStream.trigger(availableNow=True).option(
+        "checkpointLocation", str(checkpoint)
+    )
+    if table is not None:
+        writer = writer.format("memory").queryName(table)
+    else:
+        writer = writer.format("parquet").option("path", sink)
+    query = writer.start()
+    assert query.awaitTermination(180), "AvailableNow query did not end"
+    assert query.exception() is None
+    return query
+
+
+def ids_of(spark: Any, table: str) -> list[int]:
+    return sorted(int(r.id) for r in spark.table(table).select("id").collect())
+
+
+def kafka_committed(servers: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    admin = AdminClient({"bootstrap.servers": servers})
+    request = ConsumerGroupTopicPartitions(
+        group, [TopicPartition(topic, p) for p in range(partitions)]
+    )
+    result = admin.list_consumer_group_offsets([request])[group].result(30)
+    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+
+
+def test_available_now_reads_every_record_once_and_commits_everywhere(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    topic = make_topic(3)
+    # Chunks of different sizes: the embedded broker under-reports the log end of
+    # multi-record batches, so the tail of each partition is a real test.
+    counts = produce_ids(bootstrap_servers, topic, range(300), 3, chunk_sizes=[50, 50, 7, 1, 100])
+    group, table = unique("g"), unique("q")
+    ledger = str(tmp_path / "ledger")
+    opts = group_options(bootstrap_servers, topic, group, ledger)
+    run_available_now(spark, opts, tmp_path / "cp", "", table)
+
+    got = spark.table(table).select("id").orderBy("id")
+    expected = spark.createDataFrame([(str(i),) for i in range(300)], "id string").orderBy("id")
+    assert_df_equality(got, expected, ignore_row_order=True)
+    # Offsets: Kafka and the ledger both hold the log end of every partition.
+    assert kafka_committed(bootstrap_servers, group, topic, 3) == counts
+    positions = OffsetLedger(ledger, group).latest_positions()
+    assert positions == {TP(topic, p): n for p, n in counts.items()}
+    # The schema is Spark's kafka source's.
+    df = spark.readStream.format("kafka-group").options(**opts).load()
+    assert [f.name for f in df.schema.fields] == [
+        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
+    ]  # fmt: skip
+
+
+def test_restart_from_checkpoint_resumes_without_loss_or_duplicates(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    topic = make_topic(2)
+    produce_ids(bootstrap_servers, topic, range(100), 2)
+    opts = group_options(bootstrap_servers, topic, unique("g"), str(tmp_path / "ledger"))
+    sink = str(tmp_path / "sink")
+    run_available_now(spark, opts, tmp_path / "cp", sink)
+    produce_ids(bootstrap_servers, topic, range(100, 250), 2, chunk_sizes=[3, 60])
+    run_available_now(spark, opts, tmp_path / "cp", sink)
+    ids = sorted(int(r.id) for r in spark.read.parquet(sink).select("id").collect())
+    assert ids == list(range(250))
+
+
+def test_fresh_checkpoint_same_group_resumes_from_committed_offsets(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    topic = make_topic(2)
+    produce_ids(bootstrap_servers, topic, range(80), 2)
+    opts = group_options(bootstrap_servers, topic, unique("g"), str(tmp_path / "ledger"))
+    first, second = unique("q"), unique("q")
+    run_available_now(spark, opts, tmp_path / "cp1", "", first)
+    produce_ids(bootstrap_servers, topic, range(80, 130), 2)
+    run_available_now(spark, opts, tmp_path / "cp2", "", second)
+    assert ids_of(spark, first) == list(range(80))
+    assert ids_of(spark, second) == list(range(80, 130))
+
+
+def test_resume_takes_the_ledger_when_it_is_ahead_of_kafka(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    topic = make_topic(1)
+    produce_ids(bootstrap_servers, topic, range(40), 1)
+    group, ledger = unique("g"), str(tmp_path / "ledger")
+    opts = group_options(bootstrap_servers, topic, group, ledger)
+    run_available_now(spark, opts, tmp_path / "cp1", "", unique("q"))
+    # Move the group's Kafka offset back to 10: the ledger (40) is further and wins.
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 10)])
+    admin.alter_consumer_group_offsets([request])[group].result(30)
+    assert kafka_committed(bootstrap_servers, group, topic, 1) == {0: 10}
+    produce_ids(bootstrap_servers, topic, range(40, 50), 1)
+    table = unique("q")
+    run_available_now(spark, opts, tmp_path / "cp2", "", table)
+    assert ids_of(spark, table) == list(range(40, 50))
+    assert kafka_committed(bootstrap_servers, group, topic, 1) == {0: 50}
+
+
+def test_plain_consumer_in_the_group_continues_from_the_query(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    topic = make_topic(2)
+    produce_ids(bootstrap_servers, topic, range(60), 2)
+    group = unique("g")
+    opts = group_options(bootstrap_servers, topic, group, None)  # Kafka offsets only
+    run_available_now(spark, opts, tmp_path / "cp", "", unique("q"))
+    produce_ids(bootstrap_servers, topic, range(60, 70), 2)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": "6000",
+        }
+    )
+    consumer.subscribe([topic])
+    seen: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(seen) < 10 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            seen.append(int(message.value()))
+    consumer.close()
+    assert sorted(seen) == list(range(60, 70))
+
+
+def test_max_offsets_per_trigger_splits_the_backlog_into_batches(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    topic = make_topic(2)
+    produce_ids(bootstrap_servers, topic, range(100), 2)
+    opts = group_options(
+        bootstrap_servers,
+        topic,
+        unique("g"),
+        None,
+        maxOffsetsPerTrigger="25",
+        includeHeaders="true",
+    )
+    table = unique("q")
+    query = run_available_now(spark, opts, tmp_path / "cp", "", table)
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert ids_of(spark, table) == list(range(100))
+    assert max(sizes) <= 25
+    assert len(sizes) >= 4
+    last = query.recentProgress[-1]["sources"][0]
+    assert last["latestOffset"] == {topic: {"0": 50, "1": 50}}  # reported for lag
+
+
+def test_headers_column(spark, bootstrap_servers: str, make_topic, tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+
+    topic = make_topic(1)
+    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    producer.produce(topic, value=b"v", headers=[("trace", b"abc"), ("n", None)])
+    producer.produce(topic, value=None, key=None)
+    producer.flush(10)
+    opts = group_options(bootstrap_servers, topic, unique("g"), None, includeHeaders="true")
+    df = spark.readStream.format("kafka-group").options(**opts).load()
+    table = unique("q")
+    q = (
+        df.writeStream.format("memory")
+        .queryName(table)
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .start()
+    )
+    assert q.awaitTermination(120)
+    rows = spark.table(table).orderBy("offset").collect()
+    assert [(h.key, h.value) for h in rows[0].headers] == [("trace", b"abc"), ("n", None)]
+    assert rows[1].value is None and rows[1].key is None
+    assert rows[0].timestampType == 0 and rows[0].timestamp is not None
+
+
+def test_query_stop_leaves_the_group_promptly(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    """Spark ends the reader process with SIGTERM; the member must send LeaveGroup so a
+    newcomer gets the partitions at once, not after the 20 s session timeout."""
+    topic = make_topic(2)
+    produce_ids(bootstrap_servers, topic, range(20), 2)
+    group, table = unique("g"), unique("q")
+    opts = group_options(
+        bootstrap_servers, topic, group, None, **{"kafka.session.timeout.ms": "20000"}
+    )
+    df = spark.readStream.format("kafka-group").options(**opts).load()
+    query = (
+        df.writeStream.format("memory")
+        .queryName(table)
+        .trigger(processingTime="500 milliseconds")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .start()
+    )
+    wait_until(lambda: spark.table(table).count() == 20, 90, "the query to read 20 records")
+    query.stop()
+    stopped_at = time.monotonic()
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+
+    def group_empty() -> bool:
+        description = admin.describe_consumer_groups([group])[group].result(10)
+        return str(description.state).endswith("EMPTY")
+
+    wait_until(group_empty, 15, "the group to become empty")
+    assert time.monotonic() - stopped_at < 10
+
+
+def test_bad_options_fail_at_load_naming_the_option(spark, bootstrap_servers: str) -> None:
+    with pytest.raises(Exception, match=r"option 'group\.id'"):
+        spark.readStream.format("kafka-group").option(
+            "kafka.bootstrap.servers", bootstrap_servers
+        ).option("subscribe", "x").load()
+    with pytest.raises(Exception, match=r"option 'kafka\.no\.such\.thing'"):
+        spark.readStream.format("kafka-group").option(
+            "kafka.bootstrap.servers", bootstrap_servers
+        ).option("subscribe", "x").option("group.id", "g").option("kafka.no.such.thing", "1").load()
+
+
+def test_missing_topic_fails_the_query_with_a_clear_error(
+    spark, bootstrap_servers: str, tmp_path: Path
+) -> None:
+    opts = group_options(bootstrap_servers, "no-such-topic", unique("g"), None)
+    df = spark.readStream.format("kafka-group").options(**opts).load()
+    query = (
+        df.writeStream.format("memory")
+        .queryName(unique("q"))
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .start()
+    )
+    with pytest.raises(Exception, match="TopicNotFoundError"):
+        query.awaitTermination(120)
+    assert "'no-such-topic' does not exist" in str(query.exception())

@@ -1,0 +1,214 @@
+"""The driver's bookkeeping (GroupStream) against a real broker, without Spark.
+
+These drive the calls Spark makes (latest_offset as the safe point) directly, so the rules
+of planning, committing and the revocation barrier are checked without a JVM.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from spark_groups.ledger import OffsetLedger
+from spark_groups.member import GroupMember
+from spark_groups.offsets import BatchOffset, TopicPartition
+from spark_groups.options import parse_options
+from spark_groups.stream import GroupStream
+
+FAST = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "500"}
+
+
+def produce(servers: str, topic: str, per_partition: int, partitions: int) -> None:
+    producer = Producer({"bootstrap.servers": servers})
+    for p in range(partitions):
+        for i in range(per_partition):
+            producer.produce(topic, value=str(i).encode(), partition=p)
+    assert producer.flush(30) == 0
+
+
+@pytest.fixture
+def streams() -> Iterator[list[GroupStream]]:
+    made: list[GroupStream] = []
+    yield made
+    for s in made:
+        s.stop()
+
+
+def make_stream(
+    streams: list[GroupStream],
+    servers: str,
+    topic: str,
+    group: str,
+    ledger: Path | None,
+    **extra: str,
+) -> GroupStream:
+    opts = {
+        "kafka.bootstrap.servers": servers,
+        "subscribe": topic,
+        "group.id": group,
+        "startingOffsets": "earliest",
+        **FAST,
+        **extra,
+    }
+    if ledger is not None:
+        opts["offsets.table"] = str(ledger)
+    stream = GroupStream(parse_options(opts))
+    streams.append(stream)
+    return stream
+
+
+def test_plan_then_commit_at_the_next_call(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path
+) -> None:
+    topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    produce(bootstrap_servers, topic, 10, 2)
+    stream = make_stream(streams, bootstrap_servers, topic, group, tmp_path / "ledger")
+    initial = BatchOffset.initial().to_json()
+    first = stream.latest_offset(initial, None)
+    batch = BatchOffset.from_json(first)
+    assert batch.batch == 0
+    assert batch.ends() == {TopicPartition(topic, 0): 10, TopicPartition(topic, 1): 10}
+    # Planned is not committed: nothing in Kafka or the ledger yet.
+    member = stream.ensure_started()
+    assert member.committed([TopicPartition(topic, 0)]) == {}
+    # The next call is the safe point: batch 0 is committed, and with no new data the
+    # same offset comes back (no new batch).
+    assert stream.latest_offset(first, None) is first
+    assert member.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)]) == {
+        TopicPartition(topic, 0): 10,
+        TopicPartition(topic, 1): 10,
+    }
+    rows = OffsetLedger(str(tmp_path / "ledger"), group).history().to_pylist()
+    assert [(r["partition"], r["from_offset"], r["until_offset"], r["batch"]) for r in rows] == [
+        (0, 0, 10, 0),
+        (1, 0, 10, 0),
+    ]
+    assert all(r["member_id"] == member.member_id for r in rows)
+
+
+def test_read_limit_splits_the_backlog(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams
+) -> None:
+    topic = make_topic(2)
+    produce(bootstrap_servers, topic, 30, 2)
+    stream = make_stream(streams, bootstrap_servers, topic, f"g-{uuid.uuid4().hex[:8]}", None)
+    offset = BatchOffset.initial().to_json()
+    sizes = []
+    for _ in range(10):
+        nxt = stream.latest_offset(offset, 20)
+        if nxt is offset:
+            break
+        sizes.append(sum(r.size for r in BatchOffset.from_json(nxt).ranges))
+        offset = nxt
+    assert sizes == [20, 20, 20]
+
+
+def test_available_now_stops_at_the_end_seen_at_start(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams
+) -> None:
+    topic = make_topic(1)
+    produce(bootstrap_servers, topic, 5, 1)
+    stream = make_stream(streams, bootstrap_servers, topic, f"g-{uuid.uuid4().hex[:8]}", None)
+    stream.prepare_available_now()
+    produce(bootstrap_servers, topic, 5, 1)  # arrives after the start: not read
+    first = stream.latest_offset(BatchOffset.initial().to_json(), None)
+    assert BatchOffset.from_json(first).ends() == {TopicPartition(topic, 0): 5}
+    assert stream.latest_offset(first, None) is first
+
+
+def test_revocation_waits_for_the_batch_holding_the_partitions(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path
+) -> None:
+    topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    produce(bootstrap_servers, topic, 50, 2)
+    stream = make_stream(streams, bootstrap_servers, topic, group, tmp_path / "ledger")
+    in_flight = stream.latest_offset(BatchOffset.initial().to_json(), None)  # batch 0 running
+    config = parse_options(
+        {"kafka.bootstrap.servers": bootstrap_servers, "subscribe": topic, "group.id": group}
+    ).member_config()
+    config.update({"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"})
+    newcomer = GroupMember(config, [topic]).start()
+    try:
+        # The first member is asked to give a partition up; it must hold on until batch 0
+        # is committed.
+        deadline = time.monotonic() + 60
+        while stream.metrics.revocations == 0:
+            assert time.monotonic() < deadline, "no revocation happened"
+            time.sleep(0.05)
+        held_for = 1.0
+        time.sleep(held_for)  # the batch "runs" for a second; the newcomer must not start
+        assert newcomer.assignment == frozenset()
+        finished = threading.Event()
+
+        def spark_calls_latest_offset() -> None:
+            stream.latest_offset(in_flight, None)  # safe point: commits batch 0
+            finished.set()
+
+        threading.Thread(target=spark_calls_latest_offset, daemon=True).start()
+        assert finished.wait(30)
+        deadline = time.monotonic() + 60
+        while not newcomer.assignment:
+            assert time.monotonic() < deadline, "the newcomer never got a partition"
+            time.sleep(0.05)
+        moved = newcomer.assignment
+        # The newcomer resumes exactly where batch 0 ended.
+        assert newcomer.committed(moved) == {tp: 50 for tp in moved}
+        assert stream.metrics.last_barrier_wait_s >= held_for
+        assert stream.metrics.failed_commits == 0
+    finally:
+        newcomer.close()
+
+
+def test_lost_partitions_are_never_committed(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams
+) -> None:
+    topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    produce(bootstrap_servers, topic, 5, 2)
+    stream = make_stream(streams, bootstrap_servers, topic, group, None)
+    planned = stream.latest_offset(BatchOffset.initial().to_json(), None)
+    member = stream.ensure_started()
+    lost = frozenset({TopicPartition(topic, 0)})
+    # What the member does when librdkafka reports the assignment lost.
+    member._assignment = member.assignment - lost
+    stream.on_lost(lost)
+    stream.latest_offset(planned, None)
+    assert member.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)]) == {
+        TopicPartition(topic, 1): 5
+    }
+    assert stream.metrics.lost_partitions == 1
+
+
+def test_revocation_during_planning_leaves_the_revoked_partitions_out(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams
+) -> None:
+    """A revocation that lands while a batch is being planned must either be in that plan's
+    exclusions or see the batch and wait for it; never neither (found in a handover test)."""
+    topic = make_topic(2)
+    produce(bootstrap_servers, topic, 5, 2)
+    stream = make_stream(streams, bootstrap_servers, topic, f"g-{uuid.uuid4().hex[:8]}", None)
+    first = stream.latest_offset(BatchOffset.initial().to_json(), None)
+    assert stream.latest_offset(first, None) is first  # batch 0 committed, nothing new
+    produce(bootstrap_servers, topic, 5, 2)
+    revoked = frozenset({TopicPartition(topic, 0)})
+    fetch_ends = stream._end_offsets
+    barrier_returned = threading.Event()
+
+    def revoke() -> None:
+        stream.on_revoked(revoked, lambda seconds: time.sleep(seconds))
+        barrier_returned.set()
+
+    def ends_with_a_revocation_meanwhile(positions):  # type: ignore[no-untyped-def]
+        ends = fetch_ends(positions)
+        threading.Thread(target=revoke, daemon=True).start()
+        assert barrier_returned.wait(10)  # batch 0 is committed: nothing to wait for
+        return ends
+
+    stream._end_offsets = ends_with_a_revocation_meanwhile  # type: ignore[method-assign]
+    planned = BatchOffset.from_json(stream.latest_offset(first, None))
+    assert planned.ends() == {TopicPartition(topic, 1): 10}
