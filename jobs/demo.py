@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -73,17 +74,24 @@ def run_job(servers: str) -> None:
 
 def report(servers: str, produced: dict[int, int]) -> None:
     """Print what landed and where the group's offsets are."""
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable, QueryBuilder
 
-    table = DeltaTable(str(WORK / "tables" / "orders")).to_pyarrow_table()
-    print("\n=== landed in the Delta table", WORK / "tables" / "orders")
-    print(f"rows: {table.num_rows} (produced {sum(produced.values())})")
-    per_partition = table.group_by("partition").aggregate([("offset", "count")]).to_pylist()
-    for row in sorted(per_partition, key=lambda r: r["partition"]):
-        print(f"  partition {row['partition']}: {row['offset_count']} rows")
-    first = table.sort_by([("partition", "ascending"), ("offset", "ascending")]).slice(0, 3)
-    for row in first.to_pylist():
-        print(f"  {row['topic']}-{row['partition']}@{row['offset']}: {row['value'].decode()}")
+    path = WORK / "tables" / "orders"
+    query = QueryBuilder().register("orders", DeltaTable(str(path)))
+
+    def sql(text: str) -> list[dict]:
+        return pa.table(query.execute(text).read_all()).to_pylist()
+
+    total = sql("SELECT count(*) AS n FROM orders")[0]["n"]
+    print(f"\n=== landed in the Delta table {path}")
+    print(f"rows: {total} (produced {sum(produced.values())})")
+    for row in sql("SELECT partition, count(*) AS n FROM orders GROUP BY partition ORDER BY 1"):
+        print(f"  partition {row['partition']}: {row['n']} rows")
+    first = 'SELECT topic, partition, "offset", value FROM orders ORDER BY 2, 3 LIMIT 3'
+    for row in sql(first):
+        print(
+            f"  {row['topic']}-{row['partition']}@{row['offset']}: {bytes(row['value']).decode()}"
+        )
 
     admin = AdminClient({"bootstrap.servers": servers})
     request = ConsumerGroupTopicPartitions(

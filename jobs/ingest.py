@@ -33,6 +33,7 @@ class JobConfig:
     table_path: str
     checkpoint: str
     trigger: str
+    spark_log_level: str = "WARN"
 
 
 def load_config(path: str, bootstrap_servers: str | None = None) -> JobConfig:
@@ -53,7 +54,7 @@ def load_config(path: str, bootstrap_servers: str | None = None) -> JobConfig:
     for key in ("path", "checkpoint"):
         if not str(sink.get(key, "")).strip():
             raise JobConfigError(f"{path}: [sink] {key} is required")
-    extra = set(sink) - {"path", "checkpoint", "trigger"}
+    extra = set(sink) - {"path", "checkpoint", "trigger", "spark_log_level"}
     if extra:
         raise JobConfigError(f"{path}: unknown [sink] key(s) {sorted(extra)}")
     trigger = str(sink.get("trigger", "availableNow"))
@@ -65,7 +66,10 @@ def load_config(path: str, bootstrap_servers: str | None = None) -> JobConfig:
     from spark_groups.options import parse_options
 
     parse_options(source)
-    return JobConfig(source, str(sink["path"]), str(sink["checkpoint"]), trigger)
+    level = str(sink.get("spark_log_level", "WARN")).upper()
+    if level not in ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"):
+        raise JobConfigError(f"{path}: [sink] spark_log_level {level!r} is not a log4j level")
+    return JobConfig(source, str(sink["path"]), str(sink["checkpoint"]), trigger, level)
 
 
 def delta_batch_writer(table_path: str, app_id: str):
@@ -104,6 +108,7 @@ def run(config: JobConfig) -> None:
     import spark_groups
 
     spark = SparkSession.builder.appName("spark-groups-ingest").getOrCreate()
+    spark.sparkContext.setLogLevel(config.spark_log_level)
     spark_groups.register(spark)
     df = spark.readStream.format(spark_groups.FORMAT).options(**config.source).load()
     app_id = "spark-groups-ingest-" + hashlib.sha256(config.checkpoint.encode()).hexdigest()[:16]
@@ -127,7 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conf", required=True, help="TOML job config (see conf/ingest.toml)")
     parser.add_argument("--bootstrap-servers", help="override [source] kafka.bootstrap.servers")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    logging.getLogger("spark_groups").setLevel(logging.INFO)
     try:
         config = load_config(args.conf, args.bootstrap_servers)
     except (JobConfigError, ValueError) as exc:

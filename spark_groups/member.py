@@ -36,6 +36,7 @@ from spark_groups.errors import (
     TopicNotFoundError,
 )
 from spark_groups.offsets import TopicPartition
+from spark_groups.secrets import is_secret
 
 log = logging.getLogger(__name__)
 
@@ -511,8 +512,6 @@ def config_error(exc: KafkaException) -> OptionError:
         r'"([A-Za-z0-9._]+)"', text
     )
     key = f"kafka.{match.group(1)}" if match else "kafka.*"
-    from spark_groups.options import is_secret
-
     if is_secret(key):
         text = "invalid value (not shown: secret)"
     return OptionError(key, f"rejected by the Kafka client: {text}")

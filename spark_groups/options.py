@@ -12,7 +12,6 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from spark_groups.errors import OptionError
 from spark_groups.offsets import TopicPartition
@@ -58,19 +57,6 @@ UNSUPPORTED_SPARK_OPTIONS: dict[str, str] = {
 }
 
 _LOWER_NAMES = {name.lower(): name for name in SOURCE_OPTIONS}
-
-_SECRET_WORDS = ("password", "secret", "jaas", "ssl.key.pem", "ssl.keystore", "token", "credential")
-
-
-def is_secret(key: str) -> bool:
-    """True when a config key may hold a secret (its value must never be logged or shown)."""
-    k = key.lower()
-    return any(word in k for word in _SECRET_WORDS) or k.endswith(("ssl.key.location", "ssl_key"))
-
-
-def redact(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``config`` with the values of secret-looking keys replaced by ``'***'``."""
-    return {k: ("***" if is_secret(k) else v) for k, v in config.items()}
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ Where each piece runs (see docs/architecture.md):
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -27,6 +28,8 @@ from spark_groups.options import SourceOptions, parse_options, validate_client_c
 from spark_groups.schema import spark_ddl
 
 SHORT_NAME = "kafka-group"
+
+log = logging.getLogger(__name__)
 
 
 class RangePartition(InputPartition):
@@ -70,6 +73,7 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """Commit the finished batch ``start``, then plan the next one within ``limit``."""
         max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        log.debug("latestOffset(start batch %s, limit %s)", start.get("batch"), limit)
         return self._driver().latest_offset(start, max_records)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
@@ -82,6 +86,7 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One task per range in ``end``: deterministic, so replays read the same records."""
+        log.debug("partitions(batch %s -> %s)", start.get("batch"), end.get("batch"))
         return [RangePartition(r) for r in BatchOffset.from_json(end).ranges]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -100,11 +105,13 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark's own commit signal; offsets were committed at the safe point already."""
+        log.debug("commit(batch %s)", end.get("batch"))
         if self._stream is not None:
             self._stream.commit_durable(BatchOffset.from_json(end))
 
     def stop(self) -> None:
         """Leave the group."""
+        log.debug("stop()")
         if self._stream is not None:
             self._stream.stop()
 

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from spark_groups.errors import (
@@ -63,13 +63,15 @@ class StreamMetrics:
 
 def _log_to_stderr() -> None:
     """Spark's reader process has no logging set up: send ``spark_groups`` records to its
-    stderr (which Spark copies into the driver log) at ``$SPARK_GROUPS_LOG_LEVEL`` (INFO)."""
+    stderr (which Spark copies into the driver log), or to ``$SPARK_GROUPS_LOG_FILE``, at
+    ``$SPARK_GROUPS_LOG_LEVEL`` (default INFO)."""
     root = logging.getLogger("spark_groups")
     if any(not isinstance(h, logging.NullHandler) for h in root.handlers):
         return
     if logging.getLogger().handlers:  # the application configured logging itself
         return
-    handler = logging.StreamHandler()
+    path = os.environ.get("SPARK_GROUPS_LOG_FILE")
+    handler: logging.Handler = logging.FileHandler(path) if path else logging.StreamHandler()
     handler.setFormatter(
         logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s")
     )
@@ -313,7 +315,7 @@ class GroupStream:
             ]
         started = time.monotonic()
         if ranges:
-            now = datetime.now(timezone.utc)
+            now = datetime.now(UTC)
             if self._ledger is not None:
                 self._ledger.append(
                     [

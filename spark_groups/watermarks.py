@@ -1,141 +1,388 @@
-"""Log start and end offsets you can trust, on Kafka and on brokers that under-report.
+"""End offsets a planner can trust, on Kafka and on brokers that under-report them.
 
-Kafka's ListOffsets(latest) returns the high watermark. Some Kafka-compatible brokers (the
-embedded Tansu broker among them) return the base offset of the last record batch + 1
-instead, which would leave the tail of every partition unread. The high watermark carried
-in every *fetch* response is right on both, so in ``fetch`` mode (the default) the resolver
-asks ListOffsets, then fetches once from just below that answer and takes the high watermark
-the fetch reported. On Kafka the fetch returns at most the last record and confirms the
-ListOffsets answer; ``listOffsets`` mode skips it.
+A micro-batch reads every partition up to its *log end*: the high watermark, or the last
+stable offset when the consumer configuration says ``isolation.level=read_committed``. Kafka
+reports it through ListOffsets. Tansu (the embedded broker) does not: its ListOffsets answers
+the base offset of the last record batch + 1, so after batches of 50, 50, 7 records it says
+101 where the log ends at 107. The high watermark inside a *fetch* response is right on both.
 
-A resolver owns one assign-only consumer (never a group member). confluent-kafka allows one
-thread inside a consumer at a time: a resolver belongs to the thread that calls it.
+:class:`EndOffsetResolver` has two modes:
+
+``listOffsets``
+    Trust ListOffsets (one request per leader). Right on Kafka; on Tansu it leaves the tail of
+    the log unread until a later batch is appended.
+``fetch`` (default)
+    Ask ListOffsets, then fetch at ``listed - 1`` and take the high watermark of that fetch
+    response (librdkafka caches it per partition). Verified on Tansu and on librdkafka's mock
+    cluster: the fetch answer is the log end on both; on Kafka it equals ListOffsets, on Tansu
+    it is the true end. The result is ``max(listed, fetched)``. A partition whose listed end is
+    unchanged since this resolver's last fetch has no new record batch, so the earlier answer
+    is reused without fetching; in a quiet stream most calls cost one ListOffsets request.
+
+The resolver owns one ``confluent_kafka.Consumer`` (created on first use, never joining a
+group, never committing). A Consumer must not be used by two threads at once (a thread
+blocked in ``poll()`` makes others' calls hang): the resolver is **single-threaded**, owned by
+its caller, and raises :class:`~spark_groups.errors.SparkGroupsError` when two threads call it
+at the same time instead of hanging.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any
 
-import confluent_kafka
 from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from spark_groups.errors import BrokerUnreachableError, SparkGroupsError
+from spark_groups.errors import (
+    BrokerUnreachableError,
+    OptionError,
+    SparkGroupsError,
+    TopicNotFoundError,
+)
 from spark_groups.offsets import TopicPartition
+from spark_groups.reader import bootstrap_servers_of
+from spark_groups.secrets import scrub
 
 log = logging.getLogger(__name__)
 
 MODES = ("fetch", "listOffsets")
 
+#: Defaults merged *under* the caller's consumer configuration (the caller's value wins).
+RESOLVER_DEFAULTS: dict[str, str] = {
+    "group.id": "spark-groups-offsets",  # librdkafka wants one; no group is ever joined
+    # An empty partition answers the confirming fetch only when the broker gives up waiting.
+    "fetch.wait.max.ms": "10",
+    "log.connection.close": "false",
+}
+
+#: Settings the resolver depends on; they override the caller's configuration.
+RESOLVER_REQUIRED: dict[str, str] = {
+    "enable.auto.commit": "false",
+    "enable.auto.offset.store": "false",
+    "enable.partition.eof": "true",
+    # listed - 1 may have been deleted meanwhile: then fetch from the end, which also answers.
+    "auto.offset.reset": "latest",
+}
+
+# ListOffsets "timestamps" asking for the log end and the log start.
+_LATEST = -1
+_EARLIEST = -2
+
+_UNKNOWN_CODES = frozenset(
+    {KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART}
+)
+_UNREACHABLE_CODES = frozenset(
+    {
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._RESOLVE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+    }
+)
+
+
+def _resolver_config(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
+    config: dict[str, Any] = dict(RESOLVER_DEFAULTS)
+    config.update({str(k): v for k, v in consumer_config.items()})
+    config.update(RESOLVER_REQUIRED)
+    return config
+
+
+def _names(tps: list[TopicPartition], most: int = 5) -> str:
+    shown = ", ".join(str(tp) for tp in tps[:most])
+    return shown + (f" and {len(tps) - most} more" if len(tps) > most else "")
+
+
+def _normalise_mode(mode: str) -> str:
+    for known in MODES:
+        if str(mode).lower() == known.lower():
+            return known
+    raise OptionError("endOffsets", f"must be one of {', '.join(MODES)}; got {mode!r}")
+
 
 class EndOffsetResolver:
-    """Finds the first and the next-to-be-written offset of partitions."""
+    """Log start and end offsets of partitions; see the module documentation.
+
+    Single-threaded: one owner calls it. Cheap to create: no consumer exists until the first
+    call. Picklable (the consumer is left behind and made again on first use).
+
+    Each call takes at most about ``timeout_s``: ListOffsets without an answer by then raises
+    :class:`BrokerUnreachableError` (naming the bootstrap servers); a partition whose confirming
+    fetch has not answered by then keeps its listed end (never past the log end), with a
+    warning. Unknown topics or partitions raise :class:`TopicNotFoundError`.
+    """
 
     def __init__(
         self, consumer_config: Mapping[str, str], mode: str = "fetch", timeout_s: float = 30.0
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        self._config = dict(consumer_config)
-        self._mode = mode
-        self._timeout_s = timeout_s
+        if timeout_s <= 0:
+            raise OptionError("timeout", f"must be positive; got {timeout_s!r}")
+        self.mode = _normalise_mode(mode)
+        self.timeout_s = float(timeout_s)
+        self._config = _resolver_config(consumer_config)
         self._consumer: Consumer | None = None
+        self._close_requested = False
+        # partition -> (listed end at the last confirming fetch, end that fetch confirmed)
+        self._confirmed: dict[TopicPartition, tuple[int, int]] = {}
+        self._busy = threading.Lock()
 
-    def _client(self) -> Consumer:
-        if self._consumer is None:
-            config: dict[str, object] = {
-                **self._config,
-                "enable.auto.commit": "false",
-                "enable.partition.eof": "true",
-                "fetch.wait.max.ms": "10",
-            }
-            config.setdefault("group.id", "spark-groups-end-offsets")
-            self._consumer = Consumer(config)
-        return self._consumer
-
-    def close(self) -> None:
-        """Close the probe consumer. The resolver can be used again afterwards."""
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            consumer.close()
-
-    def _watermarks(self, tp: TopicPartition) -> tuple[int, int]:
-        kafka_tp = confluent_kafka.TopicPartition(tp.topic, tp.partition)
-        try:
-            low, high = self._client().get_watermark_offsets(kafka_tp, timeout=self._timeout_s)
-        except KafkaException as exc:
-            raise self._failure(tp, exc) from None
-        return int(low), int(high)
-
-    def _failure(self, tp: TopicPartition, exc: KafkaException) -> SparkGroupsError:
-        error = exc.args[0] if exc.args else exc
-        servers = self._config.get("bootstrap.servers", "?")
-        if isinstance(error, KafkaError) and error.code() in (
-            KafkaError._TRANSPORT,
-            KafkaError._TIMED_OUT,
-            KafkaError._ALL_BROKERS_DOWN,
-        ):
-            return BrokerUnreachableError(
-                f"no broker of kafka.bootstrap.servers={servers} answered the offsets request "
-                f"for {tp} within {self._timeout_s:.0f} s ({error})"
-            )
-        return SparkGroupsError(f"could not read the offsets of {tp}: {error}")
-
-    def start_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The earliest offset still in the log (the low watermark) of each partition."""
-        return {tp: self._watermarks(tp)[0] for tp in partitions}
+    # -- public API ----------------------------------------------------------------------------
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The log end (high watermark; last stable offset under read_committed)."""
-        listed = {tp: self._watermarks(tp) for tp in partitions}
-        ends = {tp: high for tp, (_, high) in listed.items()}
-        if self._mode == "fetch":
-            probe = {tp: max(low, high - 1) for tp, (low, high) in listed.items() if high > low}
-            for tp, fetched in self._fetched_high_watermarks(probe).items():
-                if fetched > ends[tp]:
-                    log.debug("%s: ListOffsets said %d, a fetch says %d", tp, ends[tp], fetched)
-                    ends[tp] = fetched
-        return ends
-
-    def _fetched_high_watermarks(
-        self, probe: Mapping[TopicPartition, int]
-    ) -> dict[TopicPartition, int]:
-        """Fetch once from ``probe[tp]`` and return the high watermark each fetch reported."""
-        if not probe:
+        """The log end of every partition: the offset the next appended record will get (the
+        last stable offset under ``isolation.level=read_committed``)."""
+        tps = sorted(set(partitions))
+        if not tps:
             return {}
-        consumer = self._client()
+        with self._owned():
+            deadline = time.monotonic() + self.timeout_s
+            listed = self._list(tps, _LATEST, deadline)
+            if self.mode == "listOffsets":
+                return listed
+            ends: dict[TopicPartition, int] = {}
+            to_fetch: dict[TopicPartition, int] = {}
+            for tp in tps:
+                known = self._confirmed.get(tp)
+                if known is not None and known[0] == listed[tp]:
+                    ends[tp] = max(listed[tp], known[1])
+                else:
+                    to_fetch[tp] = listed[tp]
+            if to_fetch:
+                fetched = self._fetch_high_watermarks(to_fetch, deadline)
+                for tp, end in to_fetch.items():
+                    high = fetched.get(tp)
+                    if high is None:  # no fetch answer in time: the listed end is safe (<=)
+                        ends[tp] = end
+                        continue
+                    ends[tp] = max(end, high)
+                    self._confirmed[tp] = (end, ends[tp])
+                    if ends[tp] != end:
+                        log.debug("%s: ListOffsets said %d, a fetch says %d", tp, end, ends[tp])
+            return {tp: ends[tp] for tp in tps}
+
+    def start_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The earliest offset still available (the low watermark) of every partition."""
+        tps = sorted(set(partitions))
+        if not tps:
+            return {}
+        with self._owned():
+            return self._list(tps, _EARLIEST, time.monotonic() + self.timeout_s)
+
+    def close(self) -> None:
+        """Close the consumer; a later call makes a new one. Idempotent.
+
+        Safe from a signal handler or another thread while a call is running: the consumer is
+        then closed by that call as it returns, never under it.
+        """
+        if not self._busy.acquire(blocking=False):
+            self._close_requested = True
+            return
+        try:
+            self._close_consumer()
+        finally:
+            self._busy.release()
+
+    def _close_consumer(self) -> None:
+        self._close_requested = False
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            try:
+                consumer.close()
+            except (KafkaException, RuntimeError) as exc:
+                log.debug("closing the offsets consumer failed: %s", exc)
+
+    def __enter__(self) -> EndOffsetResolver:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_consumer=None, _busy=None, _confirmed={}, _close_requested=False)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._busy = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"EndOffsetResolver(bootstrap.servers={bootstrap_servers_of(self._config)!r}, "
+            f"mode={self.mode!r}, timeout_s={self.timeout_s:g})"
+        )
+
+    # -- internals -----------------------------------------------------------------------------
+
+    @contextmanager
+    def _owned(self) -> Iterator[None]:
+        if not self._busy.acquire(blocking=False):
+            raise SparkGroupsError(
+                "EndOffsetResolver called from two threads at once; it is single-threaded "
+                "(a confluent_kafka Consumer must only be used by one thread at a time)"
+            )
+        try:
+            yield
+        finally:
+            try:
+                if self._close_requested:
+                    self._close_consumer()
+            finally:
+                self._busy.release()
+
+    def _servers(self) -> str:
+        return bootstrap_servers_of(self._config)
+
+    def _get_consumer(self) -> Consumer:
+        if self._consumer is None:
+            try:
+                self._consumer = Consumer(self._config)
+            except KafkaException as exc:
+                raise SparkGroupsError(
+                    f"cannot create a Kafka consumer for {self._servers()}: "
+                    f"{scrub(str(exc), self._config)}"
+                ) from None
+        return self._consumer
+
+    def _unreachable(self, what: str, err: KafkaError | None) -> BrokerUnreachableError:
+        detail = f" ({err.name()}: {scrub(err.str(), self._config)})" if err is not None else ""
+        return BrokerUnreachableError(
+            f"no answer from {self._servers()} within {self.timeout_s:g} s {what}{detail}"
+        )
+
+    def _list(
+        self, tps: list[TopicPartition], which: int, deadline: float
+    ) -> dict[TopicPartition, int]:
+        """ListOffsets for ``tps`` (``which`` is _LATEST or _EARLIEST)."""
+        consumer = self._get_consumer()
+        request = [KafkaTopicPartition(tp.topic, tp.partition, which) for tp in tps]
+        what = f"to list the {'end' if which == _LATEST else 'start'} offsets of {_names(tps)}"
+        refreshed = False
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._unreachable(what, None)
+            try:
+                answer = consumer.offsets_for_times(request, timeout=left)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                code = err.code() if err is not None else None
+                if code in _UNKNOWN_CODES and not refreshed:
+                    # The consumer's metadata may predate the topic: look again, once.
+                    refreshed = True
+                    self._refresh_metadata(tps, deadline)
+                    continue
+                if code in _UNKNOWN_CODES:
+                    raise TopicNotFoundError(
+                        f"unknown topic or partition on {self._servers()}: {_names(tps)}"
+                    ) from None
+                if code is None or code in _UNREACHABLE_CODES:
+                    raise self._unreachable(what, err) from None
+                raise SparkGroupsError(
+                    f"ListOffsets on {self._servers()} failed {what}: "
+                    f"{err.name()}: {scrub(err.str(), self._config)}"
+                ) from None
+            by_tp = {TopicPartition(got.topic, got.partition): got for got in answer}
+            result: dict[TopicPartition, int] = {}
+            for tp in tps:
+                got = by_tp.get(tp)
+                if got is None:
+                    raise SparkGroupsError(f"ListOffsets on {self._servers()} skipped {tp}")
+                if got.error is not None:
+                    if got.error.code() in _UNKNOWN_CODES:
+                        raise TopicNotFoundError(
+                            f"unknown topic or partition {tp} on {self._servers()}"
+                        )
+                    raise SparkGroupsError(
+                        f"ListOffsets for {tp} on {self._servers()} failed: {got.error.name()}"
+                    )
+                if got.offset < 0:
+                    raise SparkGroupsError(
+                        f"ListOffsets for {tp} on {self._servers()} answered no offset "
+                        f"({got.offset})"
+                    )
+                result[tp] = got.offset
+            return result
+
+    def _refresh_metadata(self, tps: list[TopicPartition], deadline: float) -> None:
+        consumer = self._get_consumer()
+        for topic in sorted({tp.topic for tp in tps}):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                consumer.list_topics(topic, timeout=left)
+            except KafkaException:
+                return
+
+    def _fetch_high_watermarks(
+        self, listed: dict[TopicPartition, int], deadline: float
+    ) -> dict[TopicPartition, int]:
+        """Fetch every partition at ``listed - 1`` and read the high watermark its fetch
+        response carried (each partition answers with a record or an end-of-partition event).
+
+        Partitions without an answer by ``deadline`` are left out, with a warning: the listed
+        end never exceeds the log end, so planning up to it is safe, only possibly short.
+        """
+        consumer = self._get_consumer()
         consumer.assign(
             [
-                confluent_kafka.TopicPartition(tp.topic, tp.partition, off)
-                for tp, off in probe.items()
+                KafkaTopicPartition(tp.topic, tp.partition, max(end - 1, 0))
+                for tp, end in listed.items()
             ]
         )
-        waiting = set(probe)
-        deadline = time.monotonic() + self._timeout_s
         try:
-            while waiting and time.monotonic() < deadline:
-                for message in consumer.consume(num_messages=len(waiting) * 64, timeout=0.01):
-                    error = message.error()
-                    if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                        log.warning("end-offset probe: %s", error)
-                        continue
-                    waiting.discard(TopicPartition(message.topic(), message.partition()))
-            if waiting:
-                log.warning(
-                    "end-offset probe got no fetch response for %s within %.0f s; "
-                    "using ListOffsets for them",
-                    sorted(str(tp) for tp in waiting),
-                    self._timeout_s,
-                )
-            result = {}
-            for tp in probe:
+            waiting = set(listed)
+            while waiting:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning(
+                        "no fetch answer from %s within %g s for %s; using ListOffsets for them",
+                        self._servers(),
+                        self.timeout_s,
+                        _names(sorted(waiting)),
+                    )
+                    break
+                # poll() returns at the first event; consume(n, t) would wait for n of them.
+                first = consumer.poll(min(left, 0.2))
+                if first is None:
+                    continue
+                for msg in [first, *consumer.consume(1000, 0)]:
+                    err = msg.error()
+                    if err is None or err.code() == KafkaError._PARTITION_EOF:
+                        waiting.discard(TopicPartition(msg.topic(), msg.partition()))
+                    elif err.fatal() or not (
+                        err.retriable()
+                        or err.code() in _UNREACHABLE_CODES
+                        or err.code() in _UNKNOWN_CODES
+                    ):
+                        raise SparkGroupsError(
+                            f"fetching from {self._servers()} failed: {err.name()}: "
+                            f"{scrub(err.str(), self._config)}"
+                        )
+            result: dict[TopicPartition, int] = {}
+            for tp in listed:
                 if tp in waiting:
                     continue
-                kafka_tp = confluent_kafka.TopicPartition(tp.topic, tp.partition)
-                _, high = consumer.get_watermark_offsets(kafka_tp, cached=True)
+                _, high = consumer.get_watermark_offsets(
+                    KafkaTopicPartition(tp.topic, tp.partition), cached=True
+                )
                 if high >= 0:
-                    result[tp] = int(high)
+                    result[tp] = high
             return result
         finally:
             consumer.unassign()

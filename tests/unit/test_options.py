@@ -6,13 +6,8 @@ import pytest
 
 from spark_groups.errors import OptionError
 from spark_groups.offsets import TopicPartition
-from spark_groups.options import (
-    EARLIEST,
-    LATEST,
-    parse_options,
-    redact,
-    validate_client_config,
-)
+from spark_groups.options import EARLIEST, LATEST, parse_options, validate_client_config
+from spark_groups.secrets import is_secret, redact, scrub
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders", "group.id": "etl"}
 
@@ -148,8 +143,24 @@ def test_librdkafka_rejects_malformed_value_by_name() -> None:
 
 
 def test_secrets_are_redacted_and_not_in_repr() -> None:
-    o = parse_options(with_(kafka__sasl__password="hunter2", kafka__sasl__username="bob"))
+    o = parse_options(with_(kafka__sasl__password="hunter2", kafka__sasl__mechanism="PLAIN"))
     assert "hunter2" not in repr(o)
     shown = redact(o.member_config())
     assert shown["sasl.password"] == "***"
-    assert shown["sasl.username"] == "bob"
+    assert shown["sasl.mechanism"] == "PLAIN"
+    assert shown["bootstrap.servers"] == "127.0.0.1:9092"
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["sasl.password", "sasl.jaas.config", "sasl.oauthbearer.client.secret", "ssl.key.password",
+     "ssl.keystore.password", "ssl.key.pem", "kafka.sasl.username", "sasl.oauthbearer.token"],
+)  # fmt: skip
+def test_secret_keys(key: str) -> None:
+    assert is_secret(key)
+    assert scrub(f"bad value s3cr3t for {key}", {key: "s3cr3t"}) == f"bad value *** for {key}"
+
+
+@pytest.mark.parametrize("key", ["bootstrap.servers", "sasl.mechanism", "security.protocol"])
+def test_plain_keys(key: str) -> None:
+    assert not is_secret(key)

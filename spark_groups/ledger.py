@@ -1,0 +1,657 @@
+"""The Delta offsets ledger: which offset ranges a consumer group has processed.
+
+The ledger is a Delta table written with ``deltalake`` (delta-rs, no JVM). Every committed
+micro-batch appends one row per partition it read, in a single Delta commit::
+
+    group_id string, topic string, partition int32, from_offset int64, until_offset int64,
+    member_id string, generation int32, batch int64, committed_at timestamp[us, UTC]
+
+All columns are non-nullable. The table keeps the minimal Delta protocol (reader 1, writer 2).
+
+**One table, one group.** The group id is stored in the table's configuration under
+:data:`GROUP_ID_KEY` when the table is created (delta-rs only accepts such a non-``delta.*``
+key through ``DeltaTable.create(..., raise_if_key_not_exists=False)``; ``write_deltalake``
+rejects it). Opening a table of another group, a Delta table with another schema, or a
+directory holding files but no Delta log raises :class:`~spark_groups.errors.LedgerError`.
+
+**Maintenance.** A ledger appended once per micro-batch gathers one tiny Parquet file and one
+log entry per commit, and every commit and read gets slower. The append whose commit *is*
+table version ``n * compact_every`` (the count comes from the table itself, so it survives
+restarts and is shared by all writers of the table) does the maintenance, right after its
+commit and before returning:
+
+1. compacts small files (``optimize.compact`` with a bounded :data:`COMPACT_TARGET_SIZE`, so
+   one compaction never rewrites more than about that many bytes once the table is large);
+2. vacuums, in delta-rs' default *lite* mode: only files that a commit removed (tombstones)
+   and that were removed longer ago than ``delta.deletedFileRetentionDuration`` are deleted.
+   Files that no commit mentions (a concurrent writer's not yet committed Parquet file) are
+   never touched. The table is created with a retention of :data:`DELETED_FILE_RETENTION`
+   (1 hour): a reader (a CLI, a notebook, another ledger) that reads the files within an
+   hour of loading its snapshot finds every one of them, even if the snapshot's files were
+   compacted away meanwhile; and the directory does not keep a week of tiny files, as
+   Delta's default of 7 days would. Time travel further back than that is not
+   needed: the ledger's history lives in its rows, not in old table versions;
+3. writes a checkpoint of the compacted state, so that opening the table reads one small
+   Parquet checkpoint instead of replaying thousands of JSON commits;
+4. deletes log entries older than ``delta.logRetentionDuration`` (:data:`LOG_RETENTION`,
+   1 day) that lie before a checkpoint (Delta's own rule, so every kept version stays
+   loadable).
+
+Exactly one append holds a given version, so exactly one writer maintains per period. This
+matters: delta-rs 1.6.6 does **not** detect two concurrent ``optimize.compact`` runs (both
+commit, each re-adding the same rows: duplicated data; ``app_transactions`` passed to
+``compact`` are not even recorded). Deciding by "my commit crossed a multiple since the
+version I last saw" instead elected several writers at once in the tests and duplicated rows.
+Within one process, a lock per table path also keeps ledger objects from compacting at the
+same time (a writer finding it taken skips its turn). Across processes, two compactions can
+still overlap only if ``compact_every`` commits land while one runs (it takes tens to a few
+hundred milliseconds), so keep ``compact_every`` large (default 200) when several processes
+write one table. Duplicated rows would not change :meth:`OffsetLedger.latest_positions` or
+:meth:`OffsetLedger.last_batch` (maxima), only :meth:`OffsetLedger.history`. If a
+maintenance commit happens to hold the multiple, that period is skipped and the next one
+compacts twice as many files.
+
+Maintenance failures are logged as warnings and do not fail the append (its rows are
+already committed; raising would invite the caller to append them twice). Because the
+retention settings are table properties, Spark's Delta ``VACUUM`` and other delta-rs
+writers respect them too. Appends keep delta-rs' own checkpoint every
+``delta.checkpointInterval`` (100) commits, also when ``compact_every`` is 0, but turn off
+its expired-log cleanup after every commit: that hook lists the whole log each time (about
+10 ms per commit with a thousand log entries, and growing); step 4 does the same job once
+per period. So with ``compact_every=0`` nothing is ever deleted.
+
+**Concurrent writers.** Appends never conflict logically. delta-rs rebases a commit onto
+newer versions itself (``max_commit_retries``, 15 by default); when it still gives up with
+``CommitFailedError`` the whole append is retried with jittered back-off, up to
+:data:`MAX_COMMIT_ATTEMPTS` times. A failed commit writes nothing to the log, so retrying
+never duplicates rows.
+
+**Reads** refresh the table (``update_incremental``, ~2 ms) and go through delta-rs' DataFusion
+``QueryBuilder``: only the needed columns are read, the group predicate is pushed down to
+the scan, and partitions are picked from the (small) result. Their cost is about 0.4 ms per
+active file, which is what compaction keeps small. Reading through
+``DeltaTable.to_pyarrow_table()`` with its default file system (a Python ``PyFileSystem``
+over delta-rs) made the interpreter abort at exit ("terminate called without an active
+exception", exit code 134) in about a third of the runs with deltalake 1.6.6 / pyarrow 26.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_groups.errors import LedgerError, OptionError
+from spark_groups.offsets import TopicPartition
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+logger = logging.getLogger(__name__)
+
+#: Table configuration key holding the id of the consumer group that owns the ledger.
+GROUP_ID_KEY = "spark_groups.group_id"
+#: Table configuration key holding the ledger's format version.
+FORMAT_KEY = "spark_groups.ledger_format"
+#: The ledger format this module writes and reads.
+LEDGER_FORMAT = "1"
+#: How long files removed by compaction are kept before vacuum may delete them.
+DELETED_FILE_RETENTION = "interval 1 hours"
+#: How long Delta log entries are kept (only those before a checkpoint are ever deleted).
+LOG_RETENTION = "interval 1 days"
+#: Target size of compacted files; files this large are not rewritten again.
+COMPACT_TARGET_SIZE = 16 * 1024 * 1024
+#: How many times :meth:`OffsetLedger.append` tries a commit that delta-rs gave up on.
+MAX_COMMIT_ATTEMPTS = 8
+
+#: The Arrow schema of the ledger table (column order as stored).
+LEDGER_SCHEMA = pa.schema(
+    [
+        pa.field("group_id", pa.string(), nullable=False),
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("from_offset", pa.int64(), nullable=False),
+        pa.field("until_offset", pa.int64(), nullable=False),
+        pa.field("member_id", pa.string(), nullable=False),
+        pa.field("generation", pa.int32(), nullable=False),
+        pa.field("batch", pa.int64(), nullable=False),
+        pa.field("committed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+_SQL_TABLE = "ledger"
+_HISTORY_ORDER = [
+    ("committed_at", "ascending"),
+    ("batch", "ascending"),
+    ("topic", "ascending"),
+    ("partition", "ascending"),
+]
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    """One committed offset range: partition ``topic``/``partition`` read ``[from, until)``.
+
+    ``member_id`` and ``generation`` identify the group member (and its group generation)
+    that committed the batch numbered ``batch``; ``committed_at`` must be timezone-aware
+    (it is stored in UTC).
+    """
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+    member_id: str
+    generation: int
+    batch: int
+    committed_at: datetime
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        """The partition this row belongs to."""
+        return TopicPartition(self.topic, self.partition)
+
+
+class OffsetLedger:
+    """The Delta offsets ledger of one consumer group at ``path``.
+
+    ``path`` is a local path or a URI that delta-rs understands (``s3://``, ``abfss://``,
+    ...); ``storage_options`` are passed to delta-rs unchanged. The table is created by the
+    first :meth:`append`. ``compact_every`` is the maintenance period in table versions
+    (0: never; see the module documentation). Methods are thread-safe; several
+    ``OffsetLedger`` objects, in one process or several, may append to the same table.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        group_id: str,
+        storage_options: dict[str, str] | None = None,
+        compact_every: int = 200,
+    ) -> None:
+        """Describe the ledger; nothing is read or written until the first method call."""
+        if not isinstance(group_id, str) or not group_id:
+            raise OptionError("group.id", "the offsets ledger needs a non-empty group id")
+        if (
+            not isinstance(compact_every, int)
+            or isinstance(compact_every, bool)
+            or (compact_every < 0)
+        ):
+            raise OptionError(
+                "compact_every", f"must be an integer >= 0 (0 = never), got {compact_every!r}"
+            )
+        self.path = str(path)
+        self.group_id = group_id
+        self.storage_options = dict(storage_options) if storage_options else None
+        self.compact_every = compact_every
+        self._table: DeltaTable | None = None
+        self._lock = threading.RLock()
+
+    def __repr__(self) -> str:
+        return f"OffsetLedger(path={self.path!r}, group_id={self.group_id!r})"
+
+    # ------------------------------------------------------------------ public API
+
+    def append(self, rows: Sequence[LedgerRow]) -> None:
+        """Record ``rows`` (normally all ranges of one batch) in one Delta commit.
+
+        Creates the table on first use; does nothing for an empty ``rows``. Raises
+        :class:`LedgerError` for invalid rows, a table of another group or schema, or when
+        the commit fails (after :data:`MAX_COMMIT_ATTEMPTS` tries on concurrent commits).
+        """
+        if not rows:
+            return
+        data = self._to_arrow(rows)
+        with self._lock:
+            version = self._commit(data)
+            logger.debug(
+                "ledger %s: appended %d row(s) as version %d", self.path, len(rows), version
+            )
+            if self.compact_every and version % self.compact_every == 0:
+                self._maintain()
+
+    def latest_positions(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, int]:
+        """The highest ``until_offset`` recorded per partition by this group.
+
+        Only ``partitions`` are looked up when given (partitions never recorded are absent
+        from the result). Returns ``{}`` when the table does not exist yet.
+        """
+        wanted = None if partitions is None else set(partitions)
+        if wanted is not None and not wanted:
+            return {}
+        # Partitions are picked after the aggregation, not in the SQL: an OR of
+        # topic/partition terms made DataFusion twice as slow per file, and Parquet
+        # statistics cannot skip anything here (every file holds every partition).
+        sql = (
+            f'SELECT "topic", "partition", MAX("until_offset") AS "until_offset" '
+            f'FROM {_SQL_TABLE} WHERE {self._where()} GROUP BY "topic", "partition"'
+        )
+        table = self._query(sql)
+        if table is None:
+            return {}
+        positions = {
+            TopicPartition(str(topic), int(partition)): int(until)
+            for topic, partition, until in zip(
+                table.column("topic").to_pylist(),
+                table.column("partition").to_pylist(),
+                table.column("until_offset").to_pylist(),
+                strict=True,
+            )
+        }
+        if wanted is None:
+            return positions
+        return {tp: until for tp, until in positions.items() if tp in wanted}
+
+    def history(
+        self,
+        partitions: Iterable[TopicPartition] | None = None,
+        since: datetime | None = None,
+    ) -> pa.Table:
+        """This group's rows (schema :data:`LEDGER_SCHEMA`), oldest first.
+
+        Sorted by ``committed_at``, ``batch``, ``topic``, ``partition``. ``partitions``
+        keeps only those partitions; ``since`` (timezone-aware) keeps rows with
+        ``committed_at >= since``. An empty table when the ledger does not exist yet.
+        """
+        if since is not None and since.utcoffset() is None:
+            raise LedgerError(
+                f"offsets ledger {self.path}: history(since=...) needs a timezone-aware "
+                f"datetime, got {since!r}"
+            )
+        wanted = None if partitions is None else set(partitions)
+        if wanted is not None and not wanted:
+            return LEDGER_SCHEMA.empty_table()
+        columns = ", ".join(f'"{name}"' for name in LEDGER_SCHEMA.names)
+        table = self._query(f"SELECT {columns} FROM {_SQL_TABLE} WHERE {self._where()}")
+        if table is None:
+            return LEDGER_SCHEMA.empty_table()
+        table = table.cast(LEDGER_SCHEMA)
+        if wanted is not None:
+            table = table.filter(_partition_mask(table, wanted))
+        if since is not None:
+            bound = pa.scalar(since, type=pa.timestamp("us", tz="UTC"))
+            table = table.filter(pc.greater_equal(table.column("committed_at"), bound))
+        return table.sort_by(_HISTORY_ORDER)
+
+    def last_batch(self) -> int | None:
+        """The highest batch number this group recorded; ``None`` for an empty ledger."""
+        where = self._where()
+        table = self._query(f'SELECT MAX("batch") AS "batch" FROM {_SQL_TABLE} WHERE {where}')
+        if table is None or table.num_rows == 0:
+            return None
+        value = table.column("batch")[0].as_py()
+        return None if value is None else int(value)
+
+    # ------------------------------------------------------------------ opening
+
+    @contextmanager
+    def _wrapped(self, action: str) -> Iterator[None]:
+        """Turn any error of delta-rs / Arrow inside the block into a :class:`LedgerError`."""
+        try:
+            yield
+        except LedgerError:
+            raise
+        except Exception as exc:
+            raise LedgerError(
+                f"offsets ledger {self.path}: {action} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _load(self) -> DeltaTable | None:
+        """The table at its newest version, validated; ``None`` if it does not exist yet."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        if self._table is not None:
+            try:
+                self._table.update_incremental()
+            except Exception as exc:
+                # E.g. the log entries after our version were cleaned up: load afresh.
+                logger.info("ledger %s: reloading the table (%s)", self.path, exc)
+                self._table = None
+            else:
+                self._validate(self._table)
+                return self._table
+        with self._wrapped("opening the table"):
+            try:
+                table = DeltaTable(self.path, storage_options=self.storage_options)
+            except TableNotFoundError:
+                self._check_can_create()
+                return None
+        self._validate(table)
+        self._table = table
+        return table
+
+    def _validate(self, table: DeltaTable) -> None:
+        """Refuse a table with another schema, of another group or a newer format."""
+        with self._wrapped("reading the table metadata"):
+            schema = pa.schema(table.schema().to_arrow())
+            configuration = dict(table.metadata().configuration)
+        actual = [(f.name, f.type) for f in schema]
+        expected = [(f.name, f.type) for f in LEDGER_SCHEMA]
+        if actual != expected:
+            raise LedgerError(
+                f"offsets ledger {self.path}: the Delta table there has another schema, it is "
+                f"not a spark_groups offsets ledger (found {_schema_text(schema)}; expected "
+                f"{_schema_text(LEDGER_SCHEMA)})"
+            )
+        owner = configuration.get(GROUP_ID_KEY)
+        if owner is None:
+            raise LedgerError(
+                f"offsets ledger {self.path}: the Delta table there has no '{GROUP_ID_KEY}' "
+                f"in its configuration: it was not created as a spark_groups offsets ledger"
+            )
+        if owner != self.group_id:
+            raise LedgerError(
+                f"offsets ledger {self.path}: the table belongs to consumer group {owner!r}, "
+                f"not {self.group_id!r}; every group needs its own ledger path"
+            )
+        fmt = configuration.get(FORMAT_KEY, LEDGER_FORMAT)
+        if fmt != LEDGER_FORMAT:
+            raise LedgerError(
+                f"offsets ledger {self.path}: ledger format {fmt!r} is not supported by this "
+                f"version of spark_groups (it reads format {LEDGER_FORMAT!r})"
+            )
+
+    def _check_can_create(self) -> None:
+        """Refuse to create a ledger inside a local directory that holds other files."""
+        local = _local_path(self.path)
+        if local is None or not local.exists():
+            return
+        if not local.is_dir():
+            raise LedgerError(f"offsets ledger {self.path}: the path is a file, not a directory")
+        entries = sorted(p.name for p in local.iterdir())
+        if entries == ["_delta_log"] and (local / "_delta_log").is_dir():
+            # An empty log, or a table another writer is creating right now: create (or
+            # fail to, and then adopt and validate what the other writer made).
+            return
+        if entries:
+            shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+            raise LedgerError(
+                f"offsets ledger {self.path}: the directory is not a Delta table (no readable "
+                f"_delta_log) but holds {len(entries)} entries ({shown}); refusing to create "
+                f"a ledger there"
+            )
+
+    def _create(self) -> DeltaTable:
+        """Create the table (or adopt one created concurrently) and return it validated."""
+        from deltalake import CommitProperties, DeltaTable
+
+        # _load() just ran _check_can_create(); running it again here would refuse a table
+        # that another writer created in between (its _delta_log is then not empty).
+        configuration = {
+            GROUP_ID_KEY: self.group_id,
+            FORMAT_KEY: LEDGER_FORMAT,
+            "delta.deletedFileRetentionDuration": DELETED_FILE_RETENTION,
+            "delta.logRetentionDuration": LOG_RETENTION,
+        }
+        local = _local_path(self.path)
+        create_error: Exception | None = None
+        try:
+            if local is not None:
+                local.mkdir(parents=True, exist_ok=True)
+            DeltaTable.create(
+                self.path,
+                LEDGER_SCHEMA,
+                mode="error",
+                name="spark_groups_offsets_ledger",
+                description=f"spark_groups offsets ledger of consumer group {self.group_id!r}",
+                configuration=configuration,
+                storage_options=self.storage_options,
+                raise_if_key_not_exists=False,
+                # Without this, a writer losing the race to create the table is rebased
+                # and commits a second CREATE TABLE (new metadata) on top of the winner's
+                # table (seen with deltalake 1.6.6); with it, it fails and adopts the table.
+                commit_properties=CommitProperties(max_commit_retries=0),
+            )
+            logger.info("ledger %s: created for group %r", self.path, self.group_id)
+        except Exception as exc:
+            # Most likely another writer created it first: adopt it if it is valid.
+            create_error = exc
+            logger.info("ledger %s: create failed (%s); opening the table there", self.path, exc)
+        table = self._load()
+        if table is None:
+            raise LedgerError(
+                f"offsets ledger {self.path}: could not create the Delta table: {create_error}"
+            ) from create_error
+        return table
+
+    # ------------------------------------------------------------------ writing
+
+    def _to_arrow(self, rows: Sequence[LedgerRow]) -> pa.Table:
+        """Validate ``rows`` and build the Arrow table of one commit."""
+        seen: set[tuple[str, int, int]] = set()
+        for row in rows:
+            problem = _row_problem(row)
+            if problem is None:
+                key = (row.topic, row.partition, row.batch)
+                if key in seen:
+                    problem = "the same partition appears twice for one batch"
+                seen.add(key)
+            if problem is not None:
+                raise LedgerError(f"offsets ledger {self.path}: invalid row {row!r}: {problem}")
+        columns = {
+            "group_id": [self.group_id] * len(rows),
+            "topic": [r.topic for r in rows],
+            "partition": [r.partition for r in rows],
+            "from_offset": [r.from_offset for r in rows],
+            "until_offset": [r.until_offset for r in rows],
+            "member_id": [r.member_id for r in rows],
+            "generation": [r.generation for r in rows],
+            "batch": [r.batch for r in rows],
+            "committed_at": [r.committed_at for r in rows],  # Arrow converts to UTC
+        }
+        return pa.Table.from_pydict(columns, schema=LEDGER_SCHEMA)
+
+    def _commit(self, data: pa.Table) -> int:
+        """Append ``data`` in one commit; return the table version of that commit."""
+        from deltalake import CommitProperties, PostCommitHookProperties, write_deltalake
+        from deltalake.exceptions import CommitFailedError
+
+        batches = sorted(set(data.column("batch").to_pylist()))
+        properties = CommitProperties(
+            custom_metadata={GROUP_ID_KEY: self.group_id, "spark_groups.batches": str(batches)}
+        )
+        # delta-rs' own checkpoint every delta.checkpointInterval commits is kept; its
+        # expired-log cleanup is not: it lists the whole log on *every* commit (~10 ms at a
+        # thousand log entries, growing), and the maintenance does it every compact_every.
+        hooks = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+        for attempt in range(1, MAX_COMMIT_ATTEMPTS + 1):
+            # No refresh before writing: a stale snapshot is fine for a blind append (delta-rs
+            # rebases it onto newer versions), and refreshing cost ~5 ms per commit.
+            table = self._table if self._table is not None else self._load()
+            if table is None:
+                table = self._create()
+            try:
+                write_deltalake(
+                    table,
+                    data,
+                    mode="append",
+                    commit_properties=properties,
+                    post_commithook_properties=hooks,
+                )
+            except CommitFailedError as exc:
+                self._table = None  # reload from storage before the next attempt
+                if attempt == MAX_COMMIT_ATTEMPTS:
+                    raise LedgerError(
+                        f"offsets ledger {self.path}: commit of batch(es) {batches} failed "
+                        f"{attempt} times on concurrent commits: {exc}"
+                    ) from exc
+                delay = random.uniform(0.0, min(0.5, 0.01 * 2**attempt))
+                logger.warning(
+                    "ledger %s: commit of batch(es) %s failed on concurrent commits "
+                    "(attempt %d of %d); retrying in %.0f ms: %s",
+                    self.path,
+                    batches,
+                    attempt,
+                    MAX_COMMIT_ATTEMPTS,
+                    delay * 1000,
+                    exc,
+                )
+                time.sleep(delay)
+            except Exception as exc:
+                self._table = None
+                raise LedgerError(
+                    f"offsets ledger {self.path}: appending batch(es) {batches} failed: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            else:
+                return table.version()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _maintain(self) -> None:
+        """Compact, vacuum, checkpoint and clean up the log; log (never raise) failures."""
+        lock = _maintenance_lock(self.path)
+        if not lock.acquire(blocking=False):
+            # Another ledger object of this process is maintaining this table right now: a
+            # second, overlapping compaction would duplicate rows (see the module docs).
+            logger.info("ledger %s: maintenance already running in this process", self.path)
+            return
+        try:
+            self._maintain_locked()
+        finally:
+            lock.release()
+
+    def _maintain_locked(self) -> None:
+        table = self._table
+        if table is None:
+            return
+        from deltalake import CommitProperties
+
+        started = time.perf_counter()
+        step = "refreshing"
+        try:
+            table.update_incremental()  # include a compaction that just finished elsewhere
+            step = "compacting"
+            metrics = table.optimize.compact(
+                target_size=COMPACT_TARGET_SIZE,
+                commit_properties=CommitProperties(custom_metadata={GROUP_ID_KEY: self.group_id}),
+            )
+            step = "vacuuming"
+            vacuumed = table.vacuum(dry_run=False)
+            step = "checkpointing"
+            table.update_incremental()
+            table.create_checkpoint()
+            step = "cleaning up the log"
+            table.cleanup_metadata()
+        except Exception as exc:
+            logger.warning(
+                "ledger %s: maintenance failed while %s (the append itself succeeded): %s: %s",
+                self.path,
+                step,
+                type(exc).__name__,
+                exc,
+            )
+            self._table = None
+            return
+        logger.info(
+            "ledger %s: maintenance at version %d in %.0f ms: %s file(s) compacted into %s, "
+            "%d old file(s) vacuumed, checkpoint written",
+            self.path,
+            table.version(),
+            (time.perf_counter() - started) * 1000,
+            metrics.get("numFilesRemoved"),
+            metrics.get("numFilesAdded"),
+            len(vacuumed),
+        )
+
+    # ------------------------------------------------------------------ reading
+
+    def _where(self) -> str:
+        """The SQL predicate selecting this group's rows."""
+        return f'"group_id" = {_sql_string(self.group_id)}'
+
+    def _query(self, sql: str) -> pa.Table | None:
+        """Run ``sql`` against the newest version; ``None`` when the table does not exist."""
+        from deltalake import QueryBuilder
+
+        with self._lock:
+            table = self._load()
+            if table is None:
+                return None
+            with self._wrapped("reading"):
+                reader = QueryBuilder().register(_SQL_TABLE, table).execute(sql)
+                return pa.table(reader.read_all())
+
+
+def _row_problem(row: LedgerRow) -> str | None:
+    """Why ``row`` cannot be stored, or ``None``."""
+    if not isinstance(row, LedgerRow):
+        return f"expected a LedgerRow, got {type(row).__name__}"
+    if not isinstance(row.topic, str) or not row.topic:
+        return "topic must be a non-empty string"
+    if not isinstance(row.member_id, str):
+        return "member_id must be a string"
+    for name in ("partition", "from_offset", "until_offset", "generation", "batch"):
+        value = getattr(row, name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"{name} must be an int"
+    if not 0 <= row.partition <= _INT32_MAX:
+        return "partition must be in [0, 2**31)"
+    if not -(2**31) <= row.generation <= _INT32_MAX:
+        return "generation must fit in 32 bits"
+    if not 0 <= row.from_offset <= row.until_offset:
+        return "offsets must satisfy 0 <= from_offset <= until_offset"
+    if row.batch < 0:
+        return "batch must be >= 0"
+    if not isinstance(row.committed_at, datetime) or row.committed_at.utcoffset() is None:
+        return "committed_at must be a timezone-aware datetime"
+    return None
+
+
+_MAINTENANCE_LOCKS: dict[str, threading.Lock] = {}
+_MAINTENANCE_LOCKS_GUARD = threading.Lock()
+
+
+def _maintenance_lock(path: str) -> threading.Lock:
+    """The process-wide lock that serialises maintenance of the table at ``path``."""
+    local = _local_path(path)
+    key = str(local.resolve()) if local is not None else path.rstrip("/")
+    with _MAINTENANCE_LOCKS_GUARD:
+        return _MAINTENANCE_LOCKS.setdefault(key, threading.Lock())
+
+
+def _partition_mask(table: pa.Table, partitions: set[TopicPartition]) -> pa.ChunkedArray:
+    """A boolean mask of the rows of ``table`` that belong to ``partitions``."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    mask = pc.equal(table.column("partition"), -1)  # all false
+    for topic, parts in by_topic.items():
+        in_topic = pc.equal(table.column("topic"), topic)
+        in_parts = pc.is_in(table.column("partition"), value_set=pa.array(parts, pa.int32()))
+        mask = pc.or_(mask, pc.and_(in_topic, in_parts))
+    return mask
+
+
+def _sql_string(value: str) -> str:
+    """``value`` as a SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _schema_text(schema: pa.Schema) -> str:
+    """A one-line ``name type, ...`` form of ``schema``."""
+    return ", ".join(f"{f.name} {f.type}" for f in schema)
+
+
+def _local_path(path: str) -> Path | None:
+    """The local file-system path of ``path``, or ``None`` for a remote URI."""
+    parsed = urlparse(path)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    if parsed.scheme and len(parsed.scheme) > 1:  # not a Windows drive letter
+        return None
+    return Path(path)

@@ -1,0 +1,608 @@
+"""The executor read path: exactly the records ``[from, until)`` of one partition, as Arrow.
+
+:func:`read_range` runs inside Spark's executor Python workers. Those are forked from
+``pyspark.daemon`` and reused between tasks, so the Kafka consumers it uses are pooled per
+worker process and kept between tasks. The consumers only ever ``assign()`` a partition at an
+explicit offset: they never join a group, never commit and never store offsets.
+
+How a range ends
+    A range ``[from, until)`` is complete when a record with offset ``>= until - 1`` has been
+    seen, or when librdkafka reports the end of the partition (``enable.partition.eof``) at an
+    offset ``>= until``. The second case covers ranges whose last offsets hold no record a
+    consumer receives (compacted away, transaction markers, aborted records under
+    ``read_committed``). Records at or past ``until`` are dropped.
+
+When it cannot end
+    * No progress for ``poll_timeout_s`` (the records are not there, or never arrive):
+      :class:`~spark_groups.errors.DataLossError`, or with ``fail_on_data_loss=False`` a warning
+      and the records read so far. If the broker cannot be reached at that point the error is
+      :class:`~spark_groups.errors.BrokerUnreachableError` whatever ``fail_on_data_loss`` says:
+      an outage is not a reason to skip records.
+    * The broker says the offset is out of range (``auto.offset.reset=error``): offsets below the
+      log start were deleted by retention. ``fail_on_data_loss=True`` raises
+      :class:`~spark_groups.errors.DataLossError`; ``False`` logs a warning and carries on from the
+      log start. Offsets beyond the log end are lost as a whole (raise, or warn and stop).
+
+Columns match Spark's built-in kafka source:
+    * ``timestampType`` is Kafka's id: 0 CreateTime, 1 LogAppendTime, -1 no timestamp.
+    * ``timestamp`` is null for records without a timestamp (type -1). Spark's source gives
+      ``1969-12-31 23:59:59.999`` there (``new Timestamp(-1)``); a null is the honest value.
+    * ``headers`` is null for a record without headers, as in Spark's source (it builds the
+      array only ``if (headers.iterator().hasNext)``). librdkafka does not tell an empty header
+      list from none, so an empty list is never produced.
+
+Nothing here logs or raises configuration values; messages name topic, partition, offsets and
+bootstrap servers only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from spark_groups.errors import BrokerUnreachableError, DataLossError, SparkGroupsError
+from spark_groups.offsets import OffsetRange
+from spark_groups.schema import HEADER_TYPE, arrow_schema
+from spark_groups.secrets import scrub
+
+log = logging.getLogger(__name__)
+
+#: Defaults merged *under* the caller's consumer configuration (the caller's value wins).
+READER_DEFAULTS: dict[str, str] = {
+    # librdkafka wants a group.id even for assign()-only consumers; it never joins this group.
+    "group.id": "spark-groups-reader",
+    # Tansu ignores max.partition.fetch.bytes, so a fetch can overfill the local queue, after
+    # which librdkafka waits fetch.queue.backoff.ms (default 1 s) before fetching again.
+    "fetch.queue.backoff.ms": "10",
+    # How long an empty fetch waits at the log end. Ranges lie below the log end, so this only
+    # matters (a) for the end-of-partition event of a range that ends in offsets without records
+    # and (b) for the next range on a reused consumer: its first fetch waits for the empty
+    # prefetch still in flight from the previous range (~100 ms per range at 100 ms).
+    "fetch.wait.max.ms": "10",
+    # Brokers close idle connections; that is not worth a log line per consumer.
+    "log.connection.close": "false",
+}
+
+#: Settings the read path depends on; they override the caller's configuration.
+READER_REQUIRED: dict[str, str] = {
+    "enable.auto.commit": "false",
+    "enable.auto.offset.store": "false",
+    "enable.partition.eof": "true",
+    "auto.offset.reset": "error",
+}
+
+#: Most messages asked of one ``consume()`` call, as a share of the garbage collector's
+#: generation-0 threshold (700 by default). Each chunk is turned into column values and its
+#: Messages freed before the next one, so the count of live GC-tracked objects never reaches
+#: the threshold and no collection runs at all. Chunks of 10k set off collections that
+#: promoted the Messages and led to full collections: ~40% of the read time (profiled).
+_CHUNK_SHARE_OF_GC_THRESHOLD = 0.7
+_CHUNK_MIN, _CHUNK_MAX = 100, 10_000
+#: Longest single wait inside ``consume()``; the overall wait is ``poll_timeout_s``.
+_CONSUME_WAIT_S = 0.25
+#: Idle consumers kept per configuration and process.
+_MAX_IDLE_PER_CONFIG = 4
+#: Longest wait for the watermarks asked at a deadline or an out-of-range error (also bounded
+#: by poll_timeout_s); no answer means the broker is unreachable.
+_PROBE_TIMEOUT_S = 10.0
+
+# librdkafka's timestamp types (confluent_kafka.TIMESTAMP_*) are Kafka's ids + 1.
+_TS_NOT_AVAILABLE = 0
+
+_TS_US_UTC = pa.timestamp("us", tz="UTC")
+_TS_MS_UTC = pa.timestamp("ms", tz="UTC")
+
+_msg_error = Message.error
+_msg_offset = Message.offset
+_msg_key = Message.key
+_msg_value = Message.value
+_msg_timestamp = Message.timestamp
+_msg_headers = Message.headers
+_first = itemgetter(0)
+_second = itemgetter(1)
+
+_TRANSIENT_CODES = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._TIMED_OUT,
+        KafkaError._RESOLVE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.REPLICA_NOT_AVAILABLE,
+        KafkaError.KAFKA_STORAGE_ERROR,
+    }
+)
+_UNREACHABLE_CODES = frozenset(
+    {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
+)
+
+
+def bootstrap_servers_of(config: Mapping[str, Any]) -> str:
+    """The bootstrap servers named in ``config`` (the only config value errors may show)."""
+    return str(config.get("bootstrap.servers") or config.get("metadata.broker.list") or "?")
+
+
+def _error_text(exc: KafkaException) -> str:
+    err = exc.args[0] if exc.args else None
+    return err.str() if isinstance(err, KafkaError) else str(exc)
+
+
+# --------------------------------------------------------------------------- consumer pool
+
+
+@dataclass(eq=False)
+class _PooledConsumer:
+    """One cached consumer, its pool key, and the last client-wide error librdkafka reported."""
+
+    key: tuple[int, tuple[tuple[str, str], ...]]
+    consumer: Consumer | None = None
+    last_error: KafkaError | None = field(default=None)
+
+    @property
+    def pid(self) -> int:
+        return self.key[0]
+
+    def on_error(self, err: KafkaError) -> None:
+        # librdkafka's error_cb: served from inside consume(), on the thread using the consumer.
+        self.last_error = err
+        log.debug("kafka client error: %s", err.name())
+
+
+_POOL: dict[tuple[int, tuple[tuple[str, str], ...]], list[_PooledConsumer]] = {}
+_POOL_LOCK = threading.Lock()
+# Consumers inherited through fork(). Their librdkafka threads do not exist in this process:
+# closing or freeing one deadlocks, so they are kept (and given an extra reference, so not even
+# interpreter shutdown frees them) and never touched again.
+_ABANDONED: list[_PooledConsumer] = []
+
+
+def _abandon(entries: list[_PooledConsumer]) -> None:
+    for entry in entries:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(entry.consumer))
+        _ABANDONED.append(entry)
+
+
+def _after_fork_in_child() -> None:
+    global _POOL_LOCK
+    _POOL_LOCK = threading.Lock()  # the parent's lock may have been held at fork time
+    inherited = [entry for entries in _POOL.values() for entry in entries]
+    _POOL.clear()
+    _abandon(inherited)
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def reader_config(consumer_config: Mapping[str, Any]) -> dict[str, str]:
+    """The configuration a read-path consumer is created with (defaults < caller < required)."""
+    config: dict[str, str] = dict(READER_DEFAULTS)
+    config.update({str(k): v for k, v in consumer_config.items()})
+    for key, value in READER_REQUIRED.items():
+        given = config.get(key)
+        if given is not None and str(given).lower() != value:
+            log.debug("consumer option %s is ignored by the read path (always %s)", key, value)
+        config[key] = value
+    return config
+
+
+def _checkout(config: dict[str, str]) -> _PooledConsumer:
+    pid = os.getpid()
+    key = (pid, tuple(sorted((k, str(v)) for k, v in config.items())))
+    with _POOL_LOCK:
+        foreign = [k for k in _POOL if k[0] != pid]
+        for k in foreign:  # fork without register_at_fork handlers: same treatment
+            _abandon(_POOL.pop(k))
+        idle = _POOL.get(key)
+        if idle:
+            return idle.pop()
+    entry = _PooledConsumer(key=key)
+    try:
+        entry.consumer = Consumer({**config, "error_cb": entry.on_error})
+    except KafkaException as exc:
+        raise SparkGroupsError(
+            f"cannot create a Kafka consumer for {bootstrap_servers_of(config)}: "
+            f"{scrub(str(exc), config)}"
+        ) from None
+    log.debug("created a read-path consumer for %s", bootstrap_servers_of(config))
+    return entry
+
+
+def _checkin(entry: _PooledConsumer) -> None:
+    """Unassign ``entry`` and keep it for the next range (or close it if too many are idle)."""
+    if entry.pid != os.getpid():  # pragma: no cover - a generator resumed after fork
+        return
+    try:
+        entry.consumer.unassign()
+    except (KafkaException, RuntimeError):
+        _close_quietly(entry)
+        return
+    entry.last_error = None
+    with _POOL_LOCK:
+        idle = _POOL.setdefault(entry.key, [])
+        if len(idle) < _MAX_IDLE_PER_CONFIG:
+            idle.append(entry)
+            return
+    _close_quietly(entry)
+
+
+def _close_quietly(entry: _PooledConsumer) -> None:
+    if entry.pid != os.getpid():  # pragma: no cover - never close a consumer from another process
+        return
+    try:
+        entry.consumer.close()
+    except (KafkaException, RuntimeError) as exc:
+        log.debug("closing a read-path consumer failed: %s", exc)
+
+
+def close_cached_consumers() -> int:
+    """Close every idle pooled consumer of this process; return how many were closed."""
+    pid = os.getpid()
+    with _POOL_LOCK:
+        mine = [k for k in _POOL if k[0] == pid]
+        entries = [e for k in mine for e in _POOL.pop(k)]
+    for entry in entries:
+        _close_quietly(entry)
+    return len(entries)
+
+
+# --------------------------------------------------------------------------- Arrow
+
+
+class _Constants:
+    """Constant columns (topic, partition, timestampType) of one range, built once per length."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[tuple[Any, pa.DataType, int], pa.Array] = {}
+
+    def get(self, value: Any, arrow_type: pa.DataType, n: int) -> pa.Array:
+        key = (value, arrow_type, n)
+        array = self._arrays.get(key)
+        if array is None:
+            if len(self._arrays) > 16:
+                self._arrays.clear()
+            array = self._arrays[key] = pa.repeat(pa.scalar(value, arrow_type), n)
+        return array
+
+
+def _consume_chunk() -> int:
+    threshold = gc.get_threshold()[0] if gc.isenabled() else _CHUNK_MAX
+    if threshold <= 0:  # collections off
+        return _CHUNK_MAX
+    return max(_CHUNK_MIN, min(_CHUNK_MAX, int(threshold * _CHUNK_SHARE_OF_GC_THRESHOLD)))
+
+
+class _Columns:
+    """The column values of one batch as plain Python lists, filled chunk by chunk.
+
+    Each ``consume()`` chunk is turned into column values at once and its Message objects
+    dropped. Holding thousands of Messages (GC-tracked) until a batch is full made them survive
+    into the oldest GC generation and set off full collections, which cost more than all the
+    rest of the conversion together.
+    """
+
+    __slots__ = ("headers", "keys", "millis", "offsets", "rows", "types", "values")
+
+    def __init__(self, include_headers: bool) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.types: list[int] = []
+        self.millis: list[int] = []
+        self.headers: list[Any] | None = [] if include_headers else None
+        self.offsets: list[np.ndarray] = []
+        self.rows = 0
+
+    def add(self, msgs: list[Message], offsets: np.ndarray) -> None:
+        """Append the records ``msgs`` whose offsets are ``offsets``."""
+        self.keys += map(_msg_key, msgs)
+        self.values += map(_msg_value, msgs)
+        pairs = list(map(_msg_timestamp, msgs))  # (librdkafka type, ms); zip(*) is 10x slower
+        self.types += map(_first, pairs)
+        self.millis += map(_second, pairs)
+        if self.headers is not None:
+            self.headers += map(_msg_headers, msgs)
+        self.offsets.append(offsets)
+        self.rows += len(msgs)
+
+    def to_batch(
+        self, rng: OffsetRange, schema: pa.Schema, constants: _Constants
+    ) -> pa.RecordBatch:
+        """The Arrow record batch of everything added."""
+        n, types = self.rows, self.types
+        offsets = self.offsets[0] if len(self.offsets) == 1 else np.concatenate(self.offsets)
+        timestamp = pa.array(self.millis, _TS_MS_UTC).cast(_TS_US_UTC)
+        if types.count(types[0]) == n:  # the usual case: one timestamp type for all records
+            kind = types[0]
+            timestamp_type = constants.get(kind - 1, pa.int32(), n)
+            if kind == _TS_NOT_AVAILABLE:
+                timestamp = pa.nulls(n, _TS_US_UTC)
+        else:
+            raw = pa.array(types, pa.int32())
+            timestamp_type = pc.subtract(raw, 1)
+            if _TS_NOT_AVAILABLE in types:
+                timestamp = pc.if_else(pc.equal(raw, _TS_NOT_AVAILABLE), None, timestamp)
+        columns = [
+            pa.array(self.keys, pa.binary()),
+            pa.array(self.values, pa.binary()),
+            constants.get(rng.topic, pa.string(), n),
+            constants.get(rng.partition, pa.int32(), n),
+            pa.array(offsets, pa.int64()),
+            timestamp,
+            timestamp_type,
+        ]
+        if self.headers is not None:
+            if self.headers.count(None) == n:
+                columns.append(pa.nulls(n, HEADER_TYPE))
+            else:
+                columns.append(pa.array(self.headers, HEADER_TYPE))
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+# --------------------------------------------------------------------------- the read loop
+
+
+def read_range(
+    consumer_config: Mapping[str, str],
+    rng: OffsetRange,
+    *,
+    include_headers: bool,
+    max_batch_rows: int = 10_000,
+    poll_timeout_s: float = 120.0,
+    fail_on_data_loss: bool = True,
+) -> Iterator[pa.RecordBatch]:
+    """Yield the records ``[rng.from_offset, rng.until_offset)`` as Arrow record batches.
+
+    Batches have at most ``max_batch_rows`` rows and the schema
+    :func:`spark_groups.schema.arrow_schema` (``include_headers``). An empty range yields
+    nothing and creates no consumer. The consumer comes from (and goes back to) a pool kept per
+    worker process and configuration; it is unassigned when the range is done, also when the
+    caller stops iterating early.
+
+    Raises :class:`DataLossError` when records of the range cannot be read (deleted, or no
+    progress within ``poll_timeout_s``) and ``fail_on_data_loss`` is set; otherwise those records
+    are skipped with a warning. Raises :class:`BrokerUnreachableError` when the range stalls and
+    the broker cannot be reached, and :class:`SparkGroupsError` for other Kafka errors that
+    retrying cannot fix (authorization, fatal client errors).
+
+    Not thread-safe per call; separate calls on separate threads use separate consumers.
+    """
+    if max_batch_rows < 1:
+        raise ValueError(f"max_batch_rows must be >= 1, got {max_batch_rows}")
+    if rng.until_offset <= rng.from_offset:
+        return
+    config = reader_config(consumer_config)
+    entry = _checkout(config)
+    healthy = False
+    try:
+        yield from _RangeRead(
+            entry, config, rng, include_headers, max_batch_rows, poll_timeout_s, fail_on_data_loss
+        ).run()
+        healthy = True
+    except GeneratorExit:
+        healthy = True  # the caller stopped early; the consumer itself is fine
+        raise
+    finally:
+        if healthy:
+            _checkin(entry)
+        else:
+            _close_quietly(entry)
+
+
+class _RangeRead:
+    """The state of one :func:`read_range` call."""
+
+    def __init__(
+        self,
+        entry: _PooledConsumer,
+        config: Mapping[str, str],
+        rng: OffsetRange,
+        include_headers: bool,
+        max_batch_rows: int,
+        poll_timeout_s: float,
+        fail_on_data_loss: bool,
+    ) -> None:
+        self.entry = entry
+        self.consumer = entry.consumer
+        self.config = config
+        self.rng = rng
+        self.include_headers = include_headers
+        self.max_batch_rows = max_batch_rows
+        self.poll_timeout_s = poll_timeout_s
+        self.fail_on_data_loss = fail_on_data_loss
+        self.schema = arrow_schema(include_headers)
+        self.next_offset = rng.from_offset
+        self.done = False
+        self.reassign_at: int | None = None
+
+    # -- main loop ---------------------------------------------------------------------------
+
+    def run(self) -> Iterator[pa.RecordBatch]:
+        rng = self.rng
+        topic, partition, until = rng.topic, rng.partition, rng.until_offset
+        consumer = self.consumer
+        consume = consumer.consume
+        max_rows = self.max_batch_rows
+        chunk = _consume_chunk()
+        log.debug("reading %s [%d, %d)", rng.topic_partition, rng.from_offset, until)
+        consumer.assign([KafkaTopicPartition(topic, partition, self.next_offset)])
+        constants = _Constants()
+        pending = _Columns(self.include_headers)
+        last_progress = time.monotonic()
+        rows = 0
+        while not self.done:
+            want = min(max_rows - pending.rows, until - self.next_offset, chunk)
+            msgs = consume(want, _CONSUME_WAIT_S)
+            before = self.next_offset
+            eof: int | None = None
+            out_of_range = False
+            if msgs and any(map(_msg_error, msgs)):
+                msgs, eof, out_of_range = self._split_events(msgs)
+            if msgs:
+                n = len(msgs)
+                first, last = msgs[0].offset(), msgs[-1].offset()
+                if first >= before and last - first == n - 1 and msgs[0].partition() == partition:
+                    # The usual case: consecutive offsets (a partition's offsets only grow).
+                    if last >= until:
+                        del msgs[until - first :]
+                        last = until - 1
+                    offsets = np.arange(first, last + 1, dtype=np.int64)
+                else:
+                    msgs, offsets = self._filter(msgs)
+                if len(offsets):
+                    self.next_offset = int(offsets[-1]) + 1
+                    pending.add(msgs, offsets)
+                del msgs
+            if eof is not None and eof > self.next_offset:
+                # The offsets up to the end of the log hold no record a consumer receives.
+                self.next_offset = eof
+            if self.next_offset >= until:
+                self.done = True
+            if out_of_range and not self.done:
+                self._out_of_range()
+            if self.reassign_at is not None:
+                consumer.assign([KafkaTopicPartition(topic, partition, self.reassign_at)])
+                self.reassign_at = None
+            if pending.rows and (pending.rows >= max_rows or self.done):
+                rows += pending.rows
+                yield pending.to_batch(rng, self.schema, constants)
+                pending = _Columns(self.include_headers)
+            if self.next_offset > before or self.done:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress >= self.poll_timeout_s:
+                self._stalled()  # raises, or gives up on the rest of the range
+                self.done = True
+        if pending.rows:
+            rows += pending.rows
+            yield pending.to_batch(rng, self.schema, constants)
+        log.debug(
+            "read %d records of %s [%d, %d)", rows, rng.topic_partition, rng.from_offset, until
+        )
+
+    # -- slow paths ----------------------------------------------------------------------------
+
+    def _filter(self, msgs: list[Message]) -> tuple[list[Message], np.ndarray]:
+        """The slow path: keep this partition's records in ``[next_offset, until)``."""
+        rng, nxt = self.rng, self.next_offset
+        kept = [
+            (m, o)
+            for m, o in zip(msgs, map(_msg_offset, msgs), strict=True)
+            if nxt <= o < rng.until_offset
+            and m.partition() == rng.partition
+            and m.topic() == rng.topic
+        ]
+        dropped = len(msgs) - len(kept)
+        if dropped and (not kept or kept[-1][1] < rng.until_offset - 1):
+            log.debug(
+                "dropped %d records outside %s [%d, %d)",
+                dropped,
+                rng.topic_partition,
+                nxt,
+                rng.until_offset,
+            )
+        return [m for m, _ in kept], np.fromiter((o for _, o in kept), np.int64, len(kept))
+
+    def _split_events(self, msgs: list[Message]) -> tuple[list[Message], int | None, bool]:
+        """Separate records from error events.
+
+        Returns the records, the highest end-of-partition offset reported for this partition
+        (or None), and whether the broker said the fetch offset is out of range (records after
+        that event are dropped: the partition is fetched again from a new offset).
+        """
+        good: list[Message] = []
+        eof: int | None = None
+        topic, partition = self.rng.topic, self.rng.partition
+        for msg, err in zip(msgs, map(_msg_error, msgs), strict=True):
+            if err is None:
+                good.append(msg)
+                continue
+            code = err.code()
+            if code == KafkaError._PARTITION_EOF:
+                if msg.partition() == partition and msg.topic() == topic:
+                    eof = max(eof or 0, msg.offset())
+                continue
+            if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                return good, eof, True
+            if err.fatal() or not (err.retriable() or code in _TRANSIENT_CODES):
+                raise SparkGroupsError(
+                    f"reading {self.rng.topic_partition} [{self.rng.from_offset}, "
+                    f"{self.rng.until_offset}) from {bootstrap_servers_of(self.config)} failed: "
+                    f"{scrub(err.str(), self.config)} ({err.name()})"
+                )
+            log.debug("transient error reading %s: %s", self.rng.topic_partition, err.name())
+        return good, eof, False
+
+    def _watermarks(self) -> tuple[int, int]:
+        tp = KafkaTopicPartition(self.rng.topic, self.rng.partition)
+        try:
+            timeout = min(_PROBE_TIMEOUT_S, max(1.0, self.poll_timeout_s))
+            return self.consumer.get_watermark_offsets(tp, timeout=timeout)
+        except KafkaException as exc:
+            raise BrokerUnreachableError(
+                f"cannot reach {bootstrap_servers_of(self.config)} to read "
+                f"{self.rng.topic_partition} [{self.rng.from_offset}, {self.rng.until_offset}): "
+                f"{scrub(_error_text(exc), self.config)}"
+            ) from None
+
+    def _lost(self, lost_from: int, lost_until: int, why: str) -> None:
+        rng = self.rng
+        text = (
+            f"records [{lost_from}, {lost_until}) of {rng.topic_partition} (planned range "
+            f"[{rng.from_offset}, {rng.until_offset})) cannot be read: {why}"
+        )
+        if self.fail_on_data_loss:
+            raise DataLossError(text + "; set failOnDataLoss=false to skip them")
+        log.warning("%s; skipping them (failOnDataLoss=false)", text)
+
+    def _out_of_range(self) -> None:
+        low, high = self._watermarks()
+        nxt, until = self.next_offset, self.rng.until_offset
+        if low > nxt:
+            self._lost(nxt, min(low, until), f"deleted (the log now starts at {low})")
+            if low >= until:
+                self.done = True
+            else:
+                self.next_offset = low
+                self.reassign_at = low
+        else:
+            self._lost(nxt, until, f"offset {nxt} is beyond the log (log start {low}, end {high})")
+            self.done = True
+
+    def _stalled(self) -> None:
+        low, _ = self._watermarks()  # raises BrokerUnreachableError when nothing answers
+        last = self.entry.last_error
+        if last is not None and last.code() in _UNREACHABLE_CODES:
+            # Metadata answered just now, but fetches kept failing on the transport.
+            raise BrokerUnreachableError(
+                f"no progress reading {self.rng.topic_partition} from "
+                f"{bootstrap_servers_of(self.config)} for {self.poll_timeout_s:g} s "
+                f"(last error {last.name()})"
+            )
+        tp = KafkaTopicPartition(self.rng.topic, self.rng.partition)
+        _, fetched_high = self.consumer.get_watermark_offsets(tp, cached=True)
+        self._lost(
+            self.next_offset,
+            self.rng.until_offset,
+            f"no record arrived for {self.poll_timeout_s:g} s (log start {low}, "
+            f"last fetched high watermark {fetched_high})",
+        )

@@ -1,0 +1,462 @@
+"""The executor read path: exact ranges, columns, termination, data loss, the consumer pool.
+
+Runs against the embedded Tansu broker (``bootstrap_servers``) and, for Kafka behaviour that
+Tansu lacks (out-of-range errors, transaction markers), librdkafka's mock cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Message, Producer
+
+from spark_groups import reader
+from spark_groups.embedded import free_port
+from spark_groups.errors import BrokerUnreachableError, DataLossError, SparkGroupsError
+from spark_groups.offsets import OffsetRange
+from spark_groups.reader import read_range
+from spark_groups.schema import arrow_schema
+
+SECRET = "hunter2-do-not-show"
+
+
+@pytest.fixture(autouse=True)
+def _empty_pool() -> Iterator[None]:
+    """Every test starts and ends without pooled consumers (they would outlive brokers)."""
+    reader.close_cached_consumers()
+    yield
+    reader.close_cached_consumers()
+
+
+@pytest.fixture(scope="module")
+def mock_servers() -> Iterator[str]:
+    """librdkafka's mock cluster (Kafka semantics); lives as long as its producer."""
+    owner = Producer({"test.mock.num.brokers": 1, "log_level": 3})
+    brokers = owner.list_topics(timeout=10).brokers.values()
+    yield ",".join(f"{b.host}:{b.port}" for b in brokers)
+    owner.flush(5)
+
+
+def produce_batches(
+    servers: str, topic: str, sizes: list[int], partition: int = 0, start: int = 0
+) -> list[dict[str, Any]]:
+    """Produce ``sizes`` as separate record batches (flush between); return what was sent.
+
+    Record ``i`` has value ``v<i>``, no key when ``i % 3 == 0`` (else ``k<i>``), one header
+    when ``i % 5 == 0``, and CreateTime ``1_700_000_000_000 + i``.
+    """
+    producer = Producer({"bootstrap.servers": servers, "linger.ms": 100})
+    sent = []
+    i = start
+    for size in sizes:
+        for _ in range(size):
+            record = {
+                "key": None if i % 3 == 0 else b"k%d" % i,
+                "value": b"v%d" % i,
+                "headers": [("h", b"%d" % i)] if i % 5 == 0 else None,
+                "timestamp": 1_700_000_000_000 + i,
+            }
+            producer.produce(topic, partition=partition, **record)
+            sent.append(record)
+            i += 1
+        assert producer.flush(30) == 0
+    return sent
+
+
+def read_all(servers: str, rng: OffsetRange, **kwargs: Any) -> list[pa.RecordBatch]:
+    kwargs.setdefault("include_headers", False)
+    kwargs.setdefault("poll_timeout_s", 30.0)
+    return list(read_range({"bootstrap.servers": servers}, rng, **kwargs))
+
+
+def rows_of(batches: list[pa.RecordBatch]) -> list[dict[str, Any]]:
+    return [row for b in batches for row in b.to_pylist()]
+
+
+# ------------------------------------------------------------------ exact ranges
+
+
+def test_reads_exactly_the_range_across_record_batches(bootstrap_servers, make_topic):
+    topic = make_topic(partitions=1)
+    # Batches of different sizes, single-record ones included: Tansu's ListOffsets would say
+    # the log ends at 109 (base of the last batch + 1); it ends at 139.
+    sent = produce_batches(bootstrap_servers, topic, [50, 50, 7, 1, 1, 30])
+    assert len(sent) == 139
+    for start, until in [
+        (0, 139),
+        (0, 1),
+        (49, 51),
+        (100, 108),
+        (107, 109),
+        (108, 139),
+        (138, 139),
+        (3, 120),
+    ]:
+        batches = read_all(
+            bootstrap_servers, OffsetRange(topic, 0, start, until), max_batch_rows=16
+        )
+        assert all(b.schema == arrow_schema(False) for b in batches)
+        assert all(0 < b.num_rows <= 16 for b in batches)
+        rows = rows_of(batches)
+        assert [r["offset"] for r in rows] == list(range(start, until)), (start, until)
+        assert [r["value"] for r in rows] == [s["value"] for s in sent[start:until]]
+        assert [r["key"] for r in rows] == [s["key"] for s in sent[start:until]]
+        assert {r["topic"] for r in rows} == {topic}
+        assert {r["partition"] for r in rows} == {0}
+
+
+def test_reads_a_partition_other_than_zero(bootstrap_servers, make_topic):
+    topic = make_topic(partitions=3)
+    produce_batches(bootstrap_servers, topic, [5], partition=0)
+    sent = produce_batches(bootstrap_servers, topic, [4, 3], partition=2)
+    rows = rows_of(read_all(bootstrap_servers, OffsetRange(topic, 2, 1, 7)))
+    assert [(r["partition"], r["offset"], r["value"]) for r in rows] == [
+        (2, i, s["value"]) for i, s in enumerate(sent) if 1 <= i < 7
+    ]
+
+
+def test_columns_null_keys_values_headers_and_timestamps(bootstrap_servers, make_topic):
+    topic = make_topic(partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    producer.produce(topic, partition=0, key=None, value=b"a", timestamp=1_700_000_000_123)
+    producer.produce(
+        topic,
+        partition=0,
+        key=b"k",
+        value=None,
+        timestamp=1_700_000_000_124,
+        headers=[("x", b"1"), ("y", None), ("x", b"2")],
+    )
+    producer.produce(topic, partition=0, key=b"", value=b"", timestamp=1_700_000_000_125)
+    assert producer.flush(30) == 0
+
+    with_headers = read_all(bootstrap_servers, OffsetRange(topic, 0, 0, 3), include_headers=True)
+    assert with_headers[0].schema == arrow_schema(True)
+    rows = rows_of(with_headers)
+    assert [(r["key"], r["value"]) for r in rows] == [(None, b"a"), (b"k", None), (b"", b"")]
+    # Like Spark's kafka source: null (not an empty list) for a record without headers.
+    assert [r["headers"] for r in rows] == [
+        None,
+        [{"key": "x", "value": b"1"}, {"key": "y", "value": None}, {"key": "x", "value": b"2"}],
+        None,
+    ]
+    assert [r["timestamp"] for r in rows] == [
+        datetime.fromtimestamp(1_700_000_000.123 + i / 1000, tz=UTC) for i in range(3)
+    ]
+    assert {r["timestampType"] for r in rows} == {0}  # CreateTime
+
+    without = read_all(bootstrap_servers, OffsetRange(topic, 0, 0, 3), include_headers=False)
+    assert without[0].schema == arrow_schema(False)
+    assert "headers" not in without[0].schema.names
+
+
+def test_headers_column_when_no_record_has_headers(bootstrap_servers, make_topic):
+    topic = make_topic(partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    for i in range(3):
+        producer.produce(topic, partition=0, value=b"%d" % i)
+    assert producer.flush(30) == 0
+    (batch,) = read_all(bootstrap_servers, OffsetRange(topic, 0, 0, 3), include_headers=True)
+    assert batch.column("headers").null_count == 3
+    assert batch.schema == arrow_schema(True)
+
+
+def test_timestamp_types_map_to_kafka_ids():
+    """librdkafka's types (0 none, 1 create, 2 log-append) become Kafka's (-1, 0, 1); a record
+    without a timestamp gets a null one. Neither broker here writes LogAppendTime, so this
+    drives the column builder with constructed messages."""
+    rng = OffsetRange("t", 3, 10, 14)
+    msgs = [
+        Message(topic="t", partition=3, offset=10, value=b"a", timestamp=(1, 1000)),
+        Message(topic="t", partition=3, offset=11, value=b"b", timestamp=(2, 2000)),
+        Message(topic="t", partition=3, offset=12, value=b"c", timestamp=(0, -1)),
+        Message(topic="t", partition=3, offset=13, value=b"d", timestamp=(1, 4000)),
+    ]
+    columns = reader._Columns(include_headers=False)
+    columns.add(msgs[:2], pa.array([10, 11]).to_numpy())
+    columns.add(msgs[2:], pa.array([12, 13]).to_numpy())
+    batch = columns.to_batch(rng, arrow_schema(False), reader._Constants())
+    assert batch.column("timestampType").to_pylist() == [0, 1, -1, 0]
+    assert batch.column("timestamp").to_pylist() == [
+        datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC),
+        datetime(1970, 1, 1, 0, 0, 2, tzinfo=UTC),
+        None,
+        datetime(1970, 1, 1, 0, 0, 4, tzinfo=UTC),
+    ]
+    assert batch.column("offset").to_pylist() == [10, 11, 12, 13]
+    assert batch.column("partition").to_pylist() == [3] * 4
+
+    uniform = reader._Columns(include_headers=False)
+    uniform.add(
+        [Message(topic="t", partition=3, offset=o, timestamp=(2, o)) for o in (10, 11)],
+        pa.array([10, 11]).to_numpy(),
+    )
+    batch = uniform.to_batch(rng, arrow_schema(False), reader._Constants())
+    assert batch.column("timestampType").to_pylist() == [1, 1]
+
+
+def test_empty_range_creates_no_consumer(bootstrap_servers, monkeypatch):
+    def no_consumer(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("an empty range must not create a consumer")
+
+    monkeypatch.setattr(reader, "Consumer", no_consumer)
+    assert read_all(bootstrap_servers, OffsetRange("any", 0, 5, 5)) == []
+    assert read_all(bootstrap_servers, OffsetRange("any", 0, 7, 5)) == []
+
+
+# ------------------------------------------------------------------ termination and data loss
+
+
+def test_range_beyond_the_log_end_raises_data_loss_after_the_poll_timeout(
+    bootstrap_servers, make_topic, caplog
+):
+    topic = make_topic(partitions=1)
+    produce_batches(bootstrap_servers, topic, [10])
+    config = {"bootstrap.servers": bootstrap_servers, "sasl.password": SECRET}
+    started = time.monotonic()
+    with (
+        caplog.at_level(logging.DEBUG, logger="spark_groups"),
+        pytest.raises(DataLossError) as info,
+    ):
+        list(
+            read_range(
+                config, OffsetRange(topic, 0, 8, 15), include_headers=False, poll_timeout_s=1.0
+            )
+        )
+    assert time.monotonic() - started < 15
+    text = str(info.value)
+    assert f"{topic}-0" in text and "[10, 15)" in text and "[8, 15)" in text
+    assert SECRET not in text
+    assert all(SECRET not in r.getMessage() for r in caplog.records)
+
+
+def test_range_beyond_the_log_end_without_fail_on_data_loss(bootstrap_servers, make_topic, caplog):
+    topic = make_topic(partitions=1)
+    produce_batches(bootstrap_servers, topic, [10])
+    with caplog.at_level(logging.WARNING, logger="spark_groups.reader"):
+        rows = rows_of(
+            read_all(
+                bootstrap_servers,
+                OffsetRange(topic, 0, 8, 15),
+                poll_timeout_s=1.0,
+                fail_on_data_loss=False,
+            )
+        )
+    assert [r["offset"] for r in rows] == [8, 9]
+    assert any("[10, 15)" in r.getMessage() for r in caplog.records)
+
+
+def test_offset_out_of_range_on_kafka_fails_fast(mock_servers):
+    topic = f"oor-{uuid.uuid4().hex[:8]}"
+    produce_batches(mock_servers, topic, [10])
+    started = time.monotonic()
+    with pytest.raises(DataLossError, match=r"\[500, 510\)"):
+        read_all(mock_servers, OffsetRange(topic, 0, 500, 510), poll_timeout_s=60.0)
+    assert time.monotonic() - started < 20  # the broker's error, not the 60 s deadline
+    assert (
+        read_all(
+            mock_servers,
+            OffsetRange(topic, 0, 500, 510),
+            poll_timeout_s=60.0,
+            fail_on_data_loss=False,
+        )
+        == []
+    )
+
+
+class _FakeRead(reader._RangeRead):
+    """A _RangeRead without a consumer, whose broker reports the given watermarks."""
+
+    def __init__(self, rng: OffsetRange, low: int, high: int, fail: bool) -> None:
+        entry = reader._PooledConsumer(key=(os.getpid(), ()))
+        super().__init__(entry, {}, rng, False, 100, 1.0, fail)
+        self._marks = (low, high)
+
+    def _watermarks(self) -> tuple[int, int]:
+        return self._marks
+
+
+def test_offsets_deleted_by_retention():
+    """Neither test broker can delete records, so the decision is tested on its own."""
+    rng = OffsetRange("t", 0, 100, 200)
+    with pytest.raises(DataLossError, match=r"records \[100, 150\) of t-0"):
+        _FakeRead(rng, low=150, high=300, fail=True)._out_of_range()
+
+    skip = _FakeRead(rng, low=150, high=300, fail=False)
+    skip._out_of_range()
+    assert (skip.next_offset, skip.reassign_at, skip.done) == (150, 150, False)
+
+    gone = _FakeRead(rng, low=250, high=300, fail=False)
+    gone._out_of_range()
+    assert gone.done
+
+    beyond = _FakeRead(OffsetRange("t", 0, 400, 410), low=0, high=300, fail=True)
+    with pytest.raises(DataLossError, match=r"\[400, 410\)"):
+        beyond._out_of_range()
+
+
+def test_range_ending_in_a_transaction_marker_terminates(mock_servers):
+    """Offset 5 is the commit marker: no record has it, the read must still end at 6."""
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": mock_servers, "transactional.id": topic})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, partition=0, value=b"t%d" % i)
+    producer.commit_transaction(10)
+
+    started = time.monotonic()
+    rows = rows_of(read_all(mock_servers, OffsetRange(topic, 0, 0, 6), poll_timeout_s=30.0))
+    assert [r["offset"] for r in rows] == [0, 1, 2, 3, 4]
+    rows = rows_of(read_all(mock_servers, OffsetRange(topic, 0, 3, 6), poll_timeout_s=30.0))
+    assert [r["offset"] for r in rows] == [3, 4]
+    assert time.monotonic() - started < 10  # ended on the end-of-partition event
+
+    produce_batches(mock_servers, topic, [3])  # offsets 6, 7, 8 after the marker
+    rows = rows_of(read_all(mock_servers, OffsetRange(topic, 0, 2, 6), poll_timeout_s=30.0))
+    assert [r["offset"] for r in rows] == [2, 3, 4]
+    rows = rows_of(read_all(mock_servers, OffsetRange(topic, 0, 4, 8), poll_timeout_s=30.0))
+    assert [r["offset"] for r in rows] == [4, 6, 7]
+
+
+# ------------------------------------------------------------------ the consumer pool
+
+
+def test_consumers_are_pooled_per_configuration(bootstrap_servers, make_topic, monkeypatch):
+    created: list[dict[str, Any]] = []
+    real = reader.Consumer
+
+    def counting(config: dict[str, Any]) -> Any:
+        created.append(config)
+        return real(config)
+
+    monkeypatch.setattr(reader, "Consumer", counting)
+    topic = make_topic(partitions=2)
+    produce_batches(bootstrap_servers, topic, [20], partition=0)
+    produce_batches(bootstrap_servers, topic, [20], partition=1)
+
+    for p in (0, 1, 0):
+        assert len(rows_of(read_all(bootstrap_servers, OffsetRange(topic, p, 0, 20)))) == 20
+    assert len(created) == 1
+
+    # A caller that stops early gives the consumer back (unassigned) all the same.
+    it = read_range(
+        {"bootstrap.servers": bootstrap_servers},
+        OffsetRange(topic, 1, 0, 20),
+        include_headers=False,
+        max_batch_rows=5,
+    )
+    assert next(it).num_rows == 5
+    it.close()
+    assert len(rows_of(read_all(bootstrap_servers, OffsetRange(topic, 0, 5, 10)))) == 5
+    assert len(created) == 1
+
+    other = {"bootstrap.servers": bootstrap_servers, "client.id": "another"}
+    assert len(list(read_range(other, OffsetRange(topic, 0, 0, 3), include_headers=False))) == 1
+    assert len(created) == 2
+    assert created[0]["fetch.queue.backoff.ms"] == "10"  # the reader's default
+    assert created[1]["client.id"] == "another"
+
+
+def test_user_config_wins_over_defaults_but_not_over_requirements(caplog):
+    with caplog.at_level(logging.DEBUG, logger="spark_groups.reader"):
+        config = reader.reader_config(
+            {
+                "bootstrap.servers": "b:9092",
+                "fetch.queue.backoff.ms": "250",
+                "group.id": "mine",
+                "enable.auto.commit": "true",
+                "sasl.password": SECRET,
+            }
+        )
+    assert config["fetch.queue.backoff.ms"] == "250"
+    assert config["group.id"] == "mine"
+    assert config["enable.auto.commit"] == "false"
+    assert config["auto.offset.reset"] == "error"
+    assert config["enable.partition.eof"] == "true"
+    assert any("enable.auto.commit" in r.getMessage() for r in caplog.records)
+    assert all(SECRET not in r.getMessage() for r in caplog.records)
+    assert "group.id" in reader.reader_config({"bootstrap.servers": "b:9092"})
+
+
+def test_consumer_errors_never_show_secrets():
+    config = {
+        "bootstrap.servers": "127.0.0.1:1",
+        "security.protocol": "sasl_plaintext",
+        "sasl.password": SECRET,
+        "sasl.mechanism": "X-BOGUS",  # refused by librdkafka, so creating the consumer fails
+    }
+    with pytest.raises(SparkGroupsError) as info:
+        list(read_range(config, OffsetRange("t", 0, 0, 1), include_headers=False))
+    assert SECRET not in str(info.value)
+    assert "127.0.0.1:1" in str(info.value)
+
+
+def test_unreachable_broker_is_not_data_loss():
+    """An outage must not pass for data loss: with failOnDataLoss=false it would skip data."""
+    config = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "sasl.password": SECRET}
+    started = time.monotonic()
+    with pytest.raises(BrokerUnreachableError) as info:
+        list(
+            read_range(
+                config,
+                OffsetRange("t", 0, 0, 1),
+                include_headers=False,
+                poll_timeout_s=1.0,
+                fail_on_data_loss=False,
+            )
+        )
+    assert time.monotonic() - started < 15
+    assert config["bootstrap.servers"] in str(info.value)
+    assert SECRET not in str(info.value)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_worker_makes_its_own_consumer(bootstrap_servers, make_topic):
+    """PySpark forks workers: a consumer inherited through fork must never be used."""
+    topic = make_topic(partitions=1)
+    produce_batches(bootstrap_servers, topic, [30])
+    assert len(rows_of(read_all(bootstrap_servers, OffsetRange(topic, 0, 0, 30)))) == 30
+    parent_entries = [e for entries in reader._POOL.values() for e in entries]
+    assert len(parent_entries) == 1
+
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            inherited_dropped = not reader._POOL
+            rows = rows_of(
+                read_all(bootstrap_servers, OffsetRange(topic, 0, 10, 30), poll_timeout_s=10.0)
+            )
+            ok = inherited_dropped and [r["offset"] for r in rows] == list(range(10, 30))
+            os.write(write_fd, b"ok" if ok else b"bad")
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    deadline = time.monotonic() + 60
+    status = None
+    while status is None and time.monotonic() < deadline:
+        done, raw = os.waitpid(pid, os.WNOHANG)
+        status = raw if done else None
+        if status is None:
+            time.sleep(0.05)  # polling a child's exit with a deadline, not synchronisation
+    if status is None:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked reader hung")
+    answer = os.read(read_fd, 16)
+    os.close(read_fd)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert answer == b"ok"
+    # The parent's consumer is untouched and still works.
+    assert len(rows_of(read_all(bootstrap_servers, OffsetRange(topic, 0, 0, 5)))) == 5
