@@ -212,3 +212,33 @@ def test_revocation_during_planning_leaves_the_revoked_partitions_out(
     stream._end_offsets = ends_with_a_revocation_meanwhile  # type: ignore[method-assign]
     planned = BatchOffset.from_json(stream.latest_offset(first, None))
     assert planned.ends() == {TopicPartition(topic, 1): 10}
+
+
+def test_commit_refused_for_a_stale_generation_is_reported_not_ignored(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path, caplog
+) -> None:
+    """The embedded broker never fences a member, so Kafka's refusal is simulated at the
+    client: the commit call raises ILLEGAL_GENERATION as librdkafka does."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    topic, group = make_topic(1), f"g-{uuid.uuid4().hex[:8]}"
+    produce(bootstrap_servers, topic, 5, 1)
+    stream = make_stream(streams, bootstrap_servers, topic, group, tmp_path / "ledger")
+    planned = stream.latest_offset(BatchOffset.initial().to_json(), None)
+    member = stream.ensure_started()
+    real_call = member.call
+
+    def call(fn, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
+        if getattr(fn, "__name__", "") == "commit":
+            raise KafkaException(KafkaError(KafkaError.ILLEGAL_GENERATION))
+        return real_call(fn, timeout_s)
+
+    member.call = call  # type: ignore[method-assign]
+    with caplog.at_level("ERROR", logger="spark_groups"):
+        stream.latest_offset(planned, None)
+    assert stream.metrics.failed_commits == 1
+    assert any("refused the offset commit" in r.getMessage() for r in caplog.records)
+    # The ledger still holds the batch, so the next owner resumes after it.
+    assert OffsetLedger(str(tmp_path / "ledger"), group).latest_positions() == {
+        TopicPartition(topic, 0): 5
+    }
