@@ -242,3 +242,28 @@ def test_commit_refused_for_a_stale_generation_is_reported_not_ignored(
     assert OffsetLedger(str(tmp_path / "ledger"), group).latest_positions() == {
         TopicPartition(topic, 0): 5
     }
+
+
+def test_subscribe_pattern_reads_every_matching_topic(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams
+) -> None:
+    prefix = f"pat{uuid.uuid4().hex[:6]}"
+    first, second, other = make_topic(1, prefix), make_topic(2, prefix), make_topic(1, "other")
+    for topic, partitions in ((first, 1), (second, 2), (other, 1)):
+        produce(bootstrap_servers, topic, 3, partitions)
+    opts = {
+        "kafka.bootstrap.servers": bootstrap_servers,
+        "subscribePattern": f"{prefix}-.*",
+        "group.id": f"g-{uuid.uuid4().hex[:8]}",
+        "startingOffsets": "earliest",
+        **FAST,
+    }
+    stream = GroupStream(parse_options(opts))
+    streams.append(stream)
+    stream.prepare_available_now()
+    planned = BatchOffset.from_json(stream.latest_offset(BatchOffset.initial().to_json(), None))
+    assert planned.ends() == {
+        TopicPartition(first, 0): 3,
+        TopicPartition(second, 0): 3,
+        TopicPartition(second, 1): 3,
+    }
