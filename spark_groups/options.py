@@ -24,6 +24,7 @@ LATEST = -1
 
 ASSIGNMENT_STRATEGIES = ("cooperative-sticky", "range", "roundrobin")
 END_OFFSET_MODES = ("fetch", "listOffsets")
+DELIVERY_GUARANTEES = ("at-least-once", "at-most-once")
 
 #: option name (as documented) -> default shown in docs; None means "no default".
 SOURCE_OPTIONS: dict[str, str | None] = {
@@ -33,6 +34,8 @@ SOURCE_OPTIONS: dict[str, str | None] = {
     "group.instance.id": None,
     "partition.assignment.strategy": "cooperative-sticky",
     "offsets.table": None,
+    "rebalances.table": None,
+    "deliveryGuarantee": "at-least-once",
     "startingOffsets": "latest",
     "maxOffsetsPerTrigger": None,
     "includeHeaders": "false",
@@ -81,6 +84,8 @@ class SourceOptions:
     group_instance_id: str | None = None
     assignment_strategy: str = "cooperative-sticky"
     ledger_path: str | None = None
+    history_path: str | None = None
+    at_most_once: bool = False
     starting_offsets: StartingOffsets = field(default_factory=StartingOffsets)
     max_offsets_per_trigger: int | None = None
     include_headers: bool = False
@@ -269,8 +274,18 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     def number(name: str) -> int:
         return _positive_int(name, ours.get(name, SOURCE_OPTIONS[name] or ""))
 
+    guarantee = ours.get("deliveryGuarantee", "at-least-once").strip().lower()
+    if guarantee not in DELIVERY_GUARANTEES:
+        raise OptionError(
+            "deliveryGuarantee", f"use one of {', '.join(DELIVERY_GUARANTEES)}, got {guarantee!r}"
+        )
     max_per_trigger = ours.get("maxOffsetsPerTrigger")
     ledger_path = ours.get("offsets.table", "").strip() or None
+    history = ours.get("rebalances.table", "").strip() or None
+    if history is None and ledger_path is not None:
+        from spark_groups.history import history_path
+
+        history = history_path(ledger_path)
     return SourceOptions(
         group_id=group_id,
         topics=_topics(ours["subscribe"]) if has_topics else (),
@@ -278,6 +293,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         group_instance_id=ours.get("group.instance.id", "").strip() or None,
         assignment_strategy=strategy,
         ledger_path=ledger_path,
+        history_path=history,
+        at_most_once=guarantee == "at-most-once",
         starting_offsets=_starting_offsets(ours.get("startingOffsets", "latest")),
         max_offsets_per_trigger=(
             None

@@ -36,6 +36,7 @@ from spark_groups.errors import (
     GroupMembershipError,
     StaleGenerationError,
 )
+from spark_groups.history import RebalanceHistory
 from spark_groups.ledger import LedgerRow, OffsetLedger
 from spark_groups.member import GroupMember
 from spark_groups.offsets import BatchOffset, TopicPartition, positions_to_json
@@ -92,6 +93,13 @@ class GroupStream:
         self._ledger = (
             OffsetLedger(options.ledger_path, options.group_id) if options.ledger_path else None
         )
+        self._history = (
+            RebalanceHistory(options.history_path, options.group_id)
+            if options.history_path
+            else None
+        )
+        # When each batch was planned in this process (for replays and slow-batch warnings).
+        self._planned_at: dict[int, float] = {}
         # Owned partitions with a planning position (next offset to plan).
         self._positions: dict[TopicPartition, int] = {}
         # Highest offset known committed per partition (ledger or Kafka); never go below it.
@@ -139,6 +147,8 @@ class GroupStream:
             self._member.close()
         if self._resolver is not None:
             self._resolver.close()
+        if self._history is not None:
+            self._history.flush()
 
     def _install_sigterm_handler(self) -> None:
         """Spark ends the reader process with SIGTERM and may never call ``stop()``: leave
@@ -172,6 +182,9 @@ class GroupStream:
         member.check()
         self._resolve_new_partitions(member, start)
         self.commit_durable(start)
+        self._warn_if_slow(start.batch)
+        if self._history is not None:
+            self._history.flush()
         with self._lock:
             positions = {
                 tp: pos
@@ -198,9 +211,36 @@ class GroupStream:
             for r in batch.ranges:
                 self._positions[r.topic_partition] = r.until_offset
                 self._last_batch_of[r.topic_partition] = batch.batch
+        self._planned_at[batch.batch] = time.monotonic()
         self.metrics.batches_planned += 1
         log.debug("planned batch %d: %s", batch.batch, batch.to_json()["ranges"])
+        if self.options.at_most_once:
+            # Claim, then process: a crash from here on skips this batch's records.
+            self.commit_durable(batch)
         return batch.to_json()
+
+    def planned_here(self, batch: int) -> bool:
+        """True when this process planned ``batch`` (False for a replay after a restart)."""
+        return batch in self._planned_at
+
+    def _warn_if_slow(self, batch: int) -> None:
+        """A batch that runs for most of the rebalance timeout would make a revocation time
+        out (and its partitions move uncommitted): say so before that happens."""
+        planned = self._planned_at.pop(batch, None)
+        if planned is None:
+            return
+        took = time.monotonic() - planned
+        if took > self._barrier_timeout_s / 2:
+            log.warning(
+                "batch %d took %.1f s, more than half of the rebalance timeout "
+                "(kafka.max.poll.interval.ms = %.0f s): a revocation during such a batch would "
+                "time out and its partitions would be re-read by their next owner. Raise "
+                "kafka.max.poll.interval.ms or lower maxOffsetsPerTrigger.",
+                batch,
+                took,
+                self._barrier_timeout_s + 5,
+            )
+            self.metrics.extra["slow_batches"] = self.metrics.extra.get("slow_batches", 0) + 1
 
     def prepare_available_now(self) -> None:
         """Trigger.AvailableNow: fix the end of every subscribed partition as of now."""
@@ -360,8 +400,13 @@ class GroupStream:
         )
 
     # ------------------------------------------------------------------ RebalanceListener
+    def _member_id(self) -> str:
+        return self._member.member_id if self._member is not None else ""
+
     def on_assigned(self, partitions: frozenset[TopicPartition], generation: int) -> None:
         """New partitions get their position at the next plan (see ``latest_offset``)."""
+        if self._history is not None:
+            self._history.record("assigned", partitions, generation, self._member_id())
 
     def on_revoked(
         self, partitions: frozenset[TopicPartition], serve: Callable[[float], None]
@@ -374,6 +419,8 @@ class GroupStream:
             for tp in partitions:
                 self._positions.pop(tp, None)
             wait_for = max((self._last_batch_of.get(tp, -1) for tp in partitions), default=-1)
+        if self.options.at_most_once:
+            wait_for = -1  # offsets were committed when the batch was planned
         self.metrics.revocations += 1
         deadline = started + self._barrier_timeout_s
         try:
@@ -398,6 +445,16 @@ class GroupStream:
                     self._committed.pop(tp, None)
                     self._last_batch_of.pop(tp, None)
         self.metrics.last_barrier_wait_s = time.monotonic() - started
+        if self._history is not None:
+            generation = self._member.generation if self._member is not None else -1
+            self._history.record(
+                "revoked",
+                partitions,
+                generation,
+                self._member_id(),
+                barrier_wait_ms=self.metrics.last_barrier_wait_s * 1000,
+                waited_for_batch=wait_for,
+            )
         log.info(
             "revoked %s after a barrier wait of %.3f s (waited for batch %d)",
             sorted(str(tp) for tp in partitions),
@@ -413,3 +470,6 @@ class GroupStream:
                 self._committed.pop(tp, None)
                 self._last_batch_of.pop(tp, None)
         self.metrics.lost_partitions += len(partitions)
+        if self._history is not None:
+            generation = self._member.generation if self._member is not None else -1
+            self._history.record("lost", partitions, generation, self._member_id())

@@ -267,3 +267,58 @@ def test_subscribe_pattern_reads_every_matching_topic(
         TopicPartition(second, 0): 3,
         TopicPartition(second, 1): 3,
     }
+
+
+def test_rebalance_history_records_assignments_and_revocations(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path
+) -> None:
+    from spark_groups.history import history_path, read_history
+
+    topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    produce(bootstrap_servers, topic, 5, 2)
+    ledger = tmp_path / "ledger"
+    stream = make_stream(streams, bootstrap_servers, topic, group, ledger)
+    planned = stream.latest_offset(BatchOffset.initial().to_json(), None)
+    member = stream.ensure_started()
+    # Batch 0 is open: the revocation waits until Spark's next call commits it.
+    revocation = threading.Thread(
+        target=stream.on_revoked,
+        args=(frozenset({TopicPartition(topic, 1)}), lambda s: time.sleep(s)),
+    )
+    revocation.start()
+    deadline = time.monotonic() + 10
+    while TopicPartition(topic, 1) in stream._positions:  # the revocation has begun
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    stream.latest_offset(planned, None)
+    revocation.join(10)
+    assert not revocation.is_alive()
+    stream.stop()  # flushes the queued events
+    rows = read_history(history_path(str(ledger))).to_pylist()
+    assigned = [r for r in rows if r["event"] == "assigned"]
+    assert {(r["topic"], r["partition"]) for r in assigned} == {(topic, 0), (topic, 1)}
+    assert all(r["member_id"] == member.member_id and r["group_id"] == group for r in rows)
+    (revoked,) = [r for r in rows if r["event"] == "revoked"]
+    assert (revoked["partition"], revoked["waited_for_batch"]) == (1, 0)
+    assert revoked["barrier_wait_ms"] >= 0
+
+
+def test_at_most_once_commits_a_batch_before_it_runs(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams
+) -> None:
+    topic = make_topic(1)
+    produce(bootstrap_servers, topic, 7, 1)
+    stream = make_stream(
+        streams, bootstrap_servers, topic, f"g-{uuid.uuid4().hex[:8]}", None,
+        deliveryGuarantee="at-most-once",
+    )  # fmt: skip
+    planned = stream.latest_offset(BatchOffset.initial().to_json(), None)
+    member = stream.ensure_started()
+    # Committed as soon as it was planned, before Spark ran it.
+    assert member.committed([TopicPartition(topic, 0)]) == {TopicPartition(topic, 0): 7}
+    assert stream.planned_here(BatchOffset.from_json(planned).batch)
+    assert not stream.planned_here(99)  # a replay from a checkpoint is skipped by the source
+    # A revocation does not wait for the running batch: its offsets are already committed.
+    started = time.monotonic()
+    stream.on_revoked(frozenset({TopicPartition(topic, 0)}), lambda s: time.sleep(s))
+    assert time.monotonic() - started < 1
