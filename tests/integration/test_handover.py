@@ -1,0 +1,134 @@
+"""Two Spark queries in one group: handover while records flow (issue: the barrier)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from spark_groups.history import history_path, read_history
+from spark_groups.ledger import OffsetLedger
+
+from helpers import group_options, unique, wait_until
+
+log = logging.getLogger(__name__)
+
+
+class FlowingProducer(threading.Thread):
+    """Produces ids 0..total-1 round-robin over partitions, at a steady pace."""
+
+    def __init__(self, servers: str, topic: str, partitions: int, total: int, per_s: int):
+        super().__init__(daemon=True)
+        self.servers, self.topic, self.partitions = servers, topic, partitions
+        self.total, self.per_s = total, per_s
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        producer = Producer({"bootstrap.servers": self.servers, "linger.ms": "5"})
+        try:
+            for i in range(self.total):
+                data = str(i).encode()
+                producer.produce(self.topic, key=data, value=data, partition=i % self.partitions)
+                if i % 10 == 9:
+                    producer.flush(10)
+                    time.sleep(10 / self.per_s)
+            producer.flush(30)
+        finally:
+            self.done.set()
+
+
+def start_query(spark, opts: dict, table: str, checkpoint: Path):
+    df = spark.readStream.format("kafka-group").options(**opts).load()
+    return (
+        df.selectExpr("cast(value as string) as id", "partition")
+        .writeStream.format("memory")
+        .queryName(table)
+        .trigger(processingTime="500 milliseconds")
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_second_member_joins_while_records_flow(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path, strategy: str
+) -> None:
+    topic, group, total = make_topic(4), unique("g"), 1200
+    ledger = str(tmp_path / "ledger")
+    opts = group_options(
+        bootstrap_servers, topic, group, ledger,
+        maxOffsetsPerTrigger="40", **{"partition.assignment.strategy": strategy},
+    )  # fmt: skip
+    producer = FlowingProducer(bootstrap_servers, topic, 4, total, per_s=100)
+    first_table, second_table = unique("a"), unique("b")
+    first = start_query(spark, opts, first_table, tmp_path / "cp-a")
+    queries = [first]
+    try:
+        producer.start()
+        wait_until(lambda: spark.table(first_table).count() > 0, 90, "the first member's rows")
+        second = start_query(spark, opts, second_table, tmp_path / "cp-b")
+        queries.append(second)
+        wait_until(lambda: spark.table(second_table).count() > 0, 90, "the second member's rows")
+
+        def ids(table: str) -> list[int]:
+            return [int(r.id) for r in spark.table(table).select("id").collect()]
+
+        wait_until(
+            lambda: (
+                producer.done.is_set() and len(ids(first_table)) + len(ids(second_table)) >= total
+            ),
+            180,
+            "every record to be read",
+        )
+        got = ids(first_table) + ids(second_table)
+        assert sorted(got) == list(range(total)), "lost or duplicated records"
+    finally:
+        for q in queries:
+            q.stop()
+
+    # The next owner starts exactly where the previous one stopped, partition by partition.
+    rows = OffsetLedger(ledger, group).history().to_pylist()
+    by_partition: dict[int, list[dict]] = {}
+    for r in rows:
+        by_partition.setdefault(r["partition"], []).append(r)
+    handovers = 0
+    for partition, ranges in by_partition.items():
+        ranges.sort(key=lambda r: (r["from_offset"], r["committed_at"]))
+        for before, after in itertools.pairwise(ranges):
+            assert after["from_offset"] == before["until_offset"], (partition, before, after)
+            handovers += before["member_id"] != after["member_id"]
+    assert handovers >= 1, "no partition moved between the members"
+
+    # The rebalance history has the revocations and how long the barrier held.
+    history = read_history(history_path(ledger)).to_pylist()
+    revoked = [h for h in history if h["event"] == "revoked"]
+    assert revoked, "no revocation recorded"
+    waits = sorted({round(h["barrier_wait_ms"]) for h in revoked})
+    log.info("%s: barrier waits of the revoking member (ms): %s", strategy, waits)
+    first_revoker = revoked[0]["member_id"]
+    revoked_at = revoked[0]["at"]
+    newcomer_assigned = [
+        h["at"] for h in history if h["event"] == "assigned" and h["member_id"] != first_revoker
+    ]
+    assert newcomer_assigned and min(newcomer_assigned) >= revoked_at
+
+    if strategy == "cooperative-sticky":
+        # Partitions that stayed kept being processed while the group rebalanced.
+        moved = {h["partition"] for h in revoked if h["member_id"] == first_revoker}
+        rebalancing = (revoked_at, min(newcomer_assigned))
+        during = [
+            r
+            for r in rows
+            if r["member_id"] == first_revoker
+            and r["partition"] not in moved
+            and rebalancing[0] <= r["committed_at"] <= rebalancing[1]
+        ]
+        log.info(
+            "cooperative: %d ranges of staying partitions committed mid-rebalance", len(during)
+        )
+        assert during, "staying partitions were idle during the cooperative rebalance"
