@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -62,3 +63,26 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 60.0, what: str
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what or condition}"
         time.sleep(0.2)
+
+
+class FlowingProducer(threading.Thread):
+    """Produces ids 0..total-1 round-robin over partitions, at a steady pace."""
+
+    def __init__(self, servers: str, topic: str, partitions: int, total: int, per_s: int):
+        super().__init__(daemon=True)
+        self.servers, self.topic, self.partitions = servers, topic, partitions
+        self.total, self.per_s = total, per_s
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        producer = Producer({"bootstrap.servers": self.servers, "linger.ms": "5"})
+        try:
+            for i in range(self.total):
+                data = str(i).encode()
+                producer.produce(self.topic, key=data, value=data, partition=i % self.partitions)
+                if i % 10 == 9:
+                    producer.flush(10)
+                    time.sleep(10 / self.per_s)
+            producer.flush(30)
+        finally:
+            self.done.set()

@@ -4,42 +4,16 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
-import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from spark_groups.history import history_path, read_history
 from spark_groups.ledger import OffsetLedger
 
-from helpers import group_options, unique, wait_until
+from helpers import FlowingProducer, group_options, unique, wait_until
 
 log = logging.getLogger(__name__)
-
-
-class FlowingProducer(threading.Thread):
-    """Produces ids 0..total-1 round-robin over partitions, at a steady pace."""
-
-    def __init__(self, servers: str, topic: str, partitions: int, total: int, per_s: int):
-        super().__init__(daemon=True)
-        self.servers, self.topic, self.partitions = servers, topic, partitions
-        self.total, self.per_s = total, per_s
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        producer = Producer({"bootstrap.servers": self.servers, "linger.ms": "5"})
-        try:
-            for i in range(self.total):
-                data = str(i).encode()
-                producer.produce(self.topic, key=data, value=data, partition=i % self.partitions)
-                if i % 10 == 9:
-                    producer.flush(10)
-                    time.sleep(10 / self.per_s)
-            producer.flush(30)
-        finally:
-            self.done.set()
 
 
 def start_query(spark, opts: dict, table: str, checkpoint: Path):
