@@ -336,11 +336,12 @@ class GroupStream:
         }
 
     def commit_durable(self, batch: BatchOffset) -> None:
-        """Commit a batch Spark has finished: one ledger row per range, then Kafka.
+        """Commit a batch Spark has finished: Kafka (OffsetCommit), then one ledger row per range.
 
         Only partitions this member still owns are committed, and never below what is
         already known committed (a replayed batch must not move the group backwards).
-        A ledger failure raises; a Kafka refusal (stale generation) is logged and counted.
+        Kafka refusing the commit for a stale generation is logged and counted, and the
+        ledger is not written either; a ledger failure raises.
         """
         if batch.batch <= self._committed_batch or self._member is None:
             return
@@ -355,8 +356,30 @@ class GroupStream:
             ]
         started = time.monotonic()
         if ranges:
-            now = datetime.now(UTC)
-            if self._ledger is not None:
+            offsets = {r.topic_partition: r.until_offset for r in ranges}
+            # Kafka first: the coordinator checks the generation, so a fenced member's
+            # offsets are refused there and never reach the ledger either.
+            try:
+                member.commit(offsets)
+            except StaleGenerationError as exc:
+                self.metrics.failed_commits += 1
+                log.error(
+                    "batch %d: %s; nothing committed (the partitions' next owner resumes "
+                    "from the group's last accepted offsets)",
+                    batch.batch,
+                    exc,
+                )
+                ranges, offsets = [], {}
+            except CommitError as exc:
+                self.metrics.failed_commits += 1
+                log.error(
+                    "batch %d: Kafka offset commit failed: %s (the ledger still records the "
+                    "batch; a new owner resumes from the furthest of the two)",
+                    batch.batch,
+                    exc,
+                )
+            if self._ledger is not None and ranges:
+                now = datetime.now(UTC)
                 self._ledger.append(
                     [
                         LedgerRow(
@@ -372,15 +395,6 @@ class GroupStream:
                         for r in ranges
                     ]
                 )
-            offsets = {r.topic_partition: r.until_offset for r in ranges}
-            try:
-                member.commit(offsets)
-            except StaleGenerationError as exc:
-                self.metrics.failed_commits += 1
-                log.error("batch %d: %s (the ledger has the offsets)", batch.batch, exc)
-            except CommitError as exc:
-                self.metrics.failed_commits += 1
-                log.error("batch %d: Kafka offset commit failed: %s", batch.batch, exc)
             with self._lock:
                 for tp, until in offsets.items():
                     self._committed[tp] = max(until, self._committed.get(tp, until))

@@ -238,10 +238,10 @@ def test_commit_refused_for_a_stale_generation_is_reported_not_ignored(
         stream.latest_offset(planned, None)
     assert stream.metrics.failed_commits == 1
     assert any("refused the offset commit" in r.getMessage() for r in caplog.records)
-    # The ledger still holds the batch, so the next owner resumes after it.
-    assert OffsetLedger(str(tmp_path / "ledger"), group).latest_positions() == {
-        TopicPartition(topic, 0): 5
-    }
+    # A fenced member's offsets reach neither Kafka nor the ledger.
+    assert OffsetLedger(str(tmp_path / "ledger"), group).latest_positions() == {}
+    member.call = real_call  # type: ignore[method-assign]
+    assert member.committed([TopicPartition(topic, 0)]) == {}
 
 
 def test_subscribe_pattern_reads_every_matching_topic(
