@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from spark_groups.embedded import EmbeddedBroker
@@ -35,3 +36,12 @@ def make_topic(bootstrap_servers: str):
         return name
 
     return create
+
+
+@pytest.fixture(scope="session")
+def mock_servers() -> Iterator[str]:
+    """librdkafka's mock cluster (Kafka semantics); lives as long as its producer."""
+    owner = Producer({"test.mock.num.brokers": 1, "log_level": 3})
+    brokers = owner.list_topics(timeout=10).brokers.values()
+    yield ",".join(f"{b.host}:{b.port}" for b in brokers)
+    owner.flush(5)
