@@ -322,3 +322,20 @@ def test_at_most_once_commits_a_batch_before_it_runs(
     started = time.monotonic()
     stream.on_revoked(frozenset({TopicPartition(topic, 0)}), lambda s: time.sleep(s))
     assert time.monotonic() - started < 1
+
+
+def test_a_batch_near_the_rebalance_timeout_is_warned_about(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams, caplog
+) -> None:
+    topic = make_topic(1)
+    produce(bootstrap_servers, topic, 3, 1)
+    stream = make_stream(
+        streams, bootstrap_servers, topic, f"g-{uuid.uuid4().hex[:8]}", None,
+        **{"kafka.max.poll.interval.ms": "7000"},  # a revocation may wait 2 s: warn past 1 s
+    )  # fmt: skip
+    planned = stream.latest_offset(BatchOffset.initial().to_json(), None)
+    time.sleep(1.2)  # the batch "runs" this long before Spark's next call
+    with caplog.at_level("WARNING", logger="spark_groups"):
+        stream.latest_offset(planned, None)
+    assert any("more than half of the rebalance timeout" in r.getMessage() for r in caplog.records)
+    assert stream.metrics.extra["slow_batches"] == 1
