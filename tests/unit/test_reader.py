@@ -36,15 +36,6 @@ def _empty_pool() -> Iterator[None]:
     reader.close_cached_consumers()
 
 
-@pytest.fixture(scope="module")
-def mock_servers() -> Iterator[str]:
-    """librdkafka's mock cluster (Kafka semantics); lives as long as its producer."""
-    owner = Producer({"test.mock.num.brokers": 1, "log_level": 3})
-    brokers = owner.list_topics(timeout=10).brokers.values()
-    yield ",".join(f"{b.host}:{b.port}" for b in brokers)
-    owner.flush(5)
-
-
 def produce_batches(
     servers: str, topic: str, sizes: list[int], partition: int = 0, start: int = 0
 ) -> list[dict[str, Any]]:
