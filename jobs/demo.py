@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from spark_groups.embedded import EmbeddedBroker
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition as TP
+from spark_groups.sink import committed_positions
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf" / "ingest.toml"
@@ -99,13 +100,18 @@ def report(servers: str, produced: dict[int, int]) -> None:
     )
     committed = admin.list_consumer_group_offsets([request])[GROUP].result(30)
     ledger = OffsetLedger(str(WORK / "_offsets" / GROUP), GROUP).latest_positions()
+    in_sink = committed_positions(str(path), GROUP, [TP(TOPIC, p) for p in range(PARTITIONS)])
     print(f"\n=== consumer group '{GROUP}' committed offsets")
-    print("  partition  kafka(__consumer_offsets)  ledger(Delta)  log-end  lag")
+    print("  partition  kafka(__consumer_offsets)  ledger(Delta)  sink(Delta txn)  log-end  lag")
     for tp in committed.topic_partitions:
         in_ledger = ledger.get(TP(TOPIC, tp.partition))
+        sink_next = in_sink.get(TP(TOPIC, tp.partition))
         end = produced[tp.partition]
         lag = end - tp.offset
-        print(f"  {tp.partition:>9}  {tp.offset:>25}  {in_ledger!s:>13}  {end:>7}  {lag:>3}")
+        print(
+            f"  {tp.partition:>9}  {tp.offset:>25}  {in_ledger!s:>13}  {sink_next!s:>15}  "
+            f"{end:>7}  {lag:>3}"
+        )
 
 
 def main() -> int:

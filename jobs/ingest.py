@@ -1,22 +1,23 @@
-"""spark-submit job: ingest a Kafka topic into a Delta table as a consumer-group member.
+"""Ingest a Kafka topic into a Delta table through a consumer group.
 
     spark-submit jobs/ingest.py --conf conf/ingest.toml [--bootstrap-servers host:port]
 
-The source is ``kafka-group``; the sink writes each micro-batch to Delta with deltalake
-inside ``foreachBatch``, tagged with a Delta transaction id (app id from the checkpoint,
-version = batch id), so a batch Spark replays after a crash is not written twice.
+The source is ``kafka-group``; the sink is the exactly-once Delta sink ``delta-group``
+(docs/sink.md): executors write the rows as Parquet files and the driver adds them in one
+Delta commit that also records each Kafka partition's next offset (a Delta transaction id),
+so a batch replayed by this query, or re-read by another member of the group after a crash,
+is never written twice. The source is told the sink's table (option ``sink.table``), so a
+partition that moves to this job resumes from the sink when the sink is ahead.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 log = logging.getLogger("spark_groups.jobs.ingest")
 
@@ -34,6 +35,7 @@ class JobConfig:
     checkpoint: str
     trigger: str
     spark_log_level: str = "WARN"
+    partition_by: str = ""
 
 
 def load_config(path: str, bootstrap_servers: str | None = None) -> JobConfig:
@@ -54,7 +56,13 @@ def load_config(path: str, bootstrap_servers: str | None = None) -> JobConfig:
     for key in ("path", "checkpoint"):
         if not str(sink.get(key, "")).strip():
             raise JobConfigError(f"{path}: [sink] {key} is required")
-    extra = set(sink) - {"path", "checkpoint", "trigger", "spark_log_level"}
+    extra = set(sink) - {
+        "path",
+        "checkpoint",
+        "trigger",
+        "spark_log_level",
+        "partition_by",
+    }
     if extra:
         raise JobConfigError(f"{path}: unknown [sink] key(s) {sorted(extra)}")
     trigger = str(sink.get("trigger", "availableNow"))
@@ -69,36 +77,14 @@ def load_config(path: str, bootstrap_servers: str | None = None) -> JobConfig:
     level = str(sink.get("spark_log_level", "WARN")).upper()
     if level not in ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"):
         raise JobConfigError(f"{path}: [sink] spark_log_level {level!r} is not a log4j level")
-    return JobConfig(source, str(sink["path"]), str(sink["checkpoint"]), trigger, level)
-
-
-def delta_batch_writer(table_path: str, app_id: str):
-    """A foreachBatch function appending each batch to a Delta table exactly once."""
-
-    def write(batch_df: Any, batch_id: int) -> None:
-        from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-        from deltalake.exceptions import TableNotFoundError
-
-        try:
-            done = DeltaTable(table_path).transaction_version(app_id)
-        except TableNotFoundError:
-            done = None
-        if done is not None and done >= batch_id:
-            log.info("batch %d is already in %s; skipped (replay)", batch_id, table_path)
-            return
-        data = batch_df.toArrow()
-        write_deltalake(
-            table_path,
-            data,
-            mode="append",
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=app_id, version=batch_id)],
-                custom_metadata={"spark_groups.batch": str(batch_id)},
-            ),
-        )
-        log.info("batch %d: %d rows appended to %s", batch_id, data.num_rows, table_path)
-
-    return write
+    return JobConfig(
+        source,
+        str(sink["path"]),
+        str(sink["checkpoint"]),
+        trigger,
+        level,
+        str(sink.get("partition_by", "")),
+    )
 
 
 def run(config: JobConfig) -> None:
@@ -110,13 +96,18 @@ def run(config: JobConfig) -> None:
     spark = SparkSession.builder.appName("spark-groups-ingest").getOrCreate()
     spark.sparkContext.setLogLevel(config.spark_log_level)
     spark_groups.register(spark)
-    df = spark.readStream.format(spark_groups.FORMAT).options(**config.source).load()
-    app_id = "spark-groups-ingest-" + hashlib.sha256(config.checkpoint.encode()).hexdigest()[:16]
+    source = {"sink.table": config.table_path, **config.source}
+    df = spark.readStream.format(spark_groups.FORMAT).options(**source).load()
+    group = config.source.get("group.id") or config.source["kafka.group.id"]
     writer = (
-        df.writeStream.foreachBatch(delta_batch_writer(config.table_path, app_id))
-        .option("checkpointLocation", config.checkpoint)
-        .queryName("spark-groups-ingest")
+        df.writeStream.format(spark_groups.SINK_FORMAT)
+        .option("path", config.table_path)
+        .option("group.id", group)
+        .option("member", "spark-groups-ingest")
     )
+    if config.partition_by:
+        writer = writer.option("partitionBy", config.partition_by)
+    writer = writer.option("checkpointLocation", config.checkpoint).queryName("spark-groups-ingest")
     if config.trigger == "availableNow":
         writer = writer.trigger(availableNow=True)
     else:

@@ -8,6 +8,10 @@ df = (spark.readStream.format("kafka-group")
       .option("group.id", "orders-etl")
       .option("offsets.table", "/data/_offsets/orders-etl")
       .load())
+query = (df.writeStream.format("delta-group")          # exactly-once into Delta
+         .option("group.id", "orders-etl")
+         .option("checkpointLocation", "/data/_checkpoints/orders-etl")
+         .start("/data/tables/orders"))
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from spark_groups.errors import (
     GroupMembershipError,
     LedgerError,
     OptionError,
+    SinkError,
+    SinkGapError,
     SparkGroupsError,
     StaleGenerationError,
     TopicNotFoundError,
@@ -31,15 +37,20 @@ __version__ = "0.1.0"
 
 #: The format name to use with ``spark.readStream.format(...)``.
 FORMAT = "kafka-group"
+#: The format name of the exactly-once Delta sink, for ``df.writeStream.format(...)``.
+SINK_FORMAT = "delta-group"
 
 __all__ = [
     "FORMAT",
+    "SINK_FORMAT",
     "BrokerUnreachableError",
     "CommitError",
     "DataLossError",
     "GroupMembershipError",
     "LedgerError",
     "OptionError",
+    "SinkError",
+    "SinkGapError",
     "SparkGroupsError",
     "StaleGenerationError",
     "TopicNotFoundError",
@@ -50,7 +61,9 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 
 def register(spark: Any) -> None:
-    """Register the ``kafka-group`` data source with a SparkSession."""
+    """Register the ``kafka-group`` source and the ``delta-group`` sink with a SparkSession."""
+    from spark_groups.sink_spark import DeltaGroupDataSource
     from spark_groups.source import KafkaGroupDataSource
 
     spark.dataSource.register(KafkaGroupDataSource)
+    spark.dataSource.register(DeltaGroupDataSource)

@@ -47,3 +47,15 @@ class LedgerError(SparkGroupsError):
 
 class DataLossError(SparkGroupsError):
     """Records in a planned offset range can no longer be read (deleted, or the log moved)."""
+
+
+class SinkError(SparkGroupsError):
+    """The exactly-once Delta sink (``delta-group``) cannot write a batch: bad options, a
+    pipeline without the source's ``topic``/``partition``/``offset`` columns, rows outside
+    the batch's planned offsets, a data file missing before the commit, an incompatible table,
+    or a commit that kept failing on concurrent commits. Nothing of the batch was committed."""
+
+
+class SinkGapError(SinkError):
+    """A batch starts past the offset the sink table expects for a partition: committing it
+    would leave records that were never written (a gap) in the table."""

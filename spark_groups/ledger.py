@@ -139,14 +139,18 @@ _HISTORY_ORDER = [
 ]
 _INT32_MAX = 2**31 - 1
 
+#: The ``batch`` of a row recording that a new owner caught the group up with the
+#: exactly-once sink's offsets (no batch of this query read that range).
+CATCH_UP_BATCH = -1
+
 
 @dataclass(frozen=True)
 class LedgerRow:
     """One committed offset range: partition ``topic``/``partition`` read ``[from, until)``.
 
     ``member_id`` and ``generation`` identify the group member (and its group generation)
-    that committed the batch numbered ``batch``; ``committed_at`` must be timezone-aware
-    (it is stored in UTC).
+    that committed the batch numbered ``batch`` (:data:`CATCH_UP_BATCH` for a catch-up with
+    the exactly-once sink); ``committed_at`` must be timezone-aware (it is stored in UTC).
     """
 
     topic: str
@@ -605,8 +609,8 @@ def _row_problem(row: LedgerRow) -> str | None:
         return "generation must fit in 32 bits"
     if not 0 <= row.from_offset <= row.until_offset:
         return "offsets must satisfy 0 <= from_offset <= until_offset"
-    if row.batch < 0:
-        return "batch must be >= 0"
+    if row.batch < CATCH_UP_BATCH:
+        return f"batch must be >= {CATCH_UP_BATCH}"
     if not isinstance(row.committed_at, datetime) or row.committed_at.utcoffset() is None:
         return "committed_at must be a timezone-aware datetime"
     return None

@@ -35,6 +35,7 @@ SOURCE_OPTIONS: dict[str, str | None] = {
     "partition.assignment.strategy": "cooperative-sticky",
     "offsets.table": None,
     "rebalances.table": None,
+    "sink.table": None,
     "deliveryGuarantee": "at-least-once",
     "startingOffsets": "latest",
     "maxOffsetsPerTrigger": None,
@@ -85,6 +86,7 @@ class SourceOptions:
     assignment_strategy: str = "cooperative-sticky"
     ledger_path: str | None = None
     history_path: str | None = None
+    sink_path: str | None = None
     at_most_once: bool = False
     starting_offsets: StartingOffsets = field(default_factory=StartingOffsets)
     max_offsets_per_trigger: int | None = None
@@ -294,6 +296,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         assignment_strategy=strategy,
         ledger_path=ledger_path,
         history_path=history,
+        sink_path=ours.get("sink.table", "").strip() or None,
         at_most_once=guarantee == "at-most-once",
         starting_offsets=_starting_offsets(ours.get("startingOffsets", "latest")),
         max_offsets_per_trigger=(

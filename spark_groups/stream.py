@@ -37,12 +37,13 @@ from spark_groups.errors import (
     StaleGenerationError,
 )
 from spark_groups.history import RebalanceHistory
-from spark_groups.ledger import LedgerRow, OffsetLedger
+from spark_groups.ledger import CATCH_UP_BATCH, LedgerRow, OffsetLedger
 from spark_groups.member import GroupMember
 from spark_groups.offsets import BatchOffset, TopicPartition, positions_to_json
 from spark_groups.options import EARLIEST, LATEST, SourceOptions
 from spark_groups.planner import plan_ranges
 from spark_groups.watermarks import EndOffsetResolver
+from spark_groups.worker_logging import log_to_stderr
 
 log = logging.getLogger(__name__)
 
@@ -62,29 +63,11 @@ class StreamMetrics:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _log_to_stderr() -> None:
-    """Spark's reader process has no logging set up: send ``spark_groups`` records to its
-    stderr (which Spark copies into the driver log), or to ``$SPARK_GROUPS_LOG_FILE``, at
-    ``$SPARK_GROUPS_LOG_LEVEL`` (default INFO)."""
-    root = logging.getLogger("spark_groups")
-    if any(not isinstance(h, logging.NullHandler) for h in root.handlers):
-        return
-    if logging.getLogger().handlers:  # the application configured logging itself
-        return
-    path = os.environ.get("SPARK_GROUPS_LOG_FILE")
-    handler: logging.Handler = logging.FileHandler(path) if path else logging.StreamHandler()
-    handler.setFormatter(
-        logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s")
-    )
-    root.addHandler(handler)
-    root.setLevel(os.environ.get("SPARK_GROUPS_LOG_LEVEL", "INFO").upper())
-
-
 class GroupStream:
     """One query's consumer-group membership and offset bookkeeping on the driver."""
 
     def __init__(self, options: SourceOptions) -> None:
-        _log_to_stderr()
+        log_to_stderr()
         self.options = options
         self.metrics = StreamMetrics()
         self._lock = threading.Condition()
@@ -300,6 +283,8 @@ class GroupStream:
             known.update(self._ledger.latest_positions(new))
         for tp, offset in member.committed(new).items():
             known[tp] = max(offset, known.get(tp, offset))
+        if self.options.sink_path is not None:
+            self._catch_up_with_sink(member, new, known)
         # With no commit anywhere, a partition the checkpoint's last batch read continues
         # after that batch (as Spark's kafka source would); others use startingOffsets.
         replayed = start.ends()
@@ -320,6 +305,50 @@ class GroupStream:
                     self._positions[tp] = starts[tp]
                     sources[str(tp)] = (starts[tp], "startingOffsets")
         log.info("resuming %d partitions (offset, from): %s", len(new), sources)
+
+    def _catch_up_with_sink(
+        self,
+        member: GroupMember,
+        partitions: list[TopicPartition],
+        known: dict[TopicPartition, int],
+    ) -> None:
+        """Resume from the exactly-once sink (option ``sink.table``) where it is ahead of the
+        ledger and Kafka, and bring both up to its position. The sink commits a batch before
+        the source's safe point does, so after a crash it can be one batch ahead; without this
+        the next owner would re-read that batch only for the sink to drop it."""
+        from spark_groups.sink import committed_positions
+
+        assert self.options.sink_path is not None
+        sink = committed_positions(self.options.sink_path, self.options.group_id, partitions)
+        ahead = {tp: v for tp, v in sink.items() if v > known.get(tp, -1)}
+        if not ahead:
+            return
+        log.info("the sink %s is ahead; resuming from it: %s", self.options.sink_path, ahead)
+        prior = dict(known)
+        known.update(ahead)
+        try:
+            member.commit(ahead)
+        except CommitError as exc:  # includes a stale generation: the next owner does this
+            self.metrics.failed_commits += 1
+            log.warning("could not bring Kafka up to the sink's offsets: %s", exc)
+            return
+        if self._ledger is not None:
+            now = datetime.now(UTC)
+            self._ledger.append(
+                [
+                    LedgerRow(
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        from_offset=prior.get(tp, until),
+                        until_offset=until,
+                        member_id=member.member_id,
+                        generation=member.generation,
+                        batch=CATCH_UP_BATCH,
+                        committed_at=now,
+                    )
+                    for tp, until in sorted(ahead.items())
+                ]
+            )
 
     def _starting_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         if not partitions:

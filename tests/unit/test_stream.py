@@ -339,3 +339,37 @@ def test_a_batch_near_the_rebalance_timeout_is_warned_about(
         stream.latest_offset(planned, None)
     assert any("more than half of the rebalance timeout" in r.getMessage() for r in caplog.records)
     assert stream.metrics.extra["slow_batches"] == 1
+
+
+def test_a_new_owner_resumes_from_the_sink_when_it_is_ahead(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path
+) -> None:
+    from spark_groups.sink import DeltaSink
+
+    from sink_support import SCHEMA, plan, rows, write_task
+
+    topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    produce(bootstrap_servers, topic, 10, 2)
+    sink_table = tmp_path / "sink"
+    # The sink committed partition 0 up to 7 (a crash before the source's safe point).
+    files = write_task(sink_table, [rows(0, range(0, 7), topic=topic)])
+    DeltaSink(str(sink_table), group).commit(plan(0, {0: (0, 7)}, topic=topic), files, SCHEMA)
+    stream = make_stream(
+        streams,
+        bootstrap_servers,
+        topic,
+        group,
+        tmp_path / "ledger",
+        **{"sink.table": str(sink_table)},
+    )
+    first = BatchOffset.from_json(stream.latest_offset(BatchOffset.initial().to_json(), None))
+    p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    assert {r.topic_partition: (r.from_offset, r.until_offset) for r in first.ranges} == {
+        p0: (7, 10),
+        p1: (0, 10),
+    }
+    # Kafka and the ledger were brought up to the sink before the batch ran.
+    assert stream.ensure_started().committed([p0, p1]) == {p0: 7}
+    ledger = OffsetLedger(str(tmp_path / "ledger"), group)
+    assert ledger.latest_positions([p0, p1]) == {p0: 7}
+    assert [r["batch"] for r in ledger.history().to_pylist()] == [-1]

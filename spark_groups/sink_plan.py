@@ -1,0 +1,125 @@
+"""What a micro-batch was planned to read: its Kafka offset ranges, from Spark's checkpoint.
+
+Rows alone cannot tell the sink which offsets a batch covered: a filter may have dropped the
+first or last records of a partition, or all of them. The ``kafka-group`` source's Spark
+offset *is* the batch's plan (``[from, until)`` per partition, see ``spark_groups.offsets``),
+and Spark writes it to the checkpoint's offset log, ``<checkpoint>/offsets/<batchId>``,
+before the batch runs. By the time the sink commits batch ``batchId`` that file exists, so
+the sink reads it there. The file looks like::
+
+    v1
+    {"batchWatermarkMs":0,"batchTimestampMs":...,"conf":{...}}      <- Spark's metadata
+    {"v":1,"batch":7,"ranges":{"orders":{"0":[100,250]}}}           <- one line per source
+
+Lines of other sources (``-`` for a source without an offset, or another format) are
+skipped; several ``kafka-group`` sources are merged, but one partition may appear in only one
+of them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from spark_groups.errors import SinkError, SparkGroupsError
+from spark_groups.files import location
+from spark_groups.offsets import FORMAT_VERSION, BatchOffset, OffsetRange, TopicPartition
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """The Kafka offset ranges of one Spark micro-batch (``batch_id``), one per partition.
+
+    ``member`` and ``generation`` are the group member that planned it, when the source
+    records them in its offset (they are shown in the sink's commit info); otherwise None.
+    """
+
+    batch_id: int
+    ranges: Mapping[TopicPartition, OffsetRange] = field(default_factory=dict)
+    member: str | None = None
+    generation: int | None = None
+
+    @classmethod
+    def of(cls, batch_id: int, ranges: list[OffsetRange] | tuple[OffsetRange, ...]) -> BatchPlan:
+        """A plan from a list of ranges (one per partition)."""
+        by_tp: dict[TopicPartition, OffsetRange] = {}
+        for r in ranges:
+            if r.topic_partition in by_tp:
+                raise SinkError(f"batch {batch_id}: partition {r.topic_partition} planned twice")
+            by_tp[r.topic_partition] = r
+        return cls(batch_id=batch_id, ranges=by_tp)
+
+
+def offset_log_path(checkpoint: str, batch_id: int) -> str:
+    """Where Spark keeps the offsets of ``batch_id`` in ``checkpoint``."""
+    return f"{checkpoint.rstrip('/')}/offsets/{batch_id}"
+
+
+def parse_offset_log(text: str, batch_id: int, where: str = "the offset log") -> BatchPlan:
+    """The plan of ``batch_id`` from the text of its offset-log file."""
+    lines = text.splitlines()
+    if len(lines) < 2 or not lines[0].startswith("v"):
+        raise SinkError(f"{where}: not a Spark offset log file (it starts with {lines[:1]!r})")
+    ranges: list[OffsetRange] = []
+    member: str | None = None
+    generation: int | None = None
+    found = False
+    for line in lines[2:]:
+        value = _ours(line)
+        if value is None:
+            continue
+        try:
+            offset = BatchOffset.from_json(value)
+        except SparkGroupsError as exc:
+            raise SinkError(f"{where}: unreadable kafka-group offset: {exc}") from exc
+        found = True
+        ranges.extend(offset.ranges)
+        if isinstance(value.get("member"), str):
+            member = value["member"]
+        if isinstance(value.get("generation"), int):
+            generation = value["generation"]
+    if not found:
+        raise SinkError(
+            f"{where}: batch {batch_id} has no kafka-group source offset: the delta-group "
+            "sink only takes queries that read a kafka-group source"
+        )
+    plan = BatchPlan.of(batch_id, ranges)
+    return BatchPlan(plan.batch_id, plan.ranges, member, generation)
+
+
+def _ours(line: str) -> dict[str, Any] | None:
+    """The JSON of a kafka-group source offset, or None for any other line."""
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(value, dict) and value.get("v") == FORMAT_VERSION and "ranges" in value:
+        return value
+    return None
+
+
+def read_batch_plan(checkpoint: str, batch_id: int) -> BatchPlan:
+    """Read the plan of Spark batch ``batch_id`` from the query's ``checkpoint``.
+
+    Raises :class:`~spark_groups.errors.SinkError` when the file is missing (a wrong
+    ``checkpointLocation`` option) or holds no kafka-group offset.
+    """
+    where = offset_log_path(checkpoint, batch_id)
+    try:
+        loc = location(where)
+        if not loc.exists(loc.path):
+            raise SinkError(
+                f"{where} does not exist: is checkpointLocation {checkpoint!r} this query's "
+                "checkpoint? (the sink reads each batch's planned offsets there)"
+            )
+        text = loc.read_text(loc.path)
+    except SinkError:
+        raise
+    except Exception as exc:
+        raise SinkError(f"{where}: cannot read it: {type(exc).__name__}: {exc}") from exc
+    return parse_offset_log(text, batch_id, where)

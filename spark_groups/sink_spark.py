@@ -1,0 +1,262 @@
+"""The Spark-facing exactly-once Delta sink ``delta-group``, and reading Delta tables back.
+
+::
+
+    query = (df.writeStream.format("delta-group")
+             .option("group.id", "orders-etl")                  # the source's group
+             .option("checkpointLocation", "/chk/orders-etl")
+             .start("/tables/orders"))
+
+Where each piece runs (Spark's Python data source API):
+
+* ``DeltaGroupDataSource.streamWriter()``: in a Python worker on the driver, for every
+  micro-batch, and again in the worker that commits it. Options and the query's columns are
+  checked there, so a pipeline without the ``topic``/``partition``/``offset`` columns fails
+  its first batch with a clear :class:`~spark_groups.errors.SinkError`.
+* ``DeltaGroupStreamWriter.write()``: on executors, one call per task: the task's rows are
+  written as Parquet files, one per Kafka partition (``spark_groups.sink_writer``); a
+  :class:`SinkTaskMessage` describing them goes back to the driver.
+* ``commit()`` / ``abort()``: in a Python worker on the driver (``python_streaming_sink_runner``)
+  once all tasks finished (or one failed): the batch's plan is read from the checkpoint and
+  :class:`~spark_groups.sink.DeltaSink` makes the one Delta commit, or deletes the files.
+
+A Python data sink is the natural place for this, rather than a ``foreachBatch`` helper: the
+files are written by the tasks that computed the rows (no ``collect``, no second job), the
+commit runs on the driver exactly once per batch after every task succeeded, and Spark calls
+``abort`` when a task failed, which is when the files must go.
+
+:func:`read_delta` reads a Delta table in Spark without Delta's jars: the exact files of one
+pinned table version, never the bare folder (which holds removed and uncommitted files).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
+
+from spark_groups.errors import SinkError
+from spark_groups.files import table_uri
+from spark_groups.sink import DeltaSink
+from spark_groups.sink_options import SINK_FORMAT, SinkOptions, parse_sink_options
+from spark_groups.sink_plan import read_batch_plan
+from spark_groups.sink_writer import (
+    NULL_PARTITION,
+    DataFile,
+    TaskFileWriter,
+    check_schema,
+    partition_value,
+)
+from spark_groups.worker_logging import log_to_stderr
+
+log = logging.getLogger(__name__)
+
+#: The local property Spark sets on every task of a micro-batch to the batch id.
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+class SinkTaskMessage(WriterCommitMessage):
+    """What one task wrote: its data files (picklable, sent to the driver)."""
+
+    def __init__(self, files: Sequence[DataFile], task: int | None = None) -> None:
+        self.files = list(files)
+        self.task = task
+
+    def __repr__(self) -> str:
+        return f"SinkTaskMessage(task={self.task}, files={len(self.files)})"
+
+
+def arrow_schema_of(schema: Any) -> pa.Schema:
+    """The Arrow schema of a Spark ``StructType`` as the sink writes it (timestamps in UTC)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+class DeltaGroupStreamWriter(DataSourceStreamArrowWriter):
+    """Writes a batch's rows on executors; commits or aborts the batch on the driver."""
+
+    def __init__(
+        self, options: SinkOptions, schema: pa.Schema, partition_by: tuple[str, ...]
+    ) -> None:
+        self.options = options
+        self.schema = schema
+        self.partition_by = partition_by
+
+    def _sink(self) -> DeltaSink:
+        o = self.options
+        return DeltaSink(
+            o.path,
+            o.group_id,
+            storage_options=o.storage_options,
+            partition_by=self.partition_by,
+            merge_schema=o.merge_schema,
+            fail_on_gap=o.fail_on_gap,
+            member=o.member,
+            compression=o.compression,
+        )
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkTaskMessage:
+        """Executor side: write the task's rows, one Parquet file per Kafka partition."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+        prefix = f"{int(batch):05d}-" if batch is not None and batch.isdigit() else ""
+        writer = TaskFileWriter(
+            table_uri(self.options.path),
+            self.schema,
+            self.partition_by,
+            compression=self.options.compression,
+            prefix=prefix,
+        )
+        files = writer.write(iterator)
+        return SinkTaskMessage(files, context.partitionId() if context is not None else None)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver side: one Delta commit for the batch (see ``spark_groups.sink``)."""
+        log_to_stderr()
+        files = _files_of(messages)
+        try:
+            plan = read_batch_plan(self.options.checkpoint, batchId)
+        except SinkError:
+            self._sink().abort(files)
+            raise
+        self._sink().commit(plan, files, self.schema)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver side: a task failed; delete the files the others wrote."""
+        log_to_stderr()
+        files = _files_of(messages)
+        log.warning(
+            "sink %s: batch %d aborted by Spark; deleting %d file(s)",
+            self.options.path,
+            batchId,
+            len(files),
+        )
+        self._sink().abort(files)
+
+
+def _files_of(messages: list[WriterCommitMessage | None]) -> list[DataFile]:
+    files: list[DataFile] = []
+    for message in messages:
+        if isinstance(message, SinkTaskMessage):
+            files.extend(message.files)
+    return files
+
+
+class DeltaGroupDataSource(DataSource):
+    """``df.writeStream.format("delta-group")``: exactly-once into a Delta table."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.parsed = parse_sink_options(options)
+
+    @classmethod
+    def name(cls) -> str:
+        """The short format name."""
+        return SINK_FORMAT
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
+        """The writer of one micro-batch; checks the query's columns first."""
+        if overwrite:
+            raise SinkError(
+                "the delta-group sink supports outputMode('append') only (complete mode would "
+                "replace the table every batch, which no per-partition offset can fence)"
+            )
+        arrow = arrow_schema_of(schema)
+        o = self.parsed
+        partition_by = o.partition_by
+        if partition_by is None:
+            existing = DeltaSink(
+                o.path, o.group_id, storage_options=o.storage_options
+            ).table_partition_columns()
+            partition_by = existing or ()
+        check_schema(arrow, partition_by)
+        return DeltaGroupStreamWriter(o, arrow, tuple(partition_by))
+
+
+# ---------------------------------------------------------------------- reading back
+
+
+def read_delta(
+    spark: Any,
+    path: str,
+    version: int | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> Any:
+    """A DataFrame of the Delta table at ``path`` as of ``version`` (default: the newest
+    version now), read by Spark's Parquet reader without Delta's jars.
+
+    The file list is that of the pinned version (from delta-rs); the bare folder is never
+    read, so removed, rewritten and uncommitted files are not seen. Partition columns are
+    taken from the ``col=value`` directories of the files, which is checked against the log
+    (tables written by this sink, delta-rs or Spark's Delta have that layout). Delta features
+    that change how files are read (deletion vectors, column mapping) are refused. The
+    DataFrame reads the files when an action runs: a ``VACUUM`` in between can remove them.
+    """
+    from deltalake import DeltaTable
+    from pyspark.sql.types import StructType
+
+    uri = table_uri(path)
+    try:
+        table = DeltaTable(uri, version=version, storage_options=storage_options)
+    except Exception as exc:
+        raise SinkError(f"read_delta {path}: {type(exc).__name__}: {exc}") from exc
+    protocol = table.protocol()
+    features = set(protocol.reader_features or [])
+    unsupported = features & {"deletionVectors", "columnMapping", "v2Checkpoint"}
+    if unsupported or (protocol.min_reader_version == 2):
+        raise SinkError(
+            f"read_delta {path}: the table uses reader features {sorted(unsupported) or ['2']} "
+            "that plain Parquet reading cannot honour; use Spark with Delta"
+        )
+    schema = StructType.fromJson(json.loads(table.schema().to_json()))
+    partition_columns = list(table.metadata().partition_columns)
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    root = uri.rstrip("/")
+    uris = [_spark_path(f"{root}/{unquote(a['path'])}") for a in actions]
+    if not uris:
+        return spark.createDataFrame([], schema)
+    if partition_columns:
+        _check_hive_layout(path, actions, partition_columns)
+        reader = spark.read.schema(schema).option("basePath", _spark_path(root))
+    else:
+        reader = spark.read.schema(schema)
+    return reader.parquet(*uris).select(*schema.fieldNames())
+
+
+def _spark_path(path: str) -> str:
+    """A local absolute path as an explicit ``file:`` URI (a cluster's default file system
+    may be HDFS); URIs unchanged."""
+    return f"file://{path}" if path.startswith("/") else path
+
+
+def _check_hive_layout(path: str, actions: list[dict[str, Any]], columns: list[str]) -> None:
+    """Every file must sit in ``col=value/`` directories that match its partition values."""
+    for action in actions:
+        relative = unquote(action["path"])
+        directories = relative.split("/")[:-1]
+        found = {}
+        for part in directories:
+            name, sep, value = part.partition("=")
+            if sep:
+                found[unquote(name)] = None if value == NULL_PARTITION else unquote(value)
+        for column in columns:
+            expected = partition_value(action.get(f"partition.{column}"))
+            if column not in found or found[column] != expected:
+                raise SinkError(
+                    f"read_delta {path}: file {relative} is not in a '{column}=...' directory "
+                    f"matching its partition value {expected!r}; this table's layout cannot be "
+                    "read without Delta"
+                )

@@ -1,0 +1,92 @@
+"""One member of a consumer group feeding the delta-group sink, as a separate process.
+
+    python sink_member.py SPEC_JSON
+
+Run by tests/integration/test_sink.py (two of these share one group and one table). SPEC is
+a JSON object: servers, topic, group, table, ledger, checkpoint, member, and optionally
+``sql`` (the pipeline, over the view ``source``), ``sink_options``, ``trigger`` and
+``stop_file``. With ``trigger`` "availableNow" the query reads what is there and the process
+exits; otherwise it runs until ``stop_file`` exists. Exit status 0, or 1 if the query failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+#: The default pipeline: the record's id (its value) and the Kafka columns.
+DEFAULT_SQL = (
+    "SELECT cast(cast(value AS string) AS long) AS id, topic, partition, offset FROM source"
+)
+
+
+def main() -> int:
+    spec = json.loads(sys.argv[1])
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import spark_groups
+
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName(f"sink-member-{spec['member']}")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "512m")
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark_groups.register(spark)
+    source = {
+        "kafka.bootstrap.servers": spec["servers"],
+        "subscribe": spec["topic"],
+        "group.id": spec["group"],
+        "startingOffsets": "earliest",
+        "offsets.table": spec["ledger"],
+        "kafka.session.timeout.ms": "6000",
+        "kafka.heartbeat.interval.ms": "500",
+        "partition.assignment.strategy": "cooperative-sticky",
+    }
+    spark.readStream.format("kafka-group").options(**source).load().createOrReplaceTempView(
+        "source"
+    )
+    rows = spark.sql(spec.get("sql", DEFAULT_SQL))
+    writer = (
+        rows.writeStream.format("delta-group")
+        .option("group.id", spec["group"])
+        .option("member", spec["member"])
+        .option("checkpointLocation", spec["checkpoint"])
+        .options(**spec.get("sink_options", {}))
+    )
+    trigger = spec.get("trigger", "3 seconds")
+    if trigger == "availableNow":
+        query = writer.trigger(availableNow=True).start(spec["table"])
+        try:
+            query.awaitTermination()
+            return 0
+        except Exception as exc:
+            sys.stderr.write(f"query failed: {exc}\n")
+            return 1
+        finally:
+            spark.stop()
+    query = writer.trigger(processingTime=trigger).start(spec["table"])
+    stop_file = Path(spec["stop_file"])
+    try:
+        while not stop_file.exists():
+            if query.exception() is not None:
+                sys.stderr.write(f"query failed: {query.exception()}\n")
+                return 1
+            time.sleep(0.2)
+        query.stop()
+        return 0
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,407 @@
+"""The exactly-once Delta sink ``delta-group`` in real Spark (local[2]) with a real broker."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Producer
+from deltalake import DeltaTable, QueryBuilder, write_deltalake
+from pyspark.sql import functions as F
+
+from spark_groups.offsets import TopicPartition
+from spark_groups.sink import committed_positions
+from spark_groups.sink_spark import read_delta
+
+from helpers import group_options, produce_ids, unique, wait_until
+
+MEMBER_SCRIPT = Path(__file__).with_name("sink_member.py")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_into_sink(
+    spark: Any, df: Any, table: Path, checkpoint: Path, group: str, **options: str
+) -> BaseException | None:
+    """Run one Trigger.AvailableNow query into the delta-group sink until it ends; return
+    the error it failed with (Spark raises it at start or when the query fails), or None."""
+    try:
+        query = (
+            df.writeStream.format("delta-group")
+            .option("group.id", group)
+            .option("checkpointLocation", str(checkpoint))
+            .options(**options)
+            .trigger(availableNow=True)
+            .start(str(table))
+        )
+        assert query.awaitTermination(180), "AvailableNow query did not end"
+        return query.exception()
+    except AssertionError:
+        raise
+    except Exception as exc:
+        return exc
+
+
+def ids_source(spark: Any, opts: dict) -> Any:
+    """The kafka-group source with the record's id (its value) as a long."""
+    df = spark.readStream.format("kafka-group").options(**opts).load()
+    return df.selectExpr(
+        "cast(cast(value as string) as long) as id", "topic", "partition", "offset"
+    )
+
+
+def table_ids(table: Path) -> list[int]:
+    """Every id in the newest version of the table (duplicates kept), via delta-rs."""
+    dt = DeltaTable(str(table))
+    reader = QueryBuilder().register("t", dt).execute("SELECT id FROM t")
+    return pa.table(reader.read_all()).column("id").to_pylist()
+
+
+def parquet_files(table: Path) -> set[str]:
+    return {p.relative_to(table).as_posix() for p in table.rglob("*.parquet")}
+
+
+def active_files(table: Path) -> set[str]:
+    return {Path(u).relative_to(table).as_posix() for u in DeltaTable(str(table)).file_uris()}
+
+
+PIPELINE = """
+    SELECT id, topic, partition, offset, id * 2 AS doubled, id % 2 AS bucket {extra}
+    FROM (SELECT cast(cast(value AS string) AS long) AS id, topic, partition, offset
+          FROM source)
+    WHERE id % 7 != 3 AND id % 100 < 90
+"""
+
+
+def test_filtered_mapped_pipeline_lands_each_record_once_also_when_a_batch_is_replayed(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    topic = make_topic(3)
+    counts = produce_ids(bootstrap_servers, topic, range(300), 3, chunk_sizes=[50, 7, 100])
+    group, table, cp = unique("g"), tmp_path / "table", tmp_path / "cp"
+    ledger = str(tmp_path / "ledger")
+    # The first run is its own Spark application, so its group member is certainly gone when
+    # it ends. (In this session's Spark, the reader process of an ended query sometimes
+    # vanishes without LeaveGroup; the embedded broker then shows the group STABLE until the
+    # next join, which is fine for the join but not for tests that wait for EMPTY.)
+    first = Member(
+        "first",
+        {
+            "servers": bootstrap_servers, "topic": topic, "group": group, "table": str(table),
+            "ledger": ledger, "checkpoint": str(cp), "trigger": "availableNow",
+            "sql": PIPELINE.format(extra=""), "sink_options": {"partitionBy": "bucket"},
+        },
+        tmp_path,
+    )  # fmt: skip
+    first.start()
+    assert first.proc is not None
+    assert first.proc.wait(240) == 0, first.log_text()[-3000:]
+    first.reap()  # no process of it may stay a member of the group
+
+    expected = {i for i in range(300) if i % 7 != 3 and i % 100 < 90}
+    got = read_delta(spark, str(table))
+    assert [f.name for f in got.schema.fields] == [
+        "id", "topic", "partition", "offset", "doubled", "bucket",
+    ]  # fmt: skip
+    rows = got.select("id", "doubled", "partition", "offset").collect()
+    assert sorted(r.id for r in rows) == sorted(expected)  # each once
+    assert all(r.doubled == 2 * r.id for r in rows)
+    assert all(r.id % 3 == r.partition for r in rows)
+    # The transaction versions are the planned ends, even where the filter dropped the tail.
+    tps = [TopicPartition(topic, p) for p in range(3)]
+    assert committed_positions(str(table), group, tps) == {
+        TopicPartition(topic, p): n for p, n in counts.items()
+    }
+    assert DeltaTable(str(table)).metadata().partition_columns == ["bucket"]
+    commits_before = len(DeltaTable(str(table)).history())
+
+    # Make Spark replay the last batch: drop its entry from the checkpoint's commit log, as
+    # a crash between the sink's commit and Spark's commit log would.
+    last = max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit())
+    (cp / "commits" / str(last)).unlink()
+    (cp / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    produce_ids(bootstrap_servers, topic, range(300, 360), 3)
+    spark.readStream.format("kafka-group").options(
+        **group_options(bootstrap_servers, topic, group, ledger)
+    ).load().createOrReplaceTempView("source")
+    pipeline = spark.sql(PIPELINE.format(extra=", 'v2' AS note"))  # a new column
+    error = run_into_sink(
+        spark, pipeline, table, cp, group, partitionBy="bucket", mergeSchema="true"
+    )
+    assert error is None
+
+    new = {i for i in range(300, 360) if i % 7 != 3 and i % 100 < 90}
+    expected |= new
+    got = read_delta(spark, str(table))
+    ids = [r.id for r in got.select("id").collect()]
+    assert sorted(ids) == sorted(expected), "a record is missing or written twice"
+    assert len(ids) == len(set(ids))
+    history = DeltaTable(str(table)).history()
+    # The replayed batch committed nothing; the new batch added the column (mergeSchema).
+    assert [h.get("spark_groups.batch") for h in history].count(str(last)) == 1
+    assert len(history) > commits_before
+    notes = {(r.id, r.note) for r in got.select("id", "note").collect()}
+    assert {i for i, n in notes if n == "v2"} == new
+    assert {n for i, n in notes if i < 300} == {None}
+
+
+def test_a_pipeline_without_the_kafka_columns_fails_clearly(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    topic = make_topic(1)
+    produce_ids(bootstrap_servers, topic, range(10), 1)
+    group = unique("g")
+    opts = group_options(bootstrap_servers, topic, group, None)
+    df = spark.readStream.format("kafka-group").options(**opts).load()
+    projected = df.selectExpr("cast(value as string) as id", "partition")
+    table = tmp_path / "table"
+    error = run_into_sink(spark, projected, table, tmp_path / "cp", group)
+    assert error is not None
+    text = str(error)
+    assert "SinkError" in text and "missing: topic, offset" in text
+    assert not (table / "_delta_log").exists()
+
+
+def test_a_failed_task_leaves_the_table_unchanged_and_no_files(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    topic = make_topic(2)
+    produce_ids(bootstrap_servers, topic, range(80), 2)
+    group, table, cp = unique("g"), tmp_path / "table", tmp_path / "cp"
+    # Two batches of 40 records: ids 0..39, then 40..79.
+    opts = group_options(
+        bootstrap_servers, topic, group, str(tmp_path / "ledger"), maxOffsetsPerTrigger="40"
+    )
+
+    # In the second batch, the task of partition 1 fails late (after partition 0's task has
+    # written its file): one of its rows loses its offset, which the sink's writer refuses.
+    @F.udf("long")
+    def lose_offset(record_id, offset):  # no type hints: Spark would read them as a UDF kind
+        if record_id == 61:
+            time.sleep(4)
+            return None
+        return offset
+
+    df = ids_source(spark, opts).withColumn("offset", lose_offset("id", "offset"))
+    error = run_into_sink(spark, df, table, cp, group)
+    assert error is not None and "null 'offset'" in str(error)
+
+    # The first batch is in the table, nothing of the second.
+    assert DeltaTable(str(table)).version() == 1  # 0: created, 1: the first batch
+    tps = [TopicPartition(topic, p) for p in range(2)]
+    assert committed_positions(str(table), group, tps) == {tp: 20 for tp in tps}
+    assert sorted(table_ids(table)) == list(range(40))
+    # Spark's abort deleted partition 0's file; the failed task deleted its own.
+    assert parquet_files(table) == active_files(table)
+
+
+def test_read_delta_reads_exactly_the_files_of_one_version(spark, tmp_path: Path) -> None:
+    table = tmp_path / "table"
+    first = pa.table({"id": list(range(10)), "region": ["a b:c/d"] * 5 + [None] * 5})
+    write_deltalake(str(table), first, partition_by=["region"])
+    for start in (10, 20, 30):
+        more = pa.table({"id": list(range(start, start + 10)), "region": ["eu"] * 10})
+        write_deltalake(str(table), more, mode="append", partition_by=["region"])
+    DeltaTable(str(table)).optimize.compact()  # removes the small files, adds compacted ones
+
+    # The folder still holds the removed files: reading it directly counts rows twice.
+    assert spark.read.parquet(str(table)).count() > 40
+    df = read_delta(spark, str(table))
+    assert df.count() == 40
+    assert sorted(r.id for r in df.select("id").collect()) == list(range(40))
+    regions = {(r.region, r.n) for r in df.groupBy("region").agg(F.count("*").alias("n")).collect()}
+    assert regions == {("a b:c/d", 5), (None, 5), ("eu", 30)}
+    # A pinned version sees its own files only.
+    assert read_delta(spark, str(table), version=0).count() == 10
+    assert read_delta(spark, str(table), version=1).count() == 20
+
+
+# ---------------------------------------------------------------------- two member processes
+
+
+class IdProducer(threading.Thread):
+    """Produces ids 0, 1, 2, ... to the topic's partitions until stopped; remembers every id
+    the broker acknowledged."""
+
+    def __init__(self, servers: str, topic: str, partitions: int, per_second: int) -> None:
+        super().__init__(daemon=True)
+        self.servers, self.topic, self.partitions = servers, topic, partitions
+        self.interval = 1.0 / per_second
+        self.acked: set[int] = set()
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        producer = Producer({"bootstrap.servers": self.servers, "linger.ms": "5"})
+
+        def delivered(error: Any, message: Any) -> None:
+            if error is None:
+                self.acked.add(int(message.value()))
+
+        try:
+            i = 0
+            while not self.stop_event.is_set():
+                producer.produce(
+                    self.topic,
+                    value=str(i).encode(),
+                    partition=i % self.partitions,
+                    on_delivery=delivered,
+                )
+                producer.poll(0)
+                i += 1
+                time.sleep(self.interval)
+            assert producer.flush(30) == 0
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            producer.close()
+
+
+def sink_commits(table: Path) -> list[dict]:
+    """The commit info of every sink commit in the table's log, oldest first (read directly
+    from the log files: cheap enough to poll)."""
+    out = []
+    log_dir = table / "_delta_log"
+    if not log_dir.exists():
+        return out
+    for path in sorted(log_dir.glob("*.json")):
+        try:
+            first = json.loads(path.read_text().splitlines()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # being written
+        info = first.get("commitInfo", {})
+        if "spark_groups.member" in info:
+            out.append(info)
+    return out
+
+
+def partitions_written(commits: list[dict], member: str) -> set[str]:
+    """The Kafka partitions (``topic-p``) that ``member``'s commits wrote rows for."""
+    out = set()
+    for c in commits:
+        if c["spark_groups.member"] == member:
+            ranges = json.loads(c["spark_groups.ranges"])
+            out |= {f"{topic}-{p}" for topic, parts in ranges.items() for p in parts}
+    return out
+
+
+class Member:
+    """One member process running tests/integration/sink_member.py."""
+
+    def __init__(self, name: str, spec: dict, logs: Path) -> None:
+        self.name, self.spec, self.logs = name, spec, logs
+        self.proc: subprocess.Popen | None = None
+        self.runs = 0
+
+    def start(self) -> None:
+        self.runs += 1
+        log = (self.logs / f"{self.name}-{self.runs}.log").open("w")
+        # This checkout's spark_groups, also in the member's Spark workers.
+        path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+        env = dict(os.environ, SPARK_GROUPS_LOG_LEVEL="INFO", PYTHONPATH=path)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(MEMBER_SCRIPT), json.dumps({**self.spec, "member": self.name})],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(REPO_ROOT),
+            start_new_session=True,  # its own process group: the JVM and Python workers too
+        )
+        log.close()
+
+    def kill(self) -> None:
+        """SIGKILL the member's whole process group (driver, JVM, Python workers)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+
+    def reap(self) -> None:
+        """After the member exited: SIGKILL whatever is left of its process group."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def commits(self, table: Path) -> int:
+        return sum(1 for c in sink_commits(table) if c["spark_groups.member"] == self.name)
+
+    def log_text(self) -> str:
+        return "".join(
+            p.read_text(errors="replace") for p in sorted(self.logs.glob(f"{self.name}-*.log"))
+        )
+
+
+def test_two_member_processes_one_killed_mid_batch_every_id_exactly_once(
+    bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    topic = make_topic(4)
+    group, table = unique("g"), tmp_path / "table"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    stop_file = tmp_path / "stop"
+    spec = {
+        "servers": bootstrap_servers,
+        "topic": topic,
+        "group": group,
+        "table": str(table),
+        "ledger": str(tmp_path / "ledger"),
+        "stop_file": str(stop_file),
+        "trigger": "3 seconds",
+    }
+    a = Member("A", {**spec, "checkpoint": str(tmp_path / "cp-a")}, logs)
+    b = Member("B", {**spec, "checkpoint": str(tmp_path / "cp-b")}, logs)
+    producer = IdProducer(bootstrap_servers, topic, 4, per_second=150)
+    producer.start()
+    try:
+        a.start()
+        b.start()
+        wait_until(lambda: a.commits(table) >= 2 and b.commits(table) >= 1, 180,
+                   "both members to commit batches")  # fmt: skip
+        # Kill A right after its next sink commit: the sink holds that batch, but A's ledger
+        # and Kafka commits (at its next trigger) never happen, so whoever takes A's
+        # partitions resumes one batch behind the sink.
+        seen = a.commits(table)
+        wait_until(lambda: a.commits(table) > seen, 60, "A's next commit")
+        a.kill()
+        a_partitions = partitions_written(sink_commits(table), "A")
+        killed_at = len(sink_commits(table))
+        # B takes A's partitions over after the session timeout and commits them.
+        wait_until(
+            lambda: partitions_written(sink_commits(table)[killed_at:], "B") & a_partitions,
+            90,
+            "B to take over A's partitions",
+        )
+        a.start()  # restarted with its checkpoint: Spark replays its unfinished batch
+        restarted_from = a.commits(table)
+        wait_until(lambda: a.commits(table) > restarted_from, 120, "the restarted A to commit")
+        producer.stop_event.set()
+        producer.join(60)
+        assert producer.error is None, producer.error
+        produced = set(producer.acked)
+        assert len(produced) > 1000
+        wait_until(lambda: set(table_ids(table)) >= produced, 120, "every produced id to land")
+        stop_file.touch()
+        for member in (a, b):
+            assert member.proc is not None
+            assert member.proc.wait(90) == 0, member.log_text()[-3000:]
+    finally:
+        producer.stop_event.set()
+        a.kill()
+        b.kill()
+
+    ids = table_ids(table)
+    twice = sorted(i for i, n in Counter(ids).items() if n > 1)
+    assert not twice, f"written twice: {twice[:20]}"
+    assert set(ids) == produced, f"missing: {sorted(produced - set(ids))[:20]}"
+    assert len(ids) == len(produced)
+    # The sink did fence: rows read again after the kill were dropped, not written.
+    fenced = a.log_text() + b.log_text()
+    assert "already in the table" in fenced or "straddles" in fenced
