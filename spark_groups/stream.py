@@ -157,8 +157,13 @@ class GroupStream:
     def latest_offset(self, start_json: Mapping[str, Any], max_records: int | None) -> Any:
         """Commit the batch that ended at ``start`` (now durable), then plan the next one.
 
-        Returns ``start_json`` itself when there is nothing new to read.
+        Returns ``start_json`` itself when there is nothing new to read. Under
+        Trigger.AvailableNow that ends the query, so the member leaves the group right here,
+        after committing the last batch: it does not depend on Spark calling ``stop()`` or
+        on the SIGTERM that ends the reader process arriving (and being handled) in time.
         """
+        if self._stopped:
+            return start_json
         start = BatchOffset.from_json(start_json)
         member = self.ensure_started()
         self._wait_for_first_assignment(member)
@@ -188,12 +193,20 @@ class GroupStream:
                 if self._positions.get(r.topic_partition) == r.from_offset
                 and r.topic_partition in member.assignment
             ]
-            if not ranges:
-                return start_json
-            batch = BatchOffset.of(start.batch + 1, ranges)
-            for r in batch.ranges:
-                self._positions[r.topic_partition] = r.until_offset
-                self._last_batch_of[r.topic_partition] = batch.batch
+            batch = BatchOffset.of(start.batch + 1, ranges) if ranges else None
+            if batch is not None:
+                for r in batch.ranges:
+                    self._positions[r.topic_partition] = r.until_offset
+                    self._last_batch_of[r.topic_partition] = batch.batch
+        if batch is None:
+            if self._targets is not None:
+                log.info(
+                    "Trigger.AvailableNow: every batch up to %s is committed; leaving group %s",
+                    positions_to_json(self._targets),
+                    self.options.group_id,
+                )
+                self.stop()
+            return start_json
         self._planned_at[batch.batch] = time.monotonic()
         self.metrics.batches_planned += 1
         log.debug("planned batch %d: %s", batch.batch, batch.to_json()["ranges"])

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer
+from confluent_kafka.admin import AdminClient
 
 from spark_groups.ledger import OffsetLedger
 from spark_groups.member import GroupMember
@@ -112,14 +113,24 @@ def test_read_limit_splits_the_backlog(
 def test_available_now_stops_at_the_end_seen_at_start(
     bootstrap_servers: str, make_topic: Callable[..., str], streams
 ) -> None:
-    topic = make_topic(1)
+    topic, group = make_topic(1), f"g-{uuid.uuid4().hex[:8]}"
     produce(bootstrap_servers, topic, 5, 1)
-    stream = make_stream(streams, bootstrap_servers, topic, f"g-{uuid.uuid4().hex[:8]}", None)
+    stream = make_stream(streams, bootstrap_servers, topic, group, None)
     stream.prepare_available_now()
     produce(bootstrap_servers, topic, 5, 1)  # arrives after the start: not read
     first = stream.latest_offset(BatchOffset.initial().to_json(), None)
     assert BatchOffset.from_json(first).ends() == {TopicPartition(topic, 0): 5}
     assert stream.latest_offset(first, None) is first
+    # That was the end of the query: the last batch is committed and the member has left,
+    # without waiting for Spark's stop() or SIGTERM.
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    described = admin.describe_consumer_groups([group])[group].result(10)
+    assert described.state.name == "EMPTY"
+    committed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    assert [(tp.partition, tp.offset) for tp in committed[group].result(10).topic_partitions] == [
+        (0, 5)
+    ]
+    assert stream.latest_offset(first, None) is first  # later calls are harmless
 
 
 def test_revocation_waits_for_the_batch_holding_the_partitions(
