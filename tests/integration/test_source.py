@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -272,3 +273,56 @@ def test_missing_topic_fails_the_query_with_a_clear_error(
     with pytest.raises(Exception, match="TopicNotFoundError"):
         query.awaitTermination(120)
     assert "'no-such-topic' does not exist" in str(query.exception())
+
+
+def test_at_most_once_skips_the_batch_spark_replays_after_a_failure(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    """deliveryGuarantee=at-most-once in real Spark: a batch that failed is replayed by Spark
+    from the checkpoint, and the source reads nothing for it (its offsets were committed when
+    it was planned); every other record is read exactly once."""
+    topic, group = make_topic(2), unique("amo")
+    produce_ids(bootstrap_servers, topic, range(40), 2)
+    opts = group_options(
+        bootstrap_servers,
+        topic,
+        group,
+        None,
+        deliveryGuarantee="at-most-once",
+        maxOffsetsPerTrigger="10",
+    )
+    checkpoint = tmp_path / "chk"
+    seen: list[int] = []
+
+    def run(fail_batch: int | None) -> Any:
+        def write(df: Any, batch_id: int) -> None:
+            if batch_id == fail_batch:
+                raise RuntimeError(f"the sink fails batch {batch_id}")
+            seen.extend(int(r.id) for r in df.collect())
+
+        df = spark.readStream.format("kafka-group").options(**opts).load()
+        query = (
+            df.selectExpr("cast(value as string) as id")
+            .writeStream.foreachBatch(write)
+            .trigger(availableNow=True)
+            .option("checkpointLocation", str(checkpoint))
+            .start()
+        )
+        with pytest.raises(Exception) if fail_batch is not None else contextlib.nullcontext():
+            query.awaitTermination(180)
+        assert not query.isActive
+        return query
+
+    failed = run(fail_batch=1)
+    assert "the sink fails batch 1" in str(failed.exception())
+    assert len(seen) == 10  # batch 0 only
+    lost = json.loads((checkpoint / "offsets" / "1").read_text().splitlines()[-1])["ranges"]
+    lost_ids = {
+        offset * 2 + int(p)
+        for p, (start, until) in lost[topic].items()
+        for offset in range(start, until)
+    }
+    assert len(lost_ids) == 10
+    run(fail_batch=None)  # Spark replays batch 1 first, then goes on
+    assert sorted(seen) == sorted(set(range(40)) - lost_ids)
+    assert kafka_committed(bootstrap_servers, group, topic, 2) == {0: 20, 1: 20}
