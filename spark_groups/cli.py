@@ -60,11 +60,11 @@ def clean_errors(config: dict[str, Any] | None = None) -> Iterator[None]:
 def client_config(servers: str, settings: tuple[str, ...]) -> dict[str, Any]:
     """librdkafka settings from ``-b`` and ``-X key=value`` pairs."""
     config: dict[str, Any] = {"bootstrap.servers": servers}
-    for item in settings:
+    for number, item in enumerate(settings, 1):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            # Never echo the value: it may be a password.
-            raise CliError(f"-X expects key=value, got a setting without '=' ({key[:40]!r})", 2)
+            # Never echo it: it may be a password.
+            raise CliError(f"-X expects key=value; setting number {number} is not", EXIT_BAD_OPTION)
         config[key.strip()] = value
     return config
 

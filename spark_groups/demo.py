@@ -32,9 +32,12 @@ from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition as TP
 from spark_groups.sink import committed_positions
 
-ROOT = Path(os.environ.get("SPARK_GROUPS_HOME", Path(__file__).resolve().parent.parent))
-CONF = ROOT / "conf" / "ingest.toml"
-JOB = ROOT / "jobs" / "ingest.py"
+
+def source_root() -> Path:
+    """Where ``jobs/`` and ``conf/`` are: ``$SPARK_GROUPS_HOME``, else beside this package."""
+    return Path(os.environ.get("SPARK_GROUPS_HOME") or Path(__file__).resolve().parent.parent)
+
+
 WORK = Path("/tmp/spark-groups-demo")
 TOPIC, GROUP, PARTITIONS, ORDERS = "orders", "orders-etl", 3, 3000
 
@@ -65,9 +68,11 @@ def produce_orders(servers: str) -> dict[int, int]:
     return counts
 
 
-def check_setup() -> str:
-    """The ``spark-submit`` to run; raises :class:`SparkGroupsError` naming what is missing."""
-    for needed in (JOB, CONF):
+def check_setup() -> tuple[str, Path, Path]:
+    """``spark-submit``, the job and its config; raises :class:`SparkGroupsError` naming what
+    is missing."""
+    job, conf = source_root() / "jobs" / "ingest.py", source_root() / "conf" / "ingest.toml"
+    for needed in (job, conf):
         if not needed.is_file():
             raise SparkGroupsError(
                 f"the demo needs {needed} (run it from a source checkout of spark_groups, "
@@ -76,10 +81,10 @@ def check_setup() -> str:
     submit = shutil.which("spark-submit")
     if submit is None:
         raise SparkGroupsError("the demo needs spark-submit on PATH (pip install pyspark)")
-    return submit
+    return submit, job, conf
 
 
-def run_job(servers: str, submit: str = "spark-submit") -> None:
+def run_job(servers: str, submit: str, job: Path, conf: Path) -> None:
     """Run the ingest job through spark-submit, as in production."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     cmd = [
@@ -87,8 +92,8 @@ def run_job(servers: str, submit: str = "spark-submit") -> None:
         "--master", "local[2]",
         "--driver-memory", "1g",
         "--conf", "spark.ui.enabled=false",
-        str(JOB),
-        "--conf", str(CONF),
+        str(job),
+        "--conf", str(conf),
         "--bootstrap-servers", servers,
     ]  # fmt: skip
     click.echo(f"\n$ {' '.join(cmd)}\n")
@@ -143,12 +148,12 @@ def report(servers: str, produced: dict[int, int]) -> None:
 
 def run_demo() -> None:
     """Run the whole demo; raises :class:`SparkGroupsError` when a step fails."""
-    submit = check_setup()
+    submit, job, conf = check_setup()
     shutil.rmtree(WORK, ignore_errors=True)
     with EmbeddedBroker() as broker:
         servers = broker.bootstrap_servers
         click.echo(f"embedded broker on {servers}")
         produced = produce_orders(servers)
         click.echo(f"produced {sum(produced.values())} orders to '{TOPIC}': {produced}")
-        run_job(servers, submit)
+        run_job(servers, submit, job, conf)
         report(servers, produced)

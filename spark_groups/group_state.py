@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from spark_groups.errors import BrokerUnreachableError, TopicNotFoundError
+from spark_groups.errors import BrokerUnreachableError, OptionError, TopicNotFoundError
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition
 from spark_groups.secrets import scrub
@@ -69,8 +69,12 @@ class GroupState:
 
 
 def admin_client(config: Mapping[str, Any]) -> AdminClient:
-    """An AdminClient for ``config`` (librdkafka settings)."""
-    return AdminClient(dict(config))
+    """An AdminClient for ``config`` (librdkafka settings); :class:`OptionError` (secrets
+    scrubbed) for a setting librdkafka rejects."""
+    try:
+        return AdminClient(dict(config))
+    except (KafkaException, ValueError, TypeError) as exc:
+        raise OptionError("-X", f"bad client setting: {scrub(str(exc), config)}") from None
 
 
 def describe_group(
