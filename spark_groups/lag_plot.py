@@ -62,9 +62,9 @@ def draw(series: Mapping[TopicPartition, LagSeries], out: str | Path, group: str
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(10, 7))
     try:
         for tp, s in series.items():
-            (line,) = top.step(s.times, s.positions, where="post", label=str(tp))
+            (line,) = top.step(s.times, s.positions, where="post", marker="o", ms=3, label=str(tp))
             top.axhline(s.log_end, linestyle="--", color=line.get_color(), linewidth=0.8)
-            bottom.step(s.times, s.behind, where="post", label=str(tp))
+            bottom.step(s.times, s.behind, where="post", marker="o", ms=3, label=str(tp))
         fig.suptitle(f"group {group}")
         top.set_title(TITLE, fontsize=10)
         top.set_ylabel("offset")
