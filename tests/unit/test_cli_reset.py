@@ -9,14 +9,17 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
 from spark_groups.cli import EXIT_BAD_OPTION, EXIT_GROUP_ACTIVE, main
+from spark_groups.errors import OptionError
 from spark_groups.ledger import RESET_BATCH, LedgerRow, OffsetLedger
 from spark_groups.offsets import TopicPartition
+from spark_groups.reset import ResetTarget, parse_target
 
 GROUP_SETTINGS = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
 
@@ -171,3 +174,20 @@ def test_client_settings_are_passed_and_secrets_never_shown() -> None:
     assert malformed.exit_code == EXIT_BAD_OPTION
     assert "key=value" in malformed.output
     assert "hunter2" not in malformed.output
+
+
+def test_reset_targets_parse() -> None:
+    assert parse_target("earliest") == ResetTarget("earliest")
+    assert parse_target("LATEST") == ResetTarget("latest")
+    ms = parse_target("timestamp:1793534400000")
+    assert ms == ResetTarget("timestamp", timestamp_ms=1_793_534_400_000)
+    assert parse_target("timestamp:2026-11-01T12:00:00Z") == ms
+    assert parse_target("timestamp:2026-11-01T12:00:00") == ms  # naive = UTC
+    assert parse_target("timestamp:2026-11-01T13:00:00+01:00") == ms
+    assert parse_target('offsets-json:{"t": {"0": 5, "2": 0}}').offsets == {
+        TopicPartition("t", 0): 5,
+        TopicPartition("t", 2): 0,
+    }
+    for bad in ('offsets-json:{"t": {"0": -1}}', 'offsets-json:{"t": {"x": 1}}', "offsets-json:[]"):
+        with pytest.raises(OptionError, match="offsets-json"):
+            parse_target(bad)
