@@ -77,9 +77,13 @@ def parse_timestamp(text: str, option: str) -> datetime:
 
 
 def parse_target(text: str) -> ResetTarget:
-    """Parse ``--to``: ``earliest``, ``latest``, ``timestamp:<ms|ISO>``, ``offsets-json:<json>``."""
-    kind, _, arg = text.partition(":")
-    kind = kind.strip().lower()
+    """Parse ``--to``: ``earliest``, ``latest``, ``timestamp:<ms|ISO>``, ``offsets-json:<json>``
+    (or ``offsets-json <json>``)."""
+    if text.strip().lower().startswith("offsets-json"):  # "offsets-json:{...}" or "... {...}"
+        kind, arg = "offsets-json", text.strip()[len("offsets-json") :].lstrip(": \t")
+    else:
+        kind, _, arg = text.partition(":")
+        kind = kind.strip().lower()
     if kind in ("earliest", "latest") and not arg:
         return ResetTarget(kind)
     if kind == "timestamp" and arg:

@@ -145,6 +145,7 @@ def test_reset_rejects_bad_targets_and_offsets_outside_the_log(
     topic, group = make_topic(1), f"g-{uuid.uuid4().hex[:8]}"
     runner = CliRunner()
     base = ["reset", group, "-b", bootstrap_servers, "--topic", topic]
+    assert parse_target('offsets-json {"t":{"1":2}}').offsets == {TopicPartition("t", 1): 2}
     for bad in ("yesterday", "timestamp:", "timestamp:not-a-time", "offsets-json:{oops"):
         result = runner.invoke(main, [*base, "--to", bad])
         assert result.exit_code == EXIT_BAD_OPTION, (bad, result.output)
