@@ -260,9 +260,14 @@ def lag_plot(
 
 
 @main.command()
-def demo() -> None:
+@click.option(
+    "--work-dir", type=click.Path(file_okay=False), help="where the demo writes (emptied first)"
+)
+def demo(work_dir: str | None) -> None:
     """README command one: embedded broker, sample orders, the ingest job, what landed."""
+    from pathlib import Path
+
     from spark_groups.demo import run_demo
 
     with clean_errors():
-        run_demo()
+        run_demo(Path(work_dir) if work_dir else None)

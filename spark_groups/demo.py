@@ -8,7 +8,9 @@ Starts the embedded broker, produces sample orders to topic ``orders``, runs
 ``jobs/ingest.py`` through ``spark-submit`` with ``conf/ingest.toml``, then prints the rows
 that landed in the Delta table and the group's committed offsets in Kafka and the ledger.
 The job and its configuration live in the source tree (``jobs/``, ``conf/``); the demo
-finds them beside this package, or in ``$SPARK_GROUPS_HOME``. Work files go to ``WORK``.
+finds them beside this package, or in ``$SPARK_GROUPS_HOME``. Work files go to ``WORK``
+(the paths in ``conf/ingest.toml``), or to another directory given to :func:`run_demo`: the
+configuration is then copied there with ``WORK`` replaced.
 Output goes to stdout (click.echo): this is a command, not library code.
 """
 
@@ -103,11 +105,11 @@ def run_job(servers: str, submit: str, job: Path, conf: Path) -> None:
         raise SparkGroupsError(f"the ingest job failed with exit status {exc.returncode}") from None
 
 
-def report(servers: str, produced: dict[int, int]) -> None:
+def report(servers: str, produced: dict[int, int], work: Path = WORK) -> None:
     """Print what landed and where the group's offsets are."""
     from deltalake import DeltaTable, QueryBuilder
 
-    path = WORK / "tables" / "orders"
+    path = work / "tables" / "orders"
     query = QueryBuilder().register("orders", DeltaTable(str(path)))
 
     def sql(text: str) -> list[dict]:
@@ -129,7 +131,7 @@ def report(servers: str, produced: dict[int, int]) -> None:
         GROUP, [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
     )
     committed = admin.list_consumer_group_offsets([request])[GROUP].result(30)
-    ledger = OffsetLedger(str(WORK / "_offsets" / GROUP), GROUP).latest_positions()
+    ledger = OffsetLedger(str(work / "_offsets" / GROUP), GROUP).latest_positions()
     in_sink = committed_positions(str(path), GROUP, [TP(TOPIC, p) for p in range(PARTITIONS)])
     click.echo(f"\n=== consumer group '{GROUP}' committed offsets")
     click.echo(
@@ -146,14 +148,21 @@ def report(servers: str, produced: dict[int, int]) -> None:
         )
 
 
-def run_demo() -> None:
-    """Run the whole demo; raises :class:`SparkGroupsError` when a step fails."""
+def run_demo(work: Path | None = None) -> None:
+    """Run the whole demo in ``work`` (default :data:`WORK`, emptied first); raises
+    :class:`SparkGroupsError` when a step fails."""
     submit, job, conf = check_setup()
-    shutil.rmtree(WORK, ignore_errors=True)
+    work = Path(work) if work is not None else WORK
+    shutil.rmtree(work, ignore_errors=True)
+    if work != WORK:
+        work.mkdir(parents=True)
+        text = conf.read_text().replace(str(WORK), str(work))
+        conf = work / "ingest.toml"
+        conf.write_text(text)
     with EmbeddedBroker() as broker:
         servers = broker.bootstrap_servers
         click.echo(f"embedded broker on {servers}")
         produced = produce_orders(servers)
         click.echo(f"produced {sum(produced.values())} orders to '{TOPIC}': {produced}")
         run_job(servers, submit, job, conf)
-        report(servers, produced)
+        report(servers, produced, work)
