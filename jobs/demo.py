@@ -1,131 +1,19 @@
-"""The end-to-end demo: embedded broker, sample orders, the ingest job, what landed.
+"""The end-to-end demo (README command one runs this through jobs/demo.sh).
 
-    python jobs/demo.py            (README command one runs this through jobs/demo.sh)
+    python jobs/demo.py
 
-Starts the embedded broker, produces sample orders to topic ``orders``, runs
-``jobs/ingest.py`` through ``spark-submit`` with ``conf/ingest.toml``, then prints the rows
-that landed in the Delta table and the group's committed offsets in Kafka and the ledger.
+A thin wrapper: the demo lives in :mod:`spark_groups.demo` (also ``spark-groups demo``).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
 import sys
-from pathlib import Path
 
-import pyarrow as pa
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-
-from spark_groups.embedded import EmbeddedBroker
-from spark_groups.ledger import OffsetLedger
-from spark_groups.offsets import TopicPartition as TP
-from spark_groups.sink import committed_positions
-
-ROOT = Path(__file__).resolve().parent.parent
-CONF = ROOT / "conf" / "ingest.toml"
-WORK = Path("/tmp/spark-groups-demo")
-TOPIC, GROUP, PARTITIONS, ORDERS = "orders", "orders-etl", 3, 3000
-
-
-def produce_orders(servers: str) -> dict[int, int]:
-    """Create the topic and produce sample orders; return records per partition."""
-    admin = AdminClient({"bootstrap.servers": servers})
-    for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values():
-        future.result(30)
-    producer = Producer({"bootstrap.servers": servers, "linger.ms": "5"})
-    counts = dict.fromkeys(range(PARTITIONS), 0)
-
-    def delivered(error: object, message: object) -> None:
-        if error is None:
-            counts[message.partition()] += 1  # type: ignore[attr-defined]
-
-    for i in range(ORDERS):
-        order = {"order_id": i, "customer": f"c{i % 97}", "amount": 5 + (i * 7) % 300}
-        producer.produce(
-            TOPIC,
-            key=f"c{i % 97}".encode(),
-            value=json.dumps(order).encode(),
-            on_delivery=delivered,
-        )
-        if i % 700 == 0:
-            producer.flush(30)  # several record batches of different sizes per partition
-    producer.flush(30)
-    return counts
-
-
-def run_job(servers: str) -> None:
-    """Run the ingest job through spark-submit, as in production."""
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    cmd = [
-        "spark-submit",
-        "--master", "local[2]",
-        "--driver-memory", "1g",
-        "--conf", "spark.ui.enabled=false",
-        str(ROOT / "jobs" / "ingest.py"),
-        "--conf", str(CONF),
-        "--bootstrap-servers", servers,
-    ]  # fmt: skip
-    print(f"\n$ {' '.join(cmd)}\n", flush=True)
-    subprocess.run(cmd, check=True, env=env)
-
-
-def report(servers: str, produced: dict[int, int]) -> None:
-    """Print what landed and where the group's offsets are."""
-    from deltalake import DeltaTable, QueryBuilder
-
-    path = WORK / "tables" / "orders"
-    query = QueryBuilder().register("orders", DeltaTable(str(path)))
-
-    def sql(text: str) -> list[dict]:
-        return pa.table(query.execute(text).read_all()).to_pylist()
-
-    total = sql("SELECT count(*) AS n FROM orders")[0]["n"]
-    print(f"\n=== landed in the Delta table {path}")
-    print(f"rows: {total} (produced {sum(produced.values())})")
-    for row in sql("SELECT partition, count(*) AS n FROM orders GROUP BY partition ORDER BY 1"):
-        print(f"  partition {row['partition']}: {row['n']} rows")
-    first = 'SELECT topic, partition, "offset", value FROM orders ORDER BY 2, 3 LIMIT 3'
-    for row in sql(first):
-        print(
-            f"  {row['topic']}-{row['partition']}@{row['offset']}: {bytes(row['value']).decode()}"
-        )
-
-    admin = AdminClient({"bootstrap.servers": servers})
-    request = ConsumerGroupTopicPartitions(
-        GROUP, [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
-    )
-    committed = admin.list_consumer_group_offsets([request])[GROUP].result(30)
-    ledger = OffsetLedger(str(WORK / "_offsets" / GROUP), GROUP).latest_positions()
-    in_sink = committed_positions(str(path), GROUP, [TP(TOPIC, p) for p in range(PARTITIONS)])
-    print(f"\n=== consumer group '{GROUP}' committed offsets")
-    print("  partition  kafka(__consumer_offsets)  ledger(Delta)  sink(Delta txn)  log-end  lag")
-    for tp in committed.topic_partitions:
-        in_ledger = ledger.get(TP(TOPIC, tp.partition))
-        sink_next = in_sink.get(TP(TOPIC, tp.partition))
-        end = produced[tp.partition]
-        lag = end - tp.offset
-        print(
-            f"  {tp.partition:>9}  {tp.offset:>25}  {in_ledger!s:>13}  {sink_next!s:>15}  "
-            f"{end:>7}  {lag:>3}"
-        )
-
-
-def main() -> int:
-    """Run the whole demo; exit status 0 when every produced order landed."""
-    shutil.rmtree(WORK, ignore_errors=True)
-    with EmbeddedBroker() as broker:
-        servers = broker.bootstrap_servers
-        print(f"embedded broker on {servers}")
-        produced = produce_orders(servers)
-        print(f"produced {sum(produced.values())} orders to '{TOPIC}': {produced}")
-        run_job(servers)
-        report(servers, produced)
-    return 0
-
+from spark_groups.demo import run_demo
+from spark_groups.errors import SparkGroupsError
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        run_demo()
+    except SparkGroupsError as exc:
+        sys.exit(f"demo failed: {exc}")

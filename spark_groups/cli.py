@@ -1,121 +1,273 @@
-"""The ``spark-groups`` command: look at a consumer group the way operators do.
+"""The ``spark-groups`` command: look at, and set, a consumer group the way operators do.
 
-    spark-groups describe GROUP --bootstrap-servers HOST:PORT [--offsets-table PATH] [--topic T]
+    spark-groups describe GROUP -b HOST:PORT [--offsets-table PATH] [--topic T]
+    spark-groups history  GROUP --offsets-table PATH [--partition T:P] [--since] [--until]
+    spark-groups reset    GROUP -b HOST:PORT --topic T --to TARGET [--offsets-table] [--dry-run]
+    spark-groups lag-plot GROUP -b HOST:PORT --offsets-table PATH --out lag.png
+    spark-groups demo
 
-Shows the group's state and, per partition, the offset committed in Kafka, the last
-``until`` in the ledger, the log end and the lag, and flags where Kafka and the ledger
-disagree. It uses the public pieces of the library only.
+Client settings (e.g. SASL) are passed as ``-X key=value``; their secret values never
+appear in output or errors. Errors are :class:`~spark_groups.errors.SparkGroupsError`\\ s
+printed as one line; exit codes: 1 error, 2 bad option, 3 the group has active members.
+See docs/cli.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
 
 import click
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
-from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.table import Table
 
-from spark_groups.errors import BrokerUnreachableError, SparkGroupsError
-from spark_groups.ledger import OffsetLedger
-from spark_groups.offsets import TopicPartition
-from spark_groups.watermarks import EndOffsetResolver
+from spark_groups.errors import GroupActiveError, OptionError, SparkGroupsError
+from spark_groups.group_state import PartitionState, describe_group
+from spark_groups.secrets import scrub
+
+__all__ = ["PartitionState", "main"]
+
+#: Exit status for a group that has active members (``reset``).
+EXIT_GROUP_ACTIVE = 3
+#: Exit status for a bad option value.
+EXIT_BAD_OPTION = 2
 
 
-@dataclass(frozen=True)
-class PartitionState:
-    """What is known about one partition of a group."""
+class CliError(click.ClickException):
+    """A :class:`SparkGroupsError` shown as one line, with an exit code by its type."""
 
-    partition: TopicPartition
-    kafka: int | None
-    ledger: int | None
-    log_end: int
-
-    @property
-    def committed(self) -> int | None:
-        """The offset the group resumes from: the furthest of Kafka and the ledger."""
-        known = [o for o in (self.kafka, self.ledger) if o is not None]
-        return max(known) if known else None
-
-    @property
-    def lag(self) -> int | None:
-        """Records not yet committed."""
-        return None if self.committed is None else max(0, self.log_end - self.committed)
-
-    @property
-    def disagreement(self) -> str:
-        """Why Kafka and the ledger differ, or ''."""
-        if self.ledger is None or self.kafka == self.ledger:
-            return ""
-        if self.kafka is None:
-            return "not in Kafka"
-        return "ledger ahead" if self.ledger > self.kafka else "Kafka ahead"
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
-def describe_group(
-    servers: str, group: str, topics: list[str], ledger_path: str | None, timeout_s: float = 15
-) -> tuple[str, list[PartitionState]]:
-    """The group's state and its partitions (of ``topics``, or every topic it committed)."""
-    admin = AdminClient({"bootstrap.servers": servers})
+@contextmanager
+def clean_errors(config: dict[str, Any] | None = None) -> Iterator[None]:
+    """Turn library errors into :class:`CliError` (secrets of ``config`` scrubbed)."""
     try:
-        state = admin.describe_consumer_groups([group])[group].result(timeout_s).state.name
-        committed_req = ConsumerGroupTopicPartitions(group)
-        committed = admin.list_consumer_group_offsets([committed_req])[group].result(timeout_s)
-        metadata = admin.list_topics(timeout=timeout_s)
-    except (KafkaException, TimeoutError) as exc:
-        raise BrokerUnreachableError(
-            f"cannot describe group {group!r} on {servers} within {timeout_s:.0f} s "
-            f"({exc or type(exc).__name__})"
-        ) from None
-    in_kafka = {
-        TopicPartition(p.topic, p.partition): p.offset
-        for p in committed.topic_partitions
-        if p.offset >= 0
-    }
-    names = topics or sorted({tp.topic for tp in in_kafka})
-    missing = [t for t in names if t not in metadata.topics]
-    if missing:
-        raise SparkGroupsError(f"topic {missing[0]!r} does not exist on {servers}")
-    partitions = [
-        TopicPartition(t, p) for t in names for p in sorted(metadata.topics[t].partitions)
-    ]
-    in_ledger = OffsetLedger(ledger_path, group).latest_positions(partitions) if ledger_path else {}
-    with EndOffsetResolver({"bootstrap.servers": servers}) as resolver:
-        ends = resolver.end_offsets(partitions)
-    return state, [
-        PartitionState(tp, in_kafka.get(tp), in_ledger.get(tp), ends[tp]) for tp in partitions
-    ]
+        yield
+    except SparkGroupsError as exc:
+        code = 1
+        if isinstance(exc, GroupActiveError):
+            code = EXIT_GROUP_ACTIVE
+        elif isinstance(exc, OptionError):
+            code = EXIT_BAD_OPTION
+        raise CliError(scrub(str(exc), config or {}), code) from None
+
+
+def client_config(servers: str, settings: tuple[str, ...]) -> dict[str, Any]:
+    """librdkafka settings from ``-b`` and ``-X key=value`` pairs."""
+    config: dict[str, Any] = {"bootstrap.servers": servers}
+    for number, item in enumerate(settings, 1):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            # Never echo it: it may be a password.
+            raise CliError(f"-X expects key=value; setting number {number} is not", EXIT_BAD_OPTION)
+        config[key.strip()] = value
+    return config
+
+
+def kafka_options(command: Callable) -> Callable:
+    """``-b/--bootstrap-servers`` and ``-X key=value`` (repeatable)."""
+    command = click.option(
+        "-X", "settings", multiple=True, metavar="KEY=VALUE",
+        help="a librdkafka client setting, e.g. -X security.protocol=SASL_SSL (repeatable)",
+    )(command)  # fmt: skip
+    return click.option(
+        "--bootstrap-servers", "-b", required=True, help="host:port of the cluster"
+    )(command)
+
+
+def _time(value: str | None, option: str) -> datetime | None:
+    from spark_groups.reset import parse_timestamp
+
+    return None if value is None else parse_timestamp(value, option)
+
+
+def _show(value: int | None) -> str:
+    return "-" if value is None else str(value)
 
 
 @click.group()
 def main() -> None:
-    """Inspect consumer groups read by spark_groups queries."""
+    """Inspect and manage consumer groups read by spark_groups queries."""
 
 
 @main.command()
 @click.argument("group")
-@click.option("--bootstrap-servers", "-b", required=True, help="host:port of the cluster")
+@kafka_options
 @click.option("--offsets-table", help="the group's Delta ledger (offsets.table)")
 @click.option("--topic", "topics", multiple=True, help="only these topics (default: all committed)")
 def describe(
-    group: str, bootstrap_servers: str, offsets_table: str | None, topics: tuple[str, ...]
+    group: str,
+    bootstrap_servers: str,
+    settings: tuple[str, ...],
+    offsets_table: str | None,
+    topics: tuple[str, ...],
 ) -> None:
     """State of GROUP, and per partition: Kafka offset, ledger offset, log end, lag."""
-    try:
-        state, rows = describe_group(bootstrap_servers, group, list(topics), offsets_table)
-    except SparkGroupsError as exc:
-        raise click.ClickException(str(exc)) from None
-    table = Table(title=f"group {group} ({state})")
+    config = client_config(bootstrap_servers, settings)
+    with clean_errors(config):
+        state = describe_group(config, group, list(topics), offsets_table)
+    table = Table(title=f"group {group} ({state.state})")
     for column in ("topic", "partition", "kafka", "ledger", "log end", "lag", "note"):
         table.add_column(column, justify="left" if column in ("topic", "note") else "right")
-
-    def show(value: int | None) -> str:
-        return "-" if value is None else str(value)
-
-    for row in rows:
+    for row in state.partitions:
         table.add_row(
-            row.partition.topic, str(row.partition.partition), show(row.kafka),
-            show(row.ledger), str(row.log_end), show(row.lag), row.disagreement,
+            row.partition.topic, str(row.partition.partition), _show(row.kafka),
+            _show(row.ledger), str(row.log_end), _show(row.lag), row.disagreement,
         )  # fmt: skip
     Console(width=120).print(table)
+
+
+@main.command()
+@click.argument("group")
+@click.option("--offsets-table", required=True, help="the group's Delta ledger (offsets.table)")
+@click.option(
+    "--rebalances-table", help="the rebalance history (default: <offsets-table>_rebalances)"
+)
+@click.option(
+    "--partition",
+    "partitions",
+    multiple=True,
+    metavar="TOPIC:P",
+    help="only these partitions (repeatable)",
+)
+@click.option("--since", help="from this ISO 8601 time on (naive = UTC)")
+@click.option("--until", "until_", metavar="ISO", help="before this ISO 8601 time (naive = UTC)")
+@click.option("--limit", type=click.IntRange(min=0), help="only the newest N events")
+def history(
+    group: str,
+    offsets_table: str,
+    rebalances_table: str | None,
+    partitions: tuple[str, ...],
+    since: str | None,
+    until_: str | None,
+    limit: int | None,
+) -> None:
+    """Committed batches and rebalances of GROUP in time order: who processed what, when."""
+    from spark_groups.timeline import parse_partition, timeline
+
+    with clean_errors():
+        wanted = [parse_partition(p) for p in partitions] or None
+        events = timeline(
+            offsets_table, group, rebalances_table, wanted,
+            _time(since, "--since"), _time(until_, "--until"), limit,
+        )  # fmt: skip
+    table = Table(title=f"group {group}: {len(events)} event(s)")
+    for column in ("time (UTC)", "partition", "event", "member", "gen", "what"):
+        table.add_column(column, justify="right" if column == "gen" else "left")
+    for e in events:
+        table.add_row(
+            e.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3], str(e.partition), e.kind,
+            e.member_id, str(e.generation), e.describe(),
+        )  # fmt: skip
+    Console(width=160).print(table)
+
+
+@main.command()
+@click.argument("group")
+@kafka_options
+@click.option("--topic", "topics", multiple=True, help="the topic(s) to reset (repeatable)")
+@click.option(
+    "--to", "to", required=True,
+    help='earliest | latest | timestamp:<ms or ISO> | offsets-json:\'{"t": {"0": 5}}\'',
+)  # fmt: skip
+@click.option("--offsets-table", help="the group's Delta ledger: reset markers are appended")
+@click.option("--dry-run", is_flag=True, help="print the plan (current -> new), change nothing")
+def reset(
+    group: str,
+    bootstrap_servers: str,
+    settings: tuple[str, ...],
+    topics: tuple[str, ...],
+    to: str,
+    offsets_table: str | None,
+    dry_run: bool,
+) -> None:
+    """Set GROUP's position in Kafka and in the ledger. The group must have no members."""
+    from spark_groups.reset import apply_reset, parse_target, plan_reset
+
+    config = client_config(bootstrap_servers, settings)
+    with clean_errors(config):
+        target = parse_target(to)
+        if not topics and target.kind != "offsets-json":
+            raise OptionError("--topic", "name the topic(s) to reset")
+        state, steps = plan_reset(config, group, list(topics), target, offsets_table)
+        table = Table(title=f"reset of group {group} ({state.state}) to {target.kind}")
+        for column in ("topic", "partition", "current", "new", "change"):
+            table.add_column(column, justify="left" if column == "topic" else "right")
+        for s in steps:
+            change = "-" if s.current is None else f"{s.new - s.current:+d}"
+            table.add_row(
+                s.partition.topic, str(s.partition.partition), _show(s.current), str(s.new), change
+            )
+        console = Console(width=120)
+        console.print(table)
+        if dry_run:
+            note = " (the group is active: a real reset would be refused)" if state.active else ""
+            console.print(f"dry run: nothing changed{note}")
+            return
+        apply_reset(config, group, state, steps, offsets_table)
+        where = "Kafka and the ledger" if offsets_table else "Kafka (no --offsets-table given)"
+        console.print(f"reset {len(steps)} partition(s) in {where}")
+
+
+@main.command(name="lag-plot")
+@click.argument("group")
+@kafka_options
+@click.option("--offsets-table", required=True, help="the group's Delta ledger (offsets.table)")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="the PNG to write")
+@click.option(
+    "--partition",
+    "partitions",
+    multiple=True,
+    metavar="TOPIC:P",
+    help="only these partitions (repeatable)",
+)
+def lag_plot(
+    group: str,
+    bootstrap_servers: str,
+    settings: tuple[str, ...],
+    offsets_table: str,
+    out: str,
+    partitions: tuple[str, ...],
+) -> None:
+    """Plot GROUP's committed position and records behind the current log end, over time."""
+    from spark_groups.lag_plot import draw, lag_series
+    from spark_groups.ledger import OffsetLedger
+    from spark_groups.offsets import TopicPartition
+    from spark_groups.timeline import parse_partition
+    from spark_groups.watermarks import EndOffsetResolver
+
+    config = client_config(bootstrap_servers, settings)
+    with clean_errors(config):
+        wanted = [parse_partition(p) for p in partitions] or None
+        rows = OffsetLedger(offsets_table, group).history(wanted)
+        if rows.num_rows == 0:
+            raise SparkGroupsError(f"the ledger {offsets_table} has no rows for group {group!r}")
+        seen = {
+            TopicPartition(t, p)
+            for t, p in zip(
+                rows.column("topic").to_pylist(), rows.column("partition").to_pylist(), strict=True
+            )
+        }
+        with EndOffsetResolver(config) as resolver:
+            ends = resolver.end_offsets(seen)
+        path = draw(lag_series(rows, ends), out, group)
+    click.echo(f"wrote {path} ({len(seen)} partition(s), {rows.num_rows} ledger row(s))")
+
+
+@main.command()
+@click.option(
+    "--work-dir", type=click.Path(file_okay=False), help="where the demo writes (emptied first)"
+)
+def demo(work_dir: str | None) -> None:
+    """README command one: embedded broker, sample orders, the ingest job, what landed."""
+    from pathlib import Path
+
+    from spark_groups.demo import run_demo
+
+    with clean_errors():
+        run_demo(Path(work_dir) if work_dir else None)

@@ -59,3 +59,8 @@ class SinkError(SparkGroupsError):
 class SinkGapError(SinkError):
     """A batch starts past the offset the sink table expects for a partition: committing it
     would leave records that were never written (a gap) in the table."""
+
+
+class GroupActiveError(SparkGroupsError):
+    """An operation that needs an empty consumer group (``spark-groups reset``) found the
+    group with active members; stop every member (every query and consumer) first."""

@@ -8,6 +8,13 @@ micro-batch appends one row per partition it read, in a single Delta commit::
 
 All columns are non-nullable. The table keeps the minimal Delta protocol (reader 1, writer 2).
 
+**Special rows.** ``batch = -1`` (:data:`CATCH_UP_BATCH`) records that a new owner brought
+the group up to the exactly-once sink's offsets. ``batch = -2`` (:data:`RESET_BATCH`) is a
+*reset marker*, written by ``spark-groups reset``: an operator set the group's position to
+``until_offset`` (it was at ``from_offset``; generation ``-1``; ``member_id`` names who reset).
+A partition's position (:meth:`OffsetLedger.latest_positions`) is the highest ``until_offset``
+since its last reset marker, the marker included: the maximum alone could never move back.
+
 **One table, one group.** The group id is stored in the table's configuration under
 :data:`GROUP_ID_KEY` when the table is created (delta-rs only accepts such a non-``delta.*``
 key through ``DeltaTable.create(..., raise_if_key_not_exists=False)``; ``write_deltalake``
@@ -47,7 +54,7 @@ same time (a writer finding it taken skips its turn). Across processes, two comp
 still overlap only if ``compact_every`` commits land while one runs (it takes tens to a few
 hundred milliseconds), so keep ``compact_every`` large (default 200) when several processes
 write one table. Duplicated rows would not change :meth:`OffsetLedger.latest_positions` or
-:meth:`OffsetLedger.last_batch` (maxima), only :meth:`OffsetLedger.history`. If a
+:meth:`OffsetLedger.last_batch` (maxima since a marker), only :meth:`OffsetLedger.history`. If a
 maintenance commit happens to hold the multiple, that period is skipped and the next one
 compacts twice as many files.
 
@@ -81,10 +88,10 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
@@ -142,6 +149,10 @@ _INT32_MAX = 2**31 - 1
 #: The ``batch`` of a row recording that a new owner caught the group up with the
 #: exactly-once sink's offsets (no batch of this query read that range).
 CATCH_UP_BATCH = -1
+#: The ``batch`` of a *reset marker*: an operator set the group's position (``spark-groups
+#: reset``). Its ``from_offset`` is the position before the reset, its ``until_offset`` the
+#: new one (which may be lower: a reset marker is the only row whose range may run backwards).
+RESET_BATCH = -2
 
 
 @dataclass(frozen=True)
@@ -150,7 +161,8 @@ class LedgerRow:
 
     ``member_id`` and ``generation`` identify the group member (and its group generation)
     that committed the batch numbered ``batch`` (:data:`CATCH_UP_BATCH` for a catch-up with
-    the exactly-once sink); ``committed_at`` must be timezone-aware (it is stored in UTC).
+    the exactly-once sink, :data:`RESET_BATCH` for a reset marker); ``committed_at`` must be
+    timezone-aware (it is stored in UTC).
     """
 
     topic: str
@@ -229,10 +241,13 @@ class OffsetLedger:
     def latest_positions(
         self, partitions: Iterable[TopicPartition] | None = None
     ) -> dict[TopicPartition, int]:
-        """The highest ``until_offset`` recorded per partition by this group.
+        """Where this group stands per partition: the highest ``until_offset`` recorded since
+        the partition's last reset marker (:data:`RESET_BATCH`), the marker's own
+        ``until_offset`` included; with no reset, the highest ``until_offset`` of all rows.
 
-        Only ``partitions`` are looked up when given (partitions never recorded are absent
-        from the result). Returns ``{}`` when the table does not exist yet.
+        So a replayed, older range never moves the position back, and a reset does (see
+        :meth:`record_reset`). Only ``partitions`` are looked up when given (partitions never
+        recorded are absent from the result). Returns ``{}`` when the table does not exist.
         """
         wanted = None if partitions is None else set(partitions)
         if wanted is not None and not wanted:
@@ -240,9 +255,17 @@ class OffsetLedger:
         # Partitions are picked after the aggregation, not in the SQL: an OR of
         # topic/partition terms made DataFusion twice as slow per file, and Parquet
         # statistics cannot skip anything here (every file holds every partition).
+        where = self._where()
         sql = (
+            f'WITH r AS (SELECT "topic" AS r_topic, "partition" AS r_partition, '
+            f'MAX("committed_at") AS r_at FROM {_SQL_TABLE} '
+            f'WHERE {where} AND "batch" = {RESET_BATCH} GROUP BY "topic", "partition") '
             f'SELECT "topic", "partition", MAX("until_offset") AS "until_offset" '
-            f'FROM {_SQL_TABLE} WHERE {self._where()} GROUP BY "topic", "partition"'
+            f"FROM {_SQL_TABLE} LEFT JOIN r "
+            f'ON "topic" = r_topic AND "partition" = r_partition '
+            f'WHERE {where} AND (r_at IS NULL OR "committed_at" > r_at '
+            f'OR ("batch" = {RESET_BATCH} AND "committed_at" = r_at)) '
+            f'GROUP BY "topic", "partition"'
         )
         table = self._query(sql)
         if table is None:
@@ -260,22 +283,63 @@ class OffsetLedger:
             return positions
         return {tp: until for tp, until in positions.items() if tp in wanted}
 
+    def record_reset(
+        self,
+        positions: Mapping[TopicPartition, int],
+        previous: Mapping[TopicPartition, int],
+        member_id: str,
+    ) -> list[LedgerRow]:
+        """Append reset markers setting the group's position to ``positions``, in one commit.
+
+        ``previous`` holds the positions before the reset (a partition missing there is
+        recorded as ``from_offset == until_offset``); ``member_id`` says who reset (e.g.
+        ``reset:user@host``; never a secret). The markers are stamped strictly after every
+        row already in the ledger (a later wall clock if this machine's is behind), so
+        :meth:`latest_positions` returns exactly ``positions`` afterwards, forwards or
+        backwards. Rows appended later count from the marker on. Returns the rows written.
+        """
+        if not positions:
+            return []
+        now = datetime.now(UTC)
+        newest = self._query(
+            f'SELECT MAX("committed_at") AS "at" FROM {_SQL_TABLE} WHERE {self._where()}'
+        )
+        if newest is not None and newest.num_rows and newest.column("at")[0].as_py() is not None:
+            now = max(now, newest.column("at")[0].as_py() + timedelta(microseconds=1))
+        rows = [
+            LedgerRow(
+                topic=tp.topic,
+                partition=tp.partition,
+                from_offset=previous.get(tp, until),
+                until_offset=until,
+                member_id=member_id,
+                generation=-1,
+                batch=RESET_BATCH,
+                committed_at=now,
+            )
+            for tp, until in sorted(positions.items())
+        ]
+        self.append(rows)
+        return rows
+
     def history(
         self,
         partitions: Iterable[TopicPartition] | None = None,
         since: datetime | None = None,
+        until: datetime | None = None,
     ) -> pa.Table:
         """This group's rows (schema :data:`LEDGER_SCHEMA`), oldest first.
 
         Sorted by ``committed_at``, ``batch``, ``topic``, ``partition``. ``partitions``
-        keeps only those partitions; ``since`` (timezone-aware) keeps rows with
-        ``committed_at >= since``. An empty table when the ledger does not exist yet.
+        keeps only those partitions; ``since`` / ``until`` (timezone-aware) keep rows with
+        ``since <= committed_at < until``. An empty table when the ledger does not exist yet.
         """
-        if since is not None and since.utcoffset() is None:
-            raise LedgerError(
-                f"offsets ledger {self.path}: history(since=...) needs a timezone-aware "
-                f"datetime, got {since!r}"
-            )
+        for name, bound in (("since", since), ("until", until)):
+            if bound is not None and bound.utcoffset() is None:
+                raise LedgerError(
+                    f"offsets ledger {self.path}: history({name}=...) needs a timezone-aware "
+                    f"datetime, got {bound!r}"
+                )
         wanted = None if partitions is None else set(partitions)
         if wanted is not None and not wanted:
             return LEDGER_SCHEMA.empty_table()
@@ -289,6 +353,9 @@ class OffsetLedger:
         if since is not None:
             bound = pa.scalar(since, type=pa.timestamp("us", tz="UTC"))
             table = table.filter(pc.greater_equal(table.column("committed_at"), bound))
+        if until is not None:
+            bound = pa.scalar(until, type=pa.timestamp("us", tz="UTC"))
+            table = table.filter(pc.less(table.column("committed_at"), bound))
         return table.sort_by(_HISTORY_ORDER)
 
     def last_batch(self) -> int | None:
@@ -591,6 +658,22 @@ class OffsetLedger:
                 return pa.table(reader.read_all())
 
 
+def positions_over_time(history: pa.Table) -> dict[TopicPartition, list[tuple[datetime, int]]]:
+    """The group's position per partition after each row of ``history`` (rows of
+    :meth:`OffsetLedger.history`), by the rule of :meth:`OffsetLedger.latest_positions`: the
+    highest ``until_offset`` since the last reset marker. The last point of each series is
+    what ``latest_positions`` returns for the same rows."""
+    rows = sorted(history.to_pylist(), key=lambda r: (r["committed_at"], r["batch"] == RESET_BATCH))
+    series: dict[TopicPartition, list[tuple[datetime, int]]] = {}
+    for row in rows:
+        tp = TopicPartition(row["topic"], row["partition"])
+        points = series.setdefault(tp, [])
+        until = row["until_offset"]
+        position = until if row["batch"] == RESET_BATCH or not points else max(points[-1][1], until)
+        points.append((row["committed_at"], position))
+    return series
+
+
 def _row_problem(row: LedgerRow) -> str | None:
     """Why ``row`` cannot be stored, or ``None``."""
     if not isinstance(row, LedgerRow):
@@ -607,10 +690,13 @@ def _row_problem(row: LedgerRow) -> str | None:
         return "partition must be in [0, 2**31)"
     if not -(2**31) <= row.generation <= _INT32_MAX:
         return "generation must fit in 32 bits"
-    if not 0 <= row.from_offset <= row.until_offset:
+    if row.batch < RESET_BATCH:
+        return f"batch must be >= {RESET_BATCH}"
+    if row.batch == RESET_BATCH:
+        if min(row.from_offset, row.until_offset) < 0:
+            return "a reset marker's offsets must be >= 0"
+    elif not 0 <= row.from_offset <= row.until_offset:
         return "offsets must satisfy 0 <= from_offset <= until_offset"
-    if row.batch < CATCH_UP_BATCH:
-        return f"batch must be >= {CATCH_UP_BATCH}"
     if not isinstance(row.committed_at, datetime) or row.committed_at.utcoffset() is None:
         return "committed_at must be a timezone-aware datetime"
     return None

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from spark_groups.cli import main
 from spark_groups.ledger import LedgerRow, OffsetLedger
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_describe_shows_kafka_ledger_end_and_lag(
@@ -49,3 +55,27 @@ def test_describe_names_an_unreachable_cluster() -> None:
     result = CliRunner().invoke(main, ["describe", "g", "-b", "127.0.0.1:9", "--topic", "t"])
     assert result.exit_code != 0
     assert "127.0.0.1:9" in result.output
+
+
+def test_demo_names_what_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARK_GROUPS_HOME", str(tmp_path))
+    result = CliRunner().invoke(main, ["demo"])
+    assert result.exit_code == 1
+    assert str(tmp_path / "jobs" / "ingest.py") in result.output
+    assert "Traceback" not in result.output
+
+    monkeypatch.delenv("SPARK_GROUPS_HOME")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no spark-submit there
+    result = CliRunner().invoke(main, ["demo"])
+    assert result.exit_code == 1
+    assert "spark-submit" in result.output
+
+
+def test_jobs_demo_is_a_thin_wrapper_of_the_same_demo(tmp_path: Path) -> None:
+    env = dict(os.environ, PATH=str(tmp_path), PYTHONPATH=str(REPO_ROOT))
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "jobs" / "demo.py")],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "demo failed: the demo needs spark-submit on PATH" in done.stderr

@@ -19,7 +19,14 @@ from deltalake.exceptions import CommitFailedError
 
 from spark_groups import ledger as ledger_module
 from spark_groups.errors import LedgerError, OptionError
-from spark_groups.ledger import GROUP_ID_KEY, LEDGER_SCHEMA, LedgerRow, OffsetLedger
+from spark_groups.ledger import (
+    GROUP_ID_KEY,
+    LEDGER_SCHEMA,
+    RESET_BATCH,
+    LedgerRow,
+    OffsetLedger,
+    positions_over_time,
+)
 from spark_groups.offsets import TopicPartition
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -588,3 +595,53 @@ def test_commit_failed_too_often_raises_ledger_error(
     assert len(calls) == 3
     monkeypatch.undo()
     assert ledger.last_batch() == 0
+
+
+def test_a_reset_marker_moves_the_position_backwards_and_later_batches_count_from_it(
+    tmp_path: Path,
+) -> None:
+    ledger = OffsetLedger(str(tmp_path / "ledger"), "g")
+    a0, a1, b0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
+    ledger.append(rows_of(0, {("a", 0): (0, 50), ("a", 1): (0, 5), ("b", 0): (0, 9)}))
+    # Stamped in the future: record_reset must still come after it (clock skew).
+    ledger.append(rows_of(1, {("a", 0): (50, 80)}, committed_at=datetime.now(UTC) + timedelta(1)))
+
+    rows = ledger.record_reset({a0: 20, a1: 7}, {a0: 80, a1: 5}, "reset:ops@host")
+    assert [(r.from_offset, r.until_offset, r.batch) for r in rows] == [
+        (80, 20, RESET_BATCH),
+        (5, 7, RESET_BATCH),
+    ]
+    assert ledger.latest_positions() == {a0: 20, a1: 7, b0: 9}
+    assert ledger.last_batch() == 1  # a reset is not a batch
+
+    # A batch after the reset counts from the reset on; an older range does not win.
+    later = rows[0].committed_at + timedelta(seconds=1)
+    ledger.append(rows_of(2, {("a", 0): (20, 30)}, committed_at=later))
+    assert ledger.latest_positions([a0]) == {a0: 30}
+    series = positions_over_time(ledger.history())
+    assert [p for _, p in series[a0]] == [50, 80, 20, 30]
+    assert {tp: points[-1][1] for tp, points in series.items()} == ledger.latest_positions()
+
+    # Reset again, to the very same offset: the newest marker wins.
+    ledger.record_reset({a0: 0}, {a0: 30}, "reset:ops@host")
+    assert ledger.latest_positions([a0]) == {a0: 0}
+
+
+def test_only_reset_markers_may_run_backwards(tmp_path: Path) -> None:
+    ledger = OffsetLedger(str(tmp_path / "ledger"), "g")
+    with pytest.raises(LedgerError, match="from_offset <= until_offset"):
+        ledger.append(rows_of(0, {("a", 0): (9, 3)}))
+    with pytest.raises(LedgerError, match="batch must be >= -2"):
+        ledger.append(rows_of(-3, {("a", 0): (0, 3)}))
+    ledger.append(rows_of(RESET_BATCH, {("a", 0): (9, 3)}))
+    assert ledger.latest_positions() == {TopicPartition("a", 0): 3}
+
+
+def test_history_until_is_exclusive(tmp_path: Path) -> None:
+    ledger = OffsetLedger(str(tmp_path / "ledger"), "g")
+    for batch in range(4):
+        ledger.append(rows_of(batch, {("a", 0): (batch, batch + 1)}))
+    window = ledger.history(since=T0 + timedelta(seconds=1), until=T0 + timedelta(seconds=3))
+    assert window.column("batch").to_pylist() == [1, 2]
+    with pytest.raises(LedgerError, match="until"):
+        ledger.history(until=datetime(2026, 1, 1))

@@ -1,0 +1,168 @@
+"""The end-to-end demo (README command one): embedded broker, sample orders, the ingest job,
+what landed.
+
+    bash jobs/demo.sh      (sets up, then runs python jobs/demo.py)
+    spark-groups demo      (the same, with an installed spark_groups)
+
+Starts the embedded broker, produces sample orders to topic ``orders``, runs
+``jobs/ingest.py`` through ``spark-submit`` with ``conf/ingest.toml``, then prints the rows
+that landed in the Delta table and the group's committed offsets in Kafka and the ledger.
+The job and its configuration live in the source tree (``jobs/``, ``conf/``); the demo
+finds them beside this package, or in ``$SPARK_GROUPS_HOME``. Work files go to ``WORK``
+(the paths in ``conf/ingest.toml``), or to another directory given to :func:`run_demo`: the
+configuration is then copied there with ``WORK`` replaced.
+Output goes to stdout (click.echo): this is a command, not library code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pyarrow as pa
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from spark_groups.embedded import EmbeddedBroker
+from spark_groups.errors import SparkGroupsError
+from spark_groups.ledger import OffsetLedger
+from spark_groups.offsets import TopicPartition as TP
+from spark_groups.sink import committed_positions
+
+
+def source_root() -> Path:
+    """Where ``jobs/`` and ``conf/`` are: ``$SPARK_GROUPS_HOME``, else beside this package."""
+    return Path(os.environ.get("SPARK_GROUPS_HOME") or Path(__file__).resolve().parent.parent)
+
+
+WORK = Path("/tmp/spark-groups-demo")
+TOPIC, GROUP, PARTITIONS, ORDERS = "orders", "orders-etl", 3, 3000
+
+
+def produce_orders(servers: str) -> dict[int, int]:
+    """Create the topic and produce sample orders; return records per partition."""
+    admin = AdminClient({"bootstrap.servers": servers})
+    for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": servers, "linger.ms": "5"})
+    counts = dict.fromkeys(range(PARTITIONS), 0)
+
+    def delivered(error: object, message: object) -> None:
+        if error is None:
+            counts[message.partition()] += 1  # type: ignore[attr-defined]
+
+    for i in range(ORDERS):
+        order = {"order_id": i, "customer": f"c{i % 97}", "amount": 5 + (i * 7) % 300}
+        producer.produce(
+            TOPIC,
+            key=f"c{i % 97}".encode(),
+            value=json.dumps(order).encode(),
+            on_delivery=delivered,
+        )
+        if i % 700 == 0:
+            producer.flush(30)  # several record batches of different sizes per partition
+    producer.flush(30)
+    return counts
+
+
+def check_setup() -> tuple[str, Path, Path]:
+    """``spark-submit``, the job and its config; raises :class:`SparkGroupsError` naming what
+    is missing."""
+    job, conf = source_root() / "jobs" / "ingest.py", source_root() / "conf" / "ingest.toml"
+    for needed in (job, conf):
+        if not needed.is_file():
+            raise SparkGroupsError(
+                f"the demo needs {needed} (run it from a source checkout of spark_groups, "
+                "or set SPARK_GROUPS_HOME to one)"
+            )
+    submit = shutil.which("spark-submit")
+    if submit is None:
+        raise SparkGroupsError("the demo needs spark-submit on PATH (pip install pyspark)")
+    return submit, job, conf
+
+
+def run_job(servers: str, submit: str, job: Path, conf: Path) -> None:
+    """Run the ingest job through spark-submit, as in production."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    cmd = [
+        submit,
+        "--master", "local[2]",
+        "--driver-memory", "1g",
+        "--conf", "spark.ui.enabled=false",
+        str(job),
+        "--conf", str(conf),
+        "--bootstrap-servers", servers,
+    ]  # fmt: skip
+    click.echo(f"\n$ {' '.join(cmd)}\n")
+    try:
+        subprocess.run(cmd, check=True, env=env)
+    except subprocess.CalledProcessError as exc:
+        raise SparkGroupsError(f"the ingest job failed with exit status {exc.returncode}") from None
+
+
+def report(servers: str, produced: dict[int, int], work: Path = WORK) -> None:
+    """Print what landed and where the group's offsets are."""
+    from deltalake import DeltaTable, QueryBuilder
+
+    path = work / "tables" / "orders"
+    query = QueryBuilder().register("orders", DeltaTable(str(path)))
+
+    def sql(text: str) -> list[dict]:
+        return pa.table(query.execute(text).read_all()).to_pylist()
+
+    total = sql("SELECT count(*) AS n FROM orders")[0]["n"]
+    click.echo(f"\n=== landed in the Delta table {path}")
+    click.echo(f"rows: {total} (produced {sum(produced.values())})")
+    for row in sql("SELECT partition, count(*) AS n FROM orders GROUP BY partition ORDER BY 1"):
+        click.echo(f"  partition {row['partition']}: {row['n']} rows")
+    first = 'SELECT topic, partition, "offset", value FROM orders ORDER BY 2, 3 LIMIT 3'
+    for row in sql(first):
+        click.echo(
+            f"  {row['topic']}-{row['partition']}@{row['offset']}: {bytes(row['value']).decode()}"
+        )
+
+    admin = AdminClient({"bootstrap.servers": servers})
+    request = ConsumerGroupTopicPartitions(
+        GROUP, [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+    )
+    committed = admin.list_consumer_group_offsets([request])[GROUP].result(30)
+    ledger = OffsetLedger(str(work / "_offsets" / GROUP), GROUP).latest_positions()
+    in_sink = committed_positions(str(path), GROUP, [TP(TOPIC, p) for p in range(PARTITIONS)])
+    click.echo(f"\n=== consumer group '{GROUP}' committed offsets")
+    click.echo(
+        "  partition  kafka(__consumer_offsets)  ledger(Delta)  sink(Delta txn)  log-end  lag"
+    )
+    for tp in committed.topic_partitions:
+        in_ledger = ledger.get(TP(TOPIC, tp.partition))
+        sink_next = in_sink.get(TP(TOPIC, tp.partition))
+        end = produced[tp.partition]
+        lag = end - tp.offset
+        click.echo(
+            f"  {tp.partition:>9}  {tp.offset:>25}  {in_ledger!s:>13}  {sink_next!s:>15}  "
+            f"{end:>7}  {lag:>3}"
+        )
+
+
+def run_demo(work: Path | None = None) -> None:
+    """Run the whole demo in ``work`` (default :data:`WORK`, emptied first); raises
+    :class:`SparkGroupsError` when a step fails."""
+    submit, job, conf = check_setup()
+    work = Path(work) if work is not None else WORK
+    shutil.rmtree(work, ignore_errors=True)
+    if work != WORK:
+        work.mkdir(parents=True)
+        text = conf.read_text().replace(str(WORK), str(work))
+        conf = work / "ingest.toml"
+        conf.write_text(text)
+    with EmbeddedBroker() as broker:
+        servers = broker.bootstrap_servers
+        click.echo(f"embedded broker on {servers}")
+        produced = produce_orders(servers)
+        click.echo(f"produced {sum(produced.values())} orders to '{TOPIC}': {produced}")
+        run_job(servers, submit, job, conf)
+        report(servers, produced, work)

@@ -1,0 +1,116 @@
+"""A consumer group as operators see it: its state and, per partition, where it stands.
+
+Used by ``spark-groups describe`` and ``spark-groups reset``. ``config`` is the librdkafka
+client configuration (``bootstrap.servers`` and e.g. SASL settings); error messages never
+contain its secrets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka.admin import AdminClient
+
+from spark_groups.errors import BrokerUnreachableError, OptionError, TopicNotFoundError
+from spark_groups.ledger import OffsetLedger
+from spark_groups.offsets import TopicPartition
+from spark_groups.secrets import scrub
+from spark_groups.watermarks import EndOffsetResolver
+
+#: Group states in which no member is active (a reset is allowed).
+IDLE_STATES = ("EMPTY", "DEAD")
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """What is known about one partition of a group."""
+
+    partition: TopicPartition
+    kafka: int | None
+    ledger: int | None
+    log_end: int
+
+    @property
+    def committed(self) -> int | None:
+        """The offset the group resumes from: the furthest of Kafka and the ledger."""
+        known = [o for o in (self.kafka, self.ledger) if o is not None]
+        return max(known) if known else None
+
+    @property
+    def lag(self) -> int | None:
+        """Records not yet committed."""
+        return None if self.committed is None else max(0, self.log_end - self.committed)
+
+    @property
+    def disagreement(self) -> str:
+        """Why Kafka and the ledger differ, or ''."""
+        if self.ledger is None or self.kafka == self.ledger:
+            return ""
+        if self.kafka is None:
+            return "not in Kafka"
+        return "ledger ahead" if self.ledger > self.kafka else "Kafka ahead"
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """A group's state name (``STABLE``, ``EMPTY``, ...), member count and partitions."""
+
+    state: str
+    members: int
+    partitions: list[PartitionState]
+
+    @property
+    def active(self) -> bool:
+        """True while the group has (or may have) active members."""
+        return self.members > 0 or self.state not in IDLE_STATES
+
+
+def admin_client(config: Mapping[str, Any]) -> AdminClient:
+    """An AdminClient for ``config`` (librdkafka settings); :class:`OptionError` (secrets
+    scrubbed) for a setting librdkafka rejects."""
+    try:
+        return AdminClient(dict(config))
+    except (KafkaException, ValueError, TypeError) as exc:
+        raise OptionError("-X", f"bad client setting: {scrub(str(exc), config)}") from None
+
+
+def describe_group(
+    config: Mapping[str, Any],
+    group: str,
+    topics: list[str],
+    ledger_path: str | None,
+    timeout_s: float = 15,
+) -> GroupState:
+    """The group's state and its partitions (of ``topics``, or every topic it committed)."""
+    servers = config.get("bootstrap.servers")
+    admin = admin_client(config)
+    try:
+        described = admin.describe_consumer_groups([group])[group].result(timeout_s)
+        committed_req = ConsumerGroupTopicPartitions(group)
+        committed = admin.list_consumer_group_offsets([committed_req])[group].result(timeout_s)
+        metadata = admin.list_topics(timeout=timeout_s)
+    except (KafkaException, TimeoutError) as exc:
+        problem = scrub(str(exc) or type(exc).__name__, config)
+        raise BrokerUnreachableError(
+            f"cannot describe group {group!r} on {servers} within {timeout_s:.0f} s ({problem})"
+        ) from None
+    in_kafka = {
+        TopicPartition(p.topic, p.partition): p.offset
+        for p in committed.topic_partitions
+        if p.offset >= 0
+    }
+    names = topics or sorted({tp.topic for tp in in_kafka})
+    missing = [t for t in names if t not in metadata.topics]
+    if missing:
+        raise TopicNotFoundError(f"topic {missing[0]!r} does not exist on {servers}")
+    partitions = [
+        TopicPartition(t, p) for t in names for p in sorted(metadata.topics[t].partitions)
+    ]
+    in_ledger = OffsetLedger(ledger_path, group).latest_positions(partitions) if ledger_path else {}
+    with EndOffsetResolver(config) as resolver:
+        ends = resolver.end_offsets(partitions)
+    rows = [PartitionState(tp, in_kafka.get(tp), in_ledger.get(tp), ends[tp]) for tp in partitions]
+    return GroupState(described.state.name, len(described.members or []), rows)

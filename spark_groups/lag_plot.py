@@ -1,0 +1,81 @@
+"""``spark-groups lag-plot``: how far behind the group was, per partition, over time.
+
+The ledger records the group's position at every commit but not the log end at that moment,
+so the true lag *at commit time* cannot be recovered. What is plotted instead, and said so
+in the title:
+
+- top: the committed position per partition over time (the ledger's rule: the highest
+  ``until_offset`` since the last reset), with the log end *now* as a dashed line;
+- bottom: **records behind the current log end** (log end now - position at that time).
+  For a commit long ago this overstates the lag of that moment by every record produced
+  since; it is exact for the newest point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+
+from spark_groups.ledger import positions_over_time
+from spark_groups.offsets import TopicPartition
+
+TITLE = "committed position per partition; dashed: log end now"
+BEHIND_TITLE = "records behind the CURRENT log end (not the lag at commit time)"
+
+
+@dataclass(frozen=True)
+class LagSeries:
+    """One partition's points: commit times, positions, and records behind ``log_end``."""
+
+    times: list[datetime]
+    positions: list[int]
+    log_end: int
+
+    @property
+    def behind(self) -> list[int]:
+        """``log_end - position`` at each point (never negative)."""
+        return [max(0, self.log_end - p) for p in self.positions]
+
+
+def lag_series(
+    history: pa.Table, log_ends: Mapping[TopicPartition, int]
+) -> dict[TopicPartition, LagSeries]:
+    """Per partition of ``history`` (ledger rows) with a known log end, its series."""
+    series = {}
+    for tp, points in sorted(positions_over_time(history).items()):
+        if tp in log_ends:
+            series[tp] = LagSeries([t for t, _ in points], [p for _, p in points], log_ends[tp])
+    return series
+
+
+def draw(series: Mapping[TopicPartition, LagSeries], out: str | Path, group: str) -> Path:
+    """Draw ``series`` into the PNG file ``out`` (matplotlib, Agg backend); return its path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(10, 7))
+    try:
+        for tp, s in series.items():
+            (line,) = top.step(s.times, s.positions, where="post", marker="o", ms=3, label=str(tp))
+            top.axhline(s.log_end, linestyle="--", color=line.get_color(), linewidth=0.8)
+            bottom.step(s.times, s.behind, where="post", marker="o", ms=3, label=str(tp))
+        fig.suptitle(f"group {group}")
+        top.set_title(TITLE, fontsize=10)
+        top.set_ylabel("offset")
+        bottom.set_title(BEHIND_TITLE, fontsize=10)
+        bottom.set_ylabel("records")
+        bottom.set_xlabel("commit time (UTC)")
+        if series:
+            top.legend(fontsize=8, loc="upper left")
+        fig.autofmt_xdate()
+        path = Path(out)
+        fig.savefig(path, format="png", dpi=100)
+    finally:
+        plt.close(fig)
+    return path
