@@ -19,16 +19,19 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_groups.offsets import TopicPartition, positions_to_json
+
+if TYPE_CHECKING:  # stream imports this module
+    from spark_groups.stream import StreamMetrics
 
 #: The key of ``sources[].latestOffset`` holding the coordinator metrics.
 METRICS_KEY = "@coordinator"
 
 
 def snapshot(
-    counters: Any,
+    counters: StreamMetrics,
     *,
     member_id: str,
     generation: int,
