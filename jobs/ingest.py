@@ -1,6 +1,10 @@
 """Ingest a Kafka topic into a Delta table through a consumer group.
 
     spark-submit jobs/ingest.py --conf conf/ingest.toml [--bootstrap-servers host:port]
+        [--group-instance-id ID]
+
+``conf/scheduled.toml`` configures the same job as a scheduled pipeline (Trigger.AvailableNow,
+static membership; docs/jobs.md).
 
 The source is ``kafka-group``; the sink is the exactly-once Delta sink ``delta-group``
 (docs/sink.md): executors write the rows as Parquet files and the driver adds them in one
@@ -14,12 +18,20 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("spark_groups.jobs.ingest")
+
+
+#: A processing-time trigger interval, as Spark parses it ("10 seconds", "1 minute").
+_INTERVAL = re.compile(r"^\d+\s*(ms|milliseconds?|s|seconds?|minutes?|hours?|days?)$")
+#: What Kafka accepts as a group.instance.id (JoinGroupRequest.validateGroupInstanceId).
+_INSTANCE_ID = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_INSTANCE_KEYS = ("group.instance.id", "kafka.group.instance.id")
 
 
 class JobConfigError(ValueError):
@@ -38,8 +50,28 @@ class JobConfig:
     partition_by: str = ""
 
 
-def load_config(path: str, bootstrap_servers: str | None = None) -> JobConfig:
-    """Read and check a TOML job config; ``bootstrap_servers`` overrides the file's."""
+def _static_id(path: str, source: dict[str, str], override: str | None) -> None:
+    """Apply ``--group-instance-id`` (``""`` removes it) and check the static member id."""
+    if override is not None:
+        for key in [k for k in source if k.lower() in _INSTANCE_KEYS]:
+            del source[key]
+        if override.strip():
+            source["group.instance.id"] = override.strip()
+    found = [k for k in source if k.lower() in _INSTANCE_KEYS]
+    for key in found:
+        if not _INSTANCE_ID.match(source[key]):
+            raise JobConfigError(
+                f"{path}: [source] {key} {source[key]!r} is not a valid static member id: use "
+                "1-249 characters from a-z A-Z 0-9 . _ - (e.g. the job's name), or remove it "
+                "for dynamic membership"
+            )
+
+
+def load_config(
+    path: str, bootstrap_servers: str | None = None, group_instance_id: str | None = None
+) -> JobConfig:
+    """Read and check a TOML job config; ``bootstrap_servers`` overrides the file's, and so
+    does ``group_instance_id`` (the static member id; ``""`` means none)."""
     try:
         raw = tomllib.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -49,10 +81,14 @@ def load_config(path: str, bootstrap_servers: str | None = None) -> JobConfig:
     unknown = set(raw) - {"source", "sink"}
     if unknown:
         raise JobConfigError(f"{path}: unknown section(s) {sorted(unknown)}; use [source], [sink]")
-    source = {str(k): str(v) for k, v in raw.get("source", {}).items()}
-    sink = raw.get("sink", {})
+    for section in ("source", "sink"):
+        if not isinstance(raw.get(section), dict):
+            raise JobConfigError(f"{path}: a [{section}] section is required")
+    source = {str(k): str(v) for k, v in raw["source"].items()}
+    sink = raw["sink"]
     if bootstrap_servers:
         source["kafka.bootstrap.servers"] = bootstrap_servers
+    _static_id(path, source, group_instance_id)
     for key in ("path", "checkpoint"):
         if not str(sink.get(key, "")).strip():
             raise JobConfigError(f"{path}: [sink] {key} is required")
@@ -65,15 +101,20 @@ def load_config(path: str, bootstrap_servers: str | None = None) -> JobConfig:
     }
     if extra:
         raise JobConfigError(f"{path}: unknown [sink] key(s) {sorted(extra)}")
-    trigger = str(sink.get("trigger", "availableNow"))
-    if trigger != "availableNow" and not trigger.split()[0].isdigit():
+    trigger = str(sink.get("trigger", "availableNow")).strip()
+    if trigger != "availableNow" and not _INTERVAL.match(trigger):
         raise JobConfigError(
-            f"{path}: [sink] trigger must be 'availableNow' or an interval like '10 seconds'"
+            f"{path}: [sink] trigger {trigger!r}: use 'availableNow' or an interval like "
+            "'10 seconds'"
         )
     # Validate the source options now, with the library's own errors.
+    from spark_groups.errors import OptionError
     from spark_groups.options import parse_options
 
-    parse_options(source)
+    try:
+        parse_options(source)
+    except OptionError as exc:
+        raise JobConfigError(f"{path}: [source] {exc}") from None
     level = str(sink.get("spark_log_level", "WARN")).upper()
     if level not in ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"):
         raise JobConfigError(f"{path}: [sink] spark_log_level {level!r} is not a log4j level")
@@ -114,7 +155,13 @@ def run(config: JobConfig) -> None:
         writer = writer.trigger(processingTime=config.trigger)
     query = writer.start()
     query.awaitTermination()
-    log.info("query ended after %d batches", len(query.recentProgress))
+    progress = query.recentProgress
+    log.info("query ended after %d batches", len(progress))
+    if progress:
+        from spark_groups.metrics import coordinator_metrics
+
+        for metrics in coordinator_metrics(progress[-1]):
+            log.info("coordinator metrics at the last batch: %s", metrics)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,13 +169,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conf", required=True, help="TOML job config (see conf/ingest.toml)")
     parser.add_argument("--bootstrap-servers", help="override [source] kafka.bootstrap.servers")
+    parser.add_argument(
+        "--group-instance-id",
+        help="override [source] group.instance.id, the static member id ('' for none)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     logging.getLogger("spark_groups").setLevel(logging.INFO)
     try:
-        config = load_config(args.conf, args.bootstrap_servers)
+        config = load_config(args.conf, args.bootstrap_servers, args.group_instance_id)
     except (JobConfigError, ValueError) as exc:
         print(f"ingest: {exc}", file=sys.stderr)
         return 2

@@ -77,7 +77,8 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return self._driver().latest_offset(start, max_records)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        """Log end offsets seen at the last plan, for the query progress (lag)."""
+        """Log end offsets seen at the last plan (lag) and the coordinator metrics, for the
+        query progress (docs/metrics.md)."""
         return self._stream.report_latest() if self._stream is not None else None
 
     def prepareForTriggerAvailableNow(self) -> None:

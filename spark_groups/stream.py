@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from spark_groups import metrics as coordinator_metrics
 from spark_groups.errors import (
     CommitError,
     DataLossError,
@@ -60,6 +61,7 @@ class StreamMetrics:
     barrier_timeouts: int = 0
     lost_partitions: int = 0
     last_commit_ms: float = 0.0
+    last_rebalance_at: float | None = None  # time.time() of the last assignment
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -246,9 +248,24 @@ class GroupStream:
         self._targets = self._resolver.end_offsets(partitions)
         log.info("Trigger.AvailableNow: reading up to %s", positions_to_json(self._targets))
 
-    def report_latest(self) -> dict[str, dict[str, int]] | None:
-        """The log ends seen by the last plan, in the JSON shape of Spark's kafka source."""
-        return positions_to_json(self._latest_ends) if self._latest_ends else None
+    def report_latest(self) -> dict[str, Any] | None:
+        """The log ends seen by the last plan, in the JSON shape of Spark's kafka source, and
+        the coordinator metrics under ``metrics.METRICS_KEY`` (docs/metrics.md)."""
+        member = self._member
+        if member is None:
+            return None
+        with self._lock:
+            committed = dict(self._committed)
+        counters = coordinator_metrics.snapshot(
+            self.metrics,
+            member_id=member.member_id,
+            generation=member.generation,
+            assignment=member.assignment,
+            rebalances=member.rebalances,
+            log_ends=self._latest_ends,
+            committed=committed,
+        )
+        return coordinator_metrics.latest_offset_json(self._latest_ends, counters)
 
     # ------------------------------------------------------------------ internals
     def _wait_for_first_assignment(self, member: GroupMember) -> None:
@@ -461,6 +478,7 @@ class GroupStream:
 
     def on_assigned(self, partitions: frozenset[TopicPartition], generation: int) -> None:
         """New partitions get their position at the next plan (see ``latest_offset``)."""
+        self.metrics.last_rebalance_at = time.time()
         if self._history is not None:
             self._history.record("assigned", partitions, generation, self._member_id())
 

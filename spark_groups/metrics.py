@@ -1,0 +1,121 @@
+"""Coordinator metrics of a ``kafka-group`` query, carried in its streaming progress.
+
+Spark 4.3's Python data source API has no metrics hook: ``sources[].metrics`` of a
+``StreamingQueryProgress`` stays empty for Python sources, and the reader runs in its own
+process on the driver, out of reach of the user's listeners. What a Python source *can* put
+into the progress is the JSON of ``reportLatestOffset``, which Spark shows verbatim as
+``sources[].latestOffset``. So the source reports the log end offsets there in the shape of
+Spark's kafka source (``{"orders": {"0": 120, "1": 98}}``) and adds one more key,
+:data:`METRICS_KEY`, holding a snapshot of the member's coordinator metrics. ``@`` cannot
+appear in a Kafka topic name, so the key never collides with a topic.
+
+The user's side reads them back with :func:`coordinator_metrics` (from ``query.lastProgress``
+or a ``StreamingQueryListener`` event) and :func:`log_end_offsets`. docs/metrics.md lists the
+metrics and how to alert on them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from spark_groups.offsets import TopicPartition, positions_to_json
+
+if TYPE_CHECKING:  # stream imports this module
+    from spark_groups.stream import StreamMetrics
+
+#: The key of ``sources[].latestOffset`` holding the coordinator metrics.
+METRICS_KEY = "@coordinator"
+
+
+def snapshot(
+    counters: StreamMetrics,
+    *,
+    member_id: str,
+    generation: int,
+    assignment: frozenset[TopicPartition],
+    rebalances: int,
+    log_ends: Mapping[TopicPartition, int],
+    committed: Mapping[TopicPartition, int],
+    now: float | None = None,
+) -> dict[str, Any]:
+    """The coordinator metrics of one member, as a JSON-ready dict.
+
+    ``counters`` is the stream's ``StreamMetrics``; ``log_ends`` are the log end offsets seen
+    at the last plan and ``committed`` the committed offsets (next offset to read): ``lag`` is
+    the records between the two, over owned partitions with a committed offset (as
+    ``kafka-consumer-groups.sh`` shows no lag for a partition the group never committed).
+    """
+    now = time.time() if now is None else now
+    last = counters.last_rebalance_at
+    lag = sum(
+        max(0, end - committed[tp])
+        for tp, end in log_ends.items()
+        if tp in assignment and tp in committed
+    )
+    return {
+        "member_id": member_id,
+        "generation": generation,
+        "assigned_partitions": len(assignment),
+        "rebalances": rebalances,
+        "last_rebalance_age_s": round(now - last, 3) if last is not None else None,
+        "revocations": counters.revocations,
+        "last_barrier_wait_s": round(counters.last_barrier_wait_s, 3),
+        "barrier_timeouts": counters.barrier_timeouts,
+        "lost_partitions": counters.lost_partitions,
+        "failed_commits": counters.failed_commits,
+        "batches_planned": counters.batches_planned,
+        "batches_committed": counters.batches_committed,
+        "last_commit_ms": round(counters.last_commit_ms, 1),
+        "slow_batches": counters.extra.get("slow_batches", 0),
+        "lag": lag,
+    }
+
+
+def latest_offset_json(
+    log_ends: Mapping[TopicPartition, int], metrics: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What ``reportLatestOffset`` returns: the log ends by topic, plus the metrics."""
+    return {**positions_to_json(log_ends), METRICS_KEY: dict(metrics)}
+
+
+def _sources(progress: Any) -> list[Mapping[str, Any]]:
+    """The ``sources`` of a progress given as a dict (pyspark's StreamingQueryProgress is
+    one) or its JSON string."""
+    if isinstance(progress, str):
+        progress = json.loads(progress)
+    return list(progress["sources"]) if progress else []
+
+
+def _latest(source: Mapping[str, Any]) -> dict[str, Any] | None:
+    latest = source.get("latestOffset")
+    if isinstance(latest, str):
+        try:
+            latest = json.loads(latest)
+        except ValueError:
+            return None
+    return latest if isinstance(latest, dict) else None
+
+
+def coordinator_metrics(progress: Any) -> list[dict[str, Any]]:
+    """The coordinator metrics of every ``kafka-group`` source in one query progress.
+
+    ``progress`` is ``query.lastProgress``, a listener event's ``progress``, its ``json``, or
+    the parsed dict. Each entry is :func:`snapshot`'s dict plus ``description`` (Spark's name
+    for the source). Sources that are not ``kafka-group`` are skipped.
+    """
+    found = []
+    for source in _sources(progress):
+        latest = _latest(source)
+        if latest is not None and isinstance(latest.get(METRICS_KEY), dict):
+            found.append({"description": source.get("description", ""), **latest[METRICS_KEY]})
+    return found
+
+
+def log_end_offsets(source: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """One progress source's log end offsets, ``{topic: {partition: offset}}``, without the
+    metrics (the shape Spark's kafka source reports as ``latestOffset``)."""
+    latest = _latest(source) or {}
+    return {k: v for k, v in latest.items() if k != METRICS_KEY}

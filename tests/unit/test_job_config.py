@@ -1,0 +1,82 @@
+"""The ingest job's TOML config: the shipped files load, bad files fail with clear errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("ingest_job", ROOT / "jobs" / "ingest.py")
+assert _spec is not None and _spec.loader is not None
+ingest = importlib.util.module_from_spec(_spec)
+sys.modules["ingest_job"] = ingest  # dataclasses look their module up
+_spec.loader.exec_module(ingest)
+
+GOOD_SOURCE = """
+[source]
+"kafka.bootstrap.servers" = "127.0.0.1:9092"
+subscribe = "orders"
+"group.id" = "orders-etl"
+"""
+GOOD_SINK = """
+[sink]
+path = "/tmp/t"
+checkpoint = "/tmp/cp"
+"""
+
+
+def config(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_the_shipped_configs_load() -> None:
+    scheduled = ingest.load_config(str(ROOT / "conf" / "scheduled.toml"))
+    assert scheduled.trigger == "availableNow"
+    assert scheduled.source["group.instance.id"] == "orders-etl-every-10min"
+    assert ingest.load_config(str(ROOT / "conf" / "ingest.toml")).trigger == "availableNow"
+
+
+def test_the_static_id_can_be_overridden_or_removed(tmp_path: Path) -> None:
+    path = config(tmp_path, GOOD_SOURCE + '"group.instance.id" = "a"\n' + GOOD_SINK)
+    assert ingest.load_config(path, group_instance_id="b").source["group.instance.id"] == "b"
+    assert "group.instance.id" not in ingest.load_config(path, group_instance_id="").source
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (GOOD_SINK, "a [source] section is required"),
+        (GOOD_SOURCE, "a [sink] section is required"),
+        (GOOD_SOURCE + '[sink]\ncheckpoint = "/tmp/cp"\n', "[sink] path is required"),
+        (GOOD_SOURCE + GOOD_SINK + 'trigger = "10 bananas"\n', "[sink] trigger '10 bananas'"),
+        (GOOD_SOURCE + GOOD_SINK + 'trigger = ""\n', "[sink] trigger ''"),
+        (GOOD_SOURCE + GOOD_SINK + 'triger = "availableNow"\n', "unknown [sink] key(s) ['triger']"),
+        (GOOD_SOURCE + GOOD_SINK + "[extra]\n", "unknown section(s) ['extra']"),
+        (GOOD_SOURCE + 'subscrib = "x"\n' + GOOD_SINK, "[source] option 'subscrib'"),
+        (
+            GOOD_SOURCE + '"group.instance.id" = "orders etl/1"\n' + GOOD_SINK,
+            "group.instance.id 'orders etl/1' is not a valid static member id",
+        ),
+        (
+            GOOD_SOURCE + '"kafka.group.instance.id" = "' + "x" * 250 + '"\n' + GOOD_SINK,
+            "is not a valid static member id",
+        ),
+        ("[source\n", "not valid TOML"),
+    ],
+)
+def test_bad_configs_name_what_is_wrong(tmp_path: Path, text: str, message: str) -> None:
+    path = config(tmp_path, text)
+    with pytest.raises(ingest.JobConfigError) as caught:
+        ingest.load_config(path)
+    assert message in str(caught.value)
+    assert str(caught.value).startswith(path)
+
+
+def test_a_missing_file_and_the_exit_status(tmp_path: Path, capsys) -> None:
+    assert ingest.main(["--conf", str(tmp_path / "nope.toml")]) == 2
+    assert "no such config file" in capsys.readouterr().err
