@@ -104,10 +104,10 @@ display(OffsetLedger(offsets_table, group).history().to_pandas())
 
 # COMMAND ----------
 
-from spark_groups.cli import describe_group
+from spark_groups.group_state import describe_group
 
-state, partitions = describe_group(servers, group, [topic], offsets_table)
-print("group state:", state)
+described = describe_group(servers, group, [topic], offsets_table)
+print("group state:", described.state, "members:", described.members)
 display(
     [
         {
@@ -118,7 +118,7 @@ display(
             "lag": p.lag,
             "note": p.disagreement,
         }
-        for p in partitions
+        for p in described.partitions
     ]
 )
 

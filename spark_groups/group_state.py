@@ -78,13 +78,19 @@ def admin_client(config: Mapping[str, Any]) -> AdminClient:
 
 
 def describe_group(
-    config: Mapping[str, Any],
+    config: str | Mapping[str, Any],
     group: str,
     topics: list[str],
     ledger_path: str | None,
     timeout_s: float = 15,
 ) -> GroupState:
-    """The group's state and its partitions (of ``topics``, or every topic it committed)."""
+    """The group's state and its partitions (of ``topics``, or every topic it committed).
+
+    ``config`` is the bootstrap servers, or librdkafka client settings (with
+    ``bootstrap.servers`` and, for a secured cluster, its security settings).
+    """
+    if isinstance(config, str):
+        config = {"bootstrap.servers": config}
     servers = config.get("bootstrap.servers")
     admin = admin_client(config)
     try:
