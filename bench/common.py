@@ -144,3 +144,10 @@ def machine_facts() -> dict[str, str]:
 def load_average() -> tuple[float, float, float]:
     """The 1, 5 and 15 minute load averages."""
     return os.getloadavg()
+
+
+def partition_counts(records: int, topics: Sequence[str], partitions: int) -> dict:
+    """Records per (topic, partition) written by :func:`produce` (round-robin)."""
+    slots = [(t, p) for t in topics for p in range(partitions)]
+    base, extra = divmod(records, len(slots))
+    return {slot: base + (1 if i < extra else 0) for i, slot in enumerate(slots)}
