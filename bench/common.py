@@ -151,3 +151,52 @@ def partition_counts(records: int, topics: Sequence[str], partitions: int) -> di
     slots = [(t, p) for t in topics for p in range(partitions)]
     base, extra = divmod(records, len(slots))
     return {slot: base + (1 if i < extra else 0) for i, slot in enumerate(slots)}
+
+
+def _proc_stat(pid: str) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds incl. reaped children) of a process, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return int(fields[1]), ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmd:
+            return cmd.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds used so far by this process ("bench"), by its descendants running the
+    broker ("broker") and by all its other descendants: the Spark JVM and its Python workers
+    and reader processes ("spark")."""
+    stats = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            stat = _proc_stat(pid)
+            if stat is not None:
+                stats[pid] = stat
+    me = str(os.getpid())
+    children: dict[str, list[str]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(str(ppid), []).append(pid)
+    out = {"bench": stats[me][1], "broker": 0.0, "spark": 0.0}
+    todo = [(c, None) for c in children.get(me, [])]
+    while todo:
+        pid, kind = todo.pop()
+        if kind is None:
+            kind = "broker" if "tansu" in _cmdline(pid).lower() else "spark"
+        out[kind] += stats[pid][1]
+        todo += [(c, kind) for c in children.get(pid, [])]
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds per group between two :func:`cpu_seconds` readings."""
+    return {k: round(max(0.0, after[k] - before.get(k, 0.0)), 3) for k in after}

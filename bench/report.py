@@ -23,6 +23,13 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "n/a"
 
 
+def _cpu(cpu: dict[str, float] | None, rows: int) -> str:
+    if not cpu or not rows:
+        return "n/a"
+    per = 1e6 / rows
+    return " / ".join(f"{cpu.get(k, 0.0) * per:.2f}" for k in ("bench", "spark", "broker"))
+
+
 def _met(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
@@ -92,7 +99,10 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         f"Run on {results['date']}, took {results['seconds'] / 60:.1f} min. "
         f"Load average (1 min) at the start and after each section: "
         f"{', '.join(str(x) for x in results['load_1min'])}"
-        " (the machine is shared with other test runs, so absolute numbers are noisy).",
+        " (the machine is shared with other test runs, so absolute numbers are noisy). "
+        "Seconds per section: "
+        + ", ".join(f"{k} {v}" for k, v in results.get("section_s", {}).items())
+        + ".",
         "",
         "| machine | |",
         "| --- | --- |",
@@ -106,8 +116,9 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         f"{t['records']:,} records x {t['size']} B, {t['partitions']} partitions, read from "
         f"offset 0; best of {t['rounds']} round(s) (delta-group: 1 round).",
         "",
-        "| path | records/s | MB/s | vs plain |",
-        "| --- | ---: | ---: | ---: |",
+        "| path | records/s | MB/s | vs plain | CPU s per 1M records: bench process / Spark "
+        "(JVM, Python workers) / broker |",
+        "| --- | ---: | ---: | ---: | ---: |",
     ]
     labels = {
         "plain": "plain confluent-kafka, one process, `consume(500)` loop (**baseline**)",
@@ -119,22 +130,33 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
     for name, label in labels.items():
         if name in runs:
             r = runs[name]["rate"]
-            lines.append(f"| {label} | {_rate(r)} | {r * mb:,.1f} | {_ratio(r, plain)} |")
+            lines.append(
+                f"| {label} | {_rate(r)} | {r * mb:,.1f} | {_ratio(r, plain)} | "
+                f"{_cpu(runs[name].get('cpu'), runs[name]['rows'])} |"
+            )
     noop, ceil, rr = runs["noop"]["rate"], runs["spark_ceiling"]["rate"], runs["read_range"]["rate"]
     lines += [
         "",
         f"Target kafka-group -> noop >= 0.9x plain: {_met(noop >= 0.9 * plain)} "
         f"({noop / plain:.2f}x).",
         "",
-        "Where the time goes: the executor read path alone (`read_range`) runs at "
-        f"{rr / plain:.2f}x the plain loop. A Python data source that does no Kafka work at all "
-        f"(it yields one prebuilt Arrow batch of the same schema again and again) reaches only "
-        f"{_rate(ceil)} records/s = {ceil / plain:.2f}x the plain loop on this machine: that is "
-        "Spark's own cost of moving Arrow batches from the Python worker into the JVM and "
-        "turning them into rows, which no change to the reader can remove. kafka-group "
-        f"reaches {noop / ceil:.2f}x of that ceiling. The warm time excludes the first "
-        f"batch's group join ({runs['noop']['excluded_s']:.1f} s on Tansu, about half the "
-        "session timeout); per-batch planning is included.",
+        "Where the time goes. The executor read path alone (`read_range` over the same "
+        f"partitions in one process, no Spark) runs at {rr / plain:.2f}x the plain loop; its "
+        "profile is below (`consume` is librdkafka handing over Message objects, `add` turns "
+        "them into column lists, `to_batch` builds the Arrow arrays). A Python data source that "
+        "does no Kafka work at all (one prebuilt Arrow batch of the same schema, yielded again "
+        f"and again) reaches {_rate(ceil)} records/s = {ceil / plain:.2f}x the plain loop: "
+        "that is Spark's own cost of taking Arrow batches from a Python worker into the JVM "
+        f"as rows. kafka-group reaches {noop / ceil:.2f}x of that ceiling. The CPU column "
+        "shows the rest: per record, kafka-group pays the Python read path *and* Spark's "
+        "conversion (plus planning, the commit log and the ledger), all on the same cores as "
+        "the broker, where the plain loop pays only the first. The warm time excludes the "
+        f"first batch's group join ({runs['noop']['excluded_s']:.1f} s on Tansu, about half "
+        "the session timeout); the CPU column covers the whole query including start-up.",
+        "",
+        "```",
+        *_profile_head(t.get("read_range_profile", ""), 14),
+        "```",
         "",
         "Rows counted: "
         + ", ".join(f"{n} {runs[n]['rows']:,}" for n in runs)

@@ -11,9 +11,12 @@ See docs/benchmarks.md for what each line measures.
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import logging
 import os
+import pstats
 import shutil
 import sys
 import tempfile
@@ -26,6 +29,8 @@ from typing import Any
 
 from bench import ceiling, handover, scale, throughput
 from bench.common import (
+    cpu_delta,
+    cpu_seconds,
     create_topics,
     load_average,
     machine_facts,
@@ -124,10 +129,18 @@ def run_throughput(cfg: Config, spark: Any, servers: str, scratch: Path, say: Ca
                 spark, servers, topics, "delta-group", scratch
             )
         for name, fn in measured.items():
+            before = cpu_seconds()
             run = fn()
+            run.cpu = cpu_delta(before, cpu_seconds())
             say(f"round {round_no + 1} {name}: {run.rows:,} rows, {run.rate:,.0f} rec/s")
             runs.setdefault(name, []).append(run)
     best = {name: max(rs, key=lambda r: r.rate) for name, rs in runs.items()}
+    profiler = cProfile.Profile()
+    profiler.enable()
+    ceiling.read_range_rate(servers, topics, cfg.partitions, ends)
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(10)
     return {
         "records": cfg.records,
         "size": cfg.size,
@@ -135,6 +148,7 @@ def run_throughput(cfg: Config, spark: Any, servers: str, scratch: Path, say: Ca
         "rounds": cfg.rounds,
         "runs": {name: asdict(run) | {"rate": run.rate} for name, run in best.items()},
         "all_rates": {name: [r.rate for r in rs] for name, rs in runs.items()},
+        "read_range_profile": text.getvalue(),
     }
 
 
@@ -210,18 +224,32 @@ def run_all(cfg: Config, spark: Any, servers: str, scratch: Path, say: Callable 
     """Run every section; return the results (JSON-able)."""
     loads = [load_average()]
     started = time.perf_counter()
-    results: dict[str, Any] = {"config": asdict(cfg)}
-    results["throughput"] = run_throughput(cfg, spark, servers, scratch, say)
-    loads.append(load_average())
-    results["handover"] = run_handover(cfg, spark, servers, scratch, say)
-    loads.append(load_average())
-    results["growth"], results["scale"] = run_growth_and_scale(cfg, spark, servers, scratch, say)
-    loads.append(load_average())
-    results["ledger"] = scale.ledger_commits(
-        servers, cfg.ledger_batches, cfg.ledger_partitions, window=min(1000, cfg.ledger_batches)
+    results: dict[str, Any] = {"config": asdict(cfg), "section_s": {}}
+
+    def section(name: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        out = fn()
+        results["section_s"][name] = round(time.perf_counter() - t0, 1)
+        loads.append(load_average())
+        say(f"-- {name} done in {results['section_s'][name]} s, load {loads[-1][0]:.2f}")
+        return out
+
+    results["throughput"] = section(
+        "throughput", lambda: run_throughput(cfg, spark, servers, scratch, say)
+    )
+    results["handover"] = section(
+        "handover", lambda: run_handover(cfg, spark, servers, scratch, say)
+    )
+    results["growth"], results["scale"] = section(
+        "growth+scale", lambda: run_growth_and_scale(cfg, spark, servers, scratch, say)
+    )
+    results["ledger"] = section(
+        "ledger",
+        lambda: scale.ledger_commits(
+            servers, cfg.ledger_batches, cfg.ledger_partitions, min(1000, cfg.ledger_batches)
+        ),
     )
     say(f"ledger {results['ledger']}")
-    loads.append(load_average())
     results["load_1min"] = [round(x[0], 2) for x in loads]
     results["seconds"] = time.perf_counter() - started
     return results

@@ -38,6 +38,8 @@ class Run:
     excluded_s: float = 0.0
     #: Rows found in the sink table afterwards (delta-group only).
     written: int | None = None
+    #: CPU seconds by process group during the whole call (see bench.common.cpu_seconds).
+    cpu: dict[str, float] | None = None
 
     @property
     def rate(self) -> float:

@@ -26,6 +26,7 @@ def test_tiny_benchmark_run(spark, bootstrap_servers: str, tmp_path: Path) -> No
         assert run["rows"] == TINY.records, name  # every path counted every record produced
         assert _positive(run["rate"]), name
     assert runs["delta-group"]["written"] == TINY.records
+    assert runs["noop"]["cpu"]["spark"] > 0 and runs["plain"]["cpu"]["bench"] > 0
 
     for strategy in TINY.strategies:
         for side in ("plain", "spark"):
@@ -33,11 +34,7 @@ def test_tiny_benchmark_run(spark, bootstrap_servers: str, tmp_path: Path) -> No
             assert _positive(res["to_partitions_s"]), (strategy, side)
             assert res["to_first_record_s"] >= res["to_partitions_s"] > 0, (strategy, side)
 
-    assert [(r["partitions"], r["size"]) for r in results["growth"]] == [
-        (4, 100),
-        (16, 100),
-        (4, 1000),
-    ]
+    assert [(r["partitions"], r["size"]) for r in results["growth"]] == [(4, 100), (4, 1000)]
     for row in results["growth"]:
         assert row["noop_rows"] == row["records"]
         assert _positive(row["plain_rate"]) and _positive(row["noop_rate"])
@@ -46,6 +43,7 @@ def test_tiny_benchmark_run(spark, bootstrap_servers: str, tmp_path: Path) -> No
         assert scale[mode]["owned"] == TINY.growth_partitions[-1]
         assert _positive(scale[mode]["batch_p50_s"]) and _positive(scale[mode]["rss_mb"])
     assert "latest_offset" in scale["stream_profiled"]["profile"]
+    assert "consume" in results["throughput"]["read_range_profile"]
     ledger = results["ledger"]
     assert ledger["batches"] == TINY.ledger_batches
     assert _positive(ledger["ledger_p50_s"]) and _positive(ledger["kafka_p50_s"])
