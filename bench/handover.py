@@ -7,7 +7,10 @@ after about half of session.timeout.ms, so it must match).
 * plain: consumer A polls in a thread; consumer B ``subscribe()``s at t0 and polls.
   Partitions received = B's first non-empty ``on_assign``; first record = B's first record.
 * spark: query A (``foreachBatch``, trigger ``trigger_ms``) is reading; query B is started at
-  t0 (``start()``: this includes Spark starting the query and its reader process).
+  t0 (``start()``: this includes Spark starting the query and its reader process). When the
+  reader processes log to ``$SPARK_GROUPS_LOG_FILE`` at INFO (``bench.run`` sets that up),
+  B's subscribe time is read from its "group member subscribed" line, and the times are also
+  given from there, like the plain consumer's.
   Partitions received = B's first ``assigned`` event in the rebalance history (its time is
   taken in B's reader process); first record = B's first non-empty batch in ``foreachBatch``.
   For A, every batch records which partitions produced rows, to count the batches between t0
@@ -18,9 +21,11 @@ after about half of session.timeout.ms, so it must match).
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +33,21 @@ from confluent_kafka import Consumer, Producer
 
 from bench.common import GROUP_TIMING, create_topics, unique, wait_until
 from bench.throughput import source_options
+
+
+def _subscribe_times(group: str) -> list[float]:
+    """When members of ``group`` subscribed, from the reader processes' log file (if any)."""
+    path = os.environ.get("SPARK_GROUPS_LOG_FILE")
+    if not path or not os.path.exists(path):
+        return []
+    marker = f"group member subscribed: group={group} "
+    times = []
+    with open(path, errors="replace") as lines:
+        for line in lines:
+            if marker in line:
+                stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+                times.append(stamp.timestamp())  # the log's local time
+    return sorted(times)
 
 
 class Flow(threading.Thread):
@@ -191,6 +211,8 @@ def spark_handover(
         if row["event"] == "assigned" and row["member_id"] not in a_members
         and row["at"].timestamp() >= t0
     ]  # fmt: skip
+    subscribed = _subscribe_times(group)
+    t_sub = subscribed[-1] if len(subscribed) >= 2 else float("nan")
     kept: set[int] = set()
     for t, parts in a_batches:
         if t > settle + 1.0:
@@ -200,6 +222,9 @@ def spark_handover(
     return {
         "to_partitions_s": min(b_assigned) - t0 if b_assigned else float("nan"),
         "to_first_record_s": b_first[0] - t0,
+        "start_to_subscribe_s": t_sub - t0,
+        "sub_to_partitions_s": min(b_assigned) - t_sub if b_assigned else float("nan"),
+        "sub_to_first_record_s": b_first[0] - t_sub,
         "a_batches_in_window": len(window),
         "a_batches_missing_kept": sum(1 for parts in window if not kept <= parts),
         "a_longest_gap_s": max(b - a for a, b in itertools.pairwise(times)),

@@ -267,6 +267,7 @@ def spark_session() -> Any:
         SparkSession.builder.master("local[2]")
         .appName("spark-groups-bench")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
@@ -290,7 +291,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", default=str(ROOT / "docs" / "benchmarks.png"))
     parser.add_argument("--json", default=str(ROOT / "docs" / "benchmarks.json"))
     args = parser.parse_args(argv)
-    os.environ.setdefault("SPARK_GROUPS_LOG_LEVEL", "WARNING")
     logging.basicConfig(level=logging.WARNING)
 
     cfg = QUICK if args.quick else Config()
@@ -309,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
         f" {a}" for a in (argv if argv is not None else sys.argv[1:])
     )
     scratch = Path(tempfile.mkdtemp(prefix="spark-groups-bench-"))
+    if "SPARK_GROUPS_LOG_FILE" not in os.environ:
+        # The reader processes log to a file (the handover reads the subscribe times there).
+        os.environ["SPARK_GROUPS_LOG_FILE"] = str(scratch / "spark_groups.log")
+        os.environ["SPARK_GROUPS_LOG_LEVEL"] = "INFO"
     broker = None
     servers = args.bootstrap_servers
     started_at = datetime.now(UTC)
