@@ -53,7 +53,8 @@ def run_stream(args: dict[str, Any], producer: Producer) -> dict[str, Any]:
     imports_rss, _ = rss_mb()
     group = unique("plan-stream")
     opts = source_options(args["servers"], args["topics"], group)
-    opts["offsets.table"] = str(Path(args["scratch"]) / group / "ledger")
+    if args.get("ledger", True):
+        opts["offsets.table"] = str(Path(args["scratch"]) / group / "ledger")
     opts["endOffsets"] = args.get("end_offsets", "fetch")
     stream = GroupStream(parse_options(opts))
     try:

@@ -210,6 +210,9 @@ def run_growth_and_scale(cfg: Config, spark: Any, servers: str, scratch: Path, s
     scale_result["stream_listoffsets"] = scale.planner(
         "stream", servers, topics, per_topic, cfg.plan_rounds, scratch, end_offsets="listOffsets"
     )
+    scale_result["stream_no_ledger"] = scale.planner(
+        "stream", servers, topics, per_topic, cfg.plan_rounds, scratch, ledger=False
+    )
     scale_result["stream_profiled"] = scale.planner(
         "stream", servers, topics, per_topic, max(2, cfg.plan_rounds // 3), scratch, profile=True
     )

@@ -39,7 +39,7 @@ def test_tiny_benchmark_run(spark, bootstrap_servers: str, tmp_path: Path) -> No
         assert row["noop_rows"] == row["records"]
         assert _positive(row["plain_rate"]) and _positive(row["noop_rate"])
     scale = results["scale"]
-    for mode in ("stream", "plain", "stream_listoffsets"):
+    for mode in ("stream", "plain", "stream_listoffsets", "stream_no_ledger"):
         assert scale[mode]["owned"] == TINY.growth_partitions[-1]
         assert _positive(scale[mode]["batch_p50_s"]) and _positive(scale[mode]["rss_mb"])
     assert "latest_offset" in scale["stream_profiled"]["profile"]
