@@ -136,3 +136,34 @@ def test_broker_restarted_with_its_data_lost(
     assert sorted(set(got)) == got, "a record was read twice"
     assert got[:100] == list(range(100))
     assert not set(range(1000, 1010)) & set(got), "records below the old position were read"
+
+
+def test_broker_frozen_longer_than_the_session_timeout(
+    spark: Any, own_broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """A network cut to the broker (here: the broker frozen with SIGSTOP) for longer than the
+    session timeout: the group expires the member; after the cut it rejoins and the query
+    carries on from the committed offsets, nothing lost or read twice."""
+    import os
+    import signal
+
+    servers, topic, table = own_broker.bootstrap_servers, unique("t"), unique("q")
+    create_topic(servers, topic, 2)
+    produce_ids(servers, topic, range(50), 2)
+    opts = group_options(servers, topic, unique("g"), str(tmp_path / "ledger"))
+    query = start_query(spark, opts, tmp_path / "cp", table)
+    try:
+        wait_until(lambda: len(ids(spark, table)) == 50, 120, "the first 50 records")
+        assert own_broker._process is not None  # the broker process, to freeze
+        pid = own_broker._process.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(10)  # the fault itself: longer than session.timeout.ms (6 s)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        produce_ids(servers, topic, range(50, 100), 2)
+        wait_until(lambda: len(ids(spark, table)) >= 100, 180, "the records after the cut")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert ids(spark, table) == list(range(100))

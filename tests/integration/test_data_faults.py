@@ -21,15 +21,16 @@ from pyspark.sql import functions as F
 
 from spark_groups import deadletter
 
-from helpers import group_options, unique
+from helpers import group_options, unique, wait_until
 
 SCHEMA = "id long, name string"
 
 
-def produce_values(servers: str, topic: str, values: list[bytes]) -> None:
+def produce_values(servers: str, topic: str, values: list[bytes], partitions: int = 1) -> None:
+    """Produce ``values`` round-robin to the first ``partitions`` partitions."""
     producer = Producer({"bootstrap.servers": servers})
-    for v in values:
-        producer.produce(topic, value=v, partition=0)
+    for i, v in enumerate(values):
+        producer.produce(topic, value=v, partition=i % partitions)
     assert producer.flush(30) == 0
 
 
@@ -155,3 +156,54 @@ def test_transaction_markers_and_aborted_records_leave_gaps_the_query_reads_past
             assert got == committed
         else:  # aborted records are visible to read_uncommitted, if the broker kept them
             assert [v for v in got if v.startswith("ok")] == committed
+
+
+def test_partitions_that_appear_during_a_query_are_picked_up(
+    spark: Any, bootstrap_servers: str, tmp_path: Path
+) -> None:
+    """New partitions reach a running query through a rebalance after librdkafka's next
+    metadata refresh. Neither test broker can add partitions to a topic (CreatePartitions), so
+    the new partitions come from a new topic matching subscribePattern: the same path (the
+    subscription's partitions change, the group rebalances, the member resumes them)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    prefix = unique("grow")
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+
+    def create(topic: str, partitions: int) -> None:
+        admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+    create(f"{prefix}-a", 2)
+    produce_values(bootstrap_servers, f"{prefix}-a", [b"a0", b"a1"])
+    opts = group_options(bootstrap_servers, "unused", unique("g"), str(tmp_path / "ledger"))
+    del opts["subscribe"]
+    opts.update(
+        {"subscribePattern": f"{prefix}-.*", "kafka.topic.metadata.refresh.interval.ms": "2000"}
+    )
+    name = unique("q")
+    df = spark.readStream.format("kafka-group").options(**opts).load()
+    query = (
+        df.selectExpr("cast(value as string) AS v", "topic", "partition")
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    try:
+
+        def seen() -> set[str]:
+            return {r.v for r in spark.table(name).collect()}
+
+        wait_until(lambda: seen() == {"a0", "a1"}, 120, "the first topic's records")
+        create(f"{prefix}-b", 3)
+        produce_values(bootstrap_servers, f"{prefix}-b", [b"b0", b"b1", b"b2"], 3)
+        wait_until(lambda: seen() >= {"b0", "b1", "b2"}, 120, "the new partitions' records")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    rows = spark.table(name).collect()
+    assert sorted(r.v for r in rows) == ["a0", "a1", "b0", "b1", "b2"]
+    assert {(r.topic, r.partition) for r in rows if r.v.startswith("b")} == {
+        (f"{prefix}-b", p) for p in range(3)
+    }
