@@ -1,7 +1,6 @@
 """The ``spark-groups`` command: look at a consumer group the way operators do.
 
     spark-groups describe GROUP --bootstrap-servers HOST:PORT [--offsets-table PATH] [--topic T]
-        [-X security.protocol=SASL_SSL -X sasl.password=... ...]
 
 Shows the group's state and, per partition, the offset committed in Kafka, the last
 ``until`` in the ledger, the log end and the lag, and flags where Kafka and the ledger
@@ -21,7 +20,6 @@ from rich.table import Table
 from spark_groups.errors import BrokerUnreachableError, SparkGroupsError
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition
-from spark_groups.secrets import scrub
 from spark_groups.watermarks import EndOffsetResolver
 
 
@@ -56,20 +54,10 @@ class PartitionState:
 
 
 def describe_group(
-    servers: str,
-    group: str,
-    topics: list[str],
-    ledger_path: str | None,
-    timeout_s: float = 15,
-    client_config: dict[str, str] | None = None,
+    servers: str, group: str, topics: list[str], ledger_path: str | None, timeout_s: float = 15
 ) -> tuple[str, list[PartitionState]]:
-    """The group's state and its partitions (of ``topics``, or every topic it committed).
-
-    ``client_config`` holds extra librdkafka settings (security, SASL, SSL); their secret
-    values never appear in errors.
-    """
-    config = {**(client_config or {}), "bootstrap.servers": servers}
-    admin = AdminClient(config)
+    """The group's state and its partitions (of ``topics``, or every topic it committed)."""
+    admin = AdminClient({"bootstrap.servers": servers})
     try:
         state = admin.describe_consumer_groups([group])[group].result(timeout_s).state.name
         committed_req = ConsumerGroupTopicPartitions(group)
@@ -78,7 +66,7 @@ def describe_group(
     except (KafkaException, TimeoutError) as exc:
         raise BrokerUnreachableError(
             f"cannot describe group {group!r} on {servers} within {timeout_s:.0f} s "
-            f"({scrub(str(exc or type(exc).__name__), config)})"
+            f"({exc or type(exc).__name__})"
         ) from None
     in_kafka = {
         TopicPartition(p.topic, p.partition): p.offset
@@ -93,7 +81,7 @@ def describe_group(
         TopicPartition(t, p) for t in names for p in sorted(metadata.topics[t].partitions)
     ]
     in_ledger = OffsetLedger(ledger_path, group).latest_positions(partitions) if ledger_path else {}
-    with EndOffsetResolver(config) as resolver:
+    with EndOffsetResolver({"bootstrap.servers": servers}) as resolver:
         ends = resolver.end_offsets(partitions)
     return state, [
         PartitionState(tp, in_kafka.get(tp), in_ledger.get(tp), ends[tp]) for tp in partitions
@@ -110,34 +98,14 @@ def main() -> None:
 @click.option("--bootstrap-servers", "-b", required=True, help="host:port of the cluster")
 @click.option("--offsets-table", help="the group's Delta ledger (offsets.table)")
 @click.option("--topic", "topics", multiple=True, help="only these topics (default: all committed)")
-@click.option(
-    "--config",
-    "-X",
-    "settings",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="a librdkafka setting, e.g. -X security.protocol=SASL_SSL (repeatable)",
-)
 def describe(
-    group: str,
-    bootstrap_servers: str,
-    offsets_table: str | None,
-    topics: tuple[str, ...],
-    settings: tuple[str, ...],
+    group: str, bootstrap_servers: str, offsets_table: str | None, topics: tuple[str, ...]
 ) -> None:
     """State of GROUP, and per partition: Kafka offset, ledger offset, log end, lag."""
-    config: dict[str, str] = {}
-    for setting in settings:
-        key, sep, value = setting.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter("expected KEY=VALUE", param_hint="--config")
-        config[key.strip().removeprefix("kafka.")] = value
     try:
-        state, rows = describe_group(
-            bootstrap_servers, group, list(topics), offsets_table, client_config=config
-        )
+        state, rows = describe_group(bootstrap_servers, group, list(topics), offsets_table)
     except SparkGroupsError as exc:
-        raise click.ClickException(scrub(str(exc), config)) from None
+        raise click.ClickException(str(exc)) from None
     table = Table(title=f"group {group} ({state})")
     for column in ("topic", "partition", "kafka", "ledger", "log end", "lag", "note"):
         table.add_column(column, justify="left" if column in ("topic", "note") else "right")
