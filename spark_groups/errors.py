@@ -44,6 +44,9 @@ class StaleGenerationError(CommitError):
 class LedgerError(SparkGroupsError):
     """The Delta offsets ledger is unusable (wrong table, wrong group, unreadable)."""
 
+    #: The source option that names the ledger's path.
+    option = "offsets.table"
+
 
 class DataLossError(SparkGroupsError):
     """Records in a planned offset range can no longer be read (deleted, or the log moved)."""

@@ -218,6 +218,11 @@ class OffsetLedger:
     def __repr__(self) -> str:
         return f"OffsetLedger(path={self.path!r}, group_id={self.group_id!r})"
 
+    @property
+    def _name(self) -> str:
+        """How errors name this ledger: its path and the option that set it."""
+        return f"offsets ledger {self.path} (option offsets.table)"
+
     # ------------------------------------------------------------------ public API
 
     def append(self, rows: Sequence[LedgerRow]) -> None:
@@ -337,7 +342,7 @@ class OffsetLedger:
         for name, bound in (("since", since), ("until", until)):
             if bound is not None and bound.utcoffset() is None:
                 raise LedgerError(
-                    f"offsets ledger {self.path}: history({name}=...) needs a timezone-aware "
+                    f"{self._name}: history({name}=...) needs a timezone-aware "
                     f"datetime, got {bound!r}"
                 )
         wanted = None if partitions is None else set(partitions)
@@ -378,7 +383,7 @@ class OffsetLedger:
             raise
         except Exception as exc:
             raise LedgerError(
-                f"offsets ledger {self.path}: {action} failed: {type(exc).__name__}: {exc}"
+                f"{self._name}: {action} failed: {type(exc).__name__}: {exc}"
             ) from exc
 
     def _load(self) -> DeltaTable | None:
@@ -415,25 +420,25 @@ class OffsetLedger:
         expected = [(f.name, f.type) for f in LEDGER_SCHEMA]
         if actual != expected:
             raise LedgerError(
-                f"offsets ledger {self.path}: the Delta table there has another schema, it is "
+                f"{self._name}: the Delta table there has another schema, it is "
                 f"not a spark_groups offsets ledger (found {_schema_text(schema)}; expected "
                 f"{_schema_text(LEDGER_SCHEMA)})"
             )
         owner = configuration.get(GROUP_ID_KEY)
         if owner is None:
             raise LedgerError(
-                f"offsets ledger {self.path}: the Delta table there has no '{GROUP_ID_KEY}' "
+                f"{self._name}: the Delta table there has no '{GROUP_ID_KEY}' "
                 f"in its configuration: it was not created as a spark_groups offsets ledger"
             )
         if owner != self.group_id:
             raise LedgerError(
-                f"offsets ledger {self.path}: the table belongs to consumer group {owner!r}, "
+                f"{self._name}: the table belongs to consumer group {owner!r}, "
                 f"not {self.group_id!r}; every group needs its own ledger path"
             )
         fmt = configuration.get(FORMAT_KEY, LEDGER_FORMAT)
         if fmt != LEDGER_FORMAT:
             raise LedgerError(
-                f"offsets ledger {self.path}: ledger format {fmt!r} is not supported by this "
+                f"{self._name}: ledger format {fmt!r} is not supported by this "
                 f"version of spark_groups (it reads format {LEDGER_FORMAT!r})"
             )
 
@@ -443,7 +448,7 @@ class OffsetLedger:
         if local is None or not local.exists():
             return
         if not local.is_dir():
-            raise LedgerError(f"offsets ledger {self.path}: the path is a file, not a directory")
+            raise LedgerError(f"{self._name}: the path is a file, not a directory")
         entries = sorted(p.name for p in local.iterdir())
         if entries == ["_delta_log"] and (local / "_delta_log").is_dir():
             # An empty log, or a table another writer is creating right now: create (or
@@ -452,7 +457,7 @@ class OffsetLedger:
         if entries:
             shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
             raise LedgerError(
-                f"offsets ledger {self.path}: the directory is not a Delta table (no readable "
+                f"{self._name}: the directory is not a Delta table (no readable "
                 f"_delta_log) but holds {len(entries)} entries ({shown}); refusing to create "
                 f"a ledger there"
             )
@@ -496,7 +501,7 @@ class OffsetLedger:
         table = self._load()
         if table is None:
             raise LedgerError(
-                f"offsets ledger {self.path}: could not create the Delta table: {create_error}"
+                f"{self._name}: could not create the Delta table: {create_error}"
             ) from create_error
         return table
 
@@ -513,7 +518,7 @@ class OffsetLedger:
                     problem = "the same partition appears twice for one batch"
                 seen.add(key)
             if problem is not None:
-                raise LedgerError(f"offsets ledger {self.path}: invalid row {row!r}: {problem}")
+                raise LedgerError(f"{self._name}: invalid row {row!r}: {problem}")
         columns = {
             "group_id": [self.group_id] * len(rows),
             "topic": [r.topic for r in rows],
@@ -558,7 +563,7 @@ class OffsetLedger:
                 self._table = None  # reload from storage before the next attempt
                 if attempt == MAX_COMMIT_ATTEMPTS:
                     raise LedgerError(
-                        f"offsets ledger {self.path}: commit of batch(es) {batches} failed "
+                        f"{self._name}: commit of batch(es) {batches} failed "
                         f"{attempt} times on concurrent commits: {exc}"
                     ) from exc
                 delay = random.uniform(0.0, min(0.5, 0.01 * 2**attempt))
@@ -576,7 +581,7 @@ class OffsetLedger:
             except Exception as exc:
                 self._table = None
                 raise LedgerError(
-                    f"offsets ledger {self.path}: appending batch(es) {batches} failed: "
+                    f"{self._name}: appending batch(es) {batches} failed: "
                     f"{type(exc).__name__}: {exc}"
                 ) from exc
             else:

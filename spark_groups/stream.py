@@ -308,6 +308,10 @@ class GroupStream:
             )
         if not new:
             return
+        # A partition assigned anew may have a new log (broker restarted, topic recreated):
+        # confirm its end afresh, so a log that went backwards is seen.
+        assert self._resolver is not None
+        self._resolver.forget(new)
         known: dict[TopicPartition, int] = {}
         if self._ledger is not None:
             known.update(self._ledger.latest_positions(new))

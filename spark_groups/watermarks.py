@@ -18,6 +18,8 @@ the base offset of the last record batch + 1, so after batches of 50, 50, 7 reco
     it is the true end. The result is ``max(listed, fetched)``. A partition whose listed end is
     unchanged since this resolver's last fetch has no new record batch, so the earlier answer
     is reused without fetching; in a quiet stream most calls cost one ListOffsets request.
+    That holds while the log is the same log: callers :meth:`~EndOffsetResolver.forget`
+    partitions whose log may have been replaced (a restarted broker, a recreated topic).
 
 The resolver owns one ``confluent_kafka.Consumer`` (created on first use, never joining a
 group, never committing). A Consumer must not be used by two threads at once (a thread
@@ -168,6 +170,15 @@ class EndOffsetResolver:
                     if ends[tp] != end:
                         log.debug("%s: ListOffsets said %d, a fetch says %d", tp, end, ends[tp])
             return {tp: ends[tp] for tp in tps}
+
+    def forget(self, partitions: Iterable[TopicPartition]) -> None:
+        """Drop the remembered ends of ``partitions``: their next :meth:`end_offsets` fetches
+        again. For partitions whose log may have been replaced (newly assigned after a lost
+        session, a broker restart, a recreated topic), where an unchanged listed end on Tansu
+        does not mean an unchanged log."""
+        with self._owned():
+            for tp in partitions:
+                self._confirmed.pop(tp, None)
 
     def start_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The earliest offset still available (the low watermark) of every partition."""

@@ -4,9 +4,11 @@
 
 Run by tests/integration/test_sink.py (two of these share one group and one table). SPEC is
 a JSON object: servers, topic, group, table, ledger, checkpoint, member, and optionally
-``sql`` (the pipeline, over the view ``source``), ``sink_options``, ``trigger`` and
-``stop_file``. With ``trigger`` "availableNow" the query reads what is there and the process
-exits; otherwise it runs until ``stop_file`` exists. Exit status 0, or 1 if the query failed.
+``sql`` (the pipeline, over the view ``source``), ``source_options`` (added to the source's),
+``sink_options``, ``trigger``, ``stop_file``, ``spark_log_level`` (default ERROR) and
+``log4j_config`` (a log4j2 properties file for Spark's own log). With ``trigger``
+"availableNow" the query reads what is there and the process exits; otherwise it runs until
+``stop_file`` exists. Exit status 0, or 1 if the query failed.
 """
 
 from __future__ import annotations
@@ -38,9 +40,14 @@ def main() -> int:
         .config("spark.driver.memory", "512m")
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.log.level", spec.get("spark_log_level", "ERROR"))
+        .config(
+            "spark.driver.extraJavaOptions",
+            f"-Dlog4j2.configurationFile={spec['log4j_config']}" if "log4j_config" in spec else "",
+        )
         .getOrCreate()
     )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel(spec.get("spark_log_level", "ERROR"))
     spark_groups.register(spark)
     source = {
         "kafka.bootstrap.servers": spec["servers"],
@@ -51,6 +58,7 @@ def main() -> int:
         "kafka.session.timeout.ms": "6000",
         "kafka.heartbeat.interval.ms": "500",
         "partition.assignment.strategy": "cooperative-sticky",
+        **spec.get("source_options", {}),
     }
     spark.readStream.format("kafka-group").options(**source).load().createOrReplaceTempView(
         "source"

@@ -164,3 +164,144 @@ def test_secret_keys(key: str) -> None:
 @pytest.mark.parametrize("key", ["bootstrap.servers", "sasl.mechanism", "security.protocol"])
 def test_plain_keys(key: str) -> None:
     assert not is_secret(key)
+
+
+# ------------------------------------------------------------ more bad inputs (issue 7)
+
+
+@pytest.mark.parametrize(
+    ("changes", "option", "words"),
+    [
+        # wrong types
+        ({"maxOffsetsPerTrigger": "1.5"}, "maxOffsetsPerTrigger", "whole number"),
+        ({"brokerTimeoutMs": "30s"}, "brokerTimeoutMs", "whole number"),
+        ({"arrowBatchRows": ""}, "arrowBatchRows", "whole number"),
+        ({"failOnDataLoss": "1"}, "failOnDataLoss", "true or false"),
+        ({"includeHeaders": ""}, "includeHeaders", "true or false"),
+        ({"startingOffsets": '{"orders": {"0": "5"}}'}, "startingOffsets", "offset must be"),
+        ({"startingOffsets": '{"orders": {"0": true}}'}, "startingOffsets", "offset must be"),
+        ({"startingOffsets": '{"orders": {"0": 1.5}}'}, "startingOffsets", "offset must be"),
+        ({"startingOffsets": '{"orders": [0, 1]}'}, "startingOffsets", "must map partition"),
+        # negative or zero limits
+        ({"brokerTimeoutMs": "-1"}, "brokerTimeoutMs", "greater than 0"),
+        ({"joinTimeoutMs": "0"}, "joinTimeoutMs", "greater than 0"),
+        ({"kafkaConsumer.pollTimeoutMs": "-100"}, "kafkaConsumer.pollTimeoutMs", "greater than 0"),
+        ({"arrowBatchRows": "0"}, "arrowBatchRows", "greater than 0"),
+        ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger", "greater than 0"),
+        # conflicting options
+        ({"subscribe": "a", "subscribePattern": "a.*"}, "subscribe", "both"),
+        ({"kafka.group.id": "etl2"}, "group.id", "different values"),
+        (
+            {"partition.assignment.strategy": "range", "kafka.partition.assignment.strategy": "x"},
+            "partition.assignment.strategy",
+            "different values",
+        ),
+        # unknown names
+        ({"partition.assignment.strategy": "sticky-ish"}, "partition.assignment.strategy", "range"),
+        ({"deliveryGuarantee": "exactly-once"}, "deliveryGuarantee", "at-least-once"),
+        ({"endOffsets": "latest"}, "endOffsets", "listOffsets"),
+        ({"minPartitions": "4"}, "minPartitions", "not supported"),
+        ({"kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset", "startingOffsets"),
+        # malformed JSON offsets
+        ({"startingOffsets": '{"orders": {"0": 5}'}, "startingOffsets", "JSON"),
+        ({"startingOffsets": "'earliest'"}, "startingOffsets", "JSON"),
+        ({"startingOffsets": "null"}, "startingOffsets", "object"),
+        # blank required values
+        ({"group.id": "   "}, "group.id", "required"),
+        ({"kafka.bootstrap.servers": " "}, "kafka.bootstrap.servers", "required"),
+    ],
+)
+def test_bad_input_table(changes: dict[str, str | None], option: str, words: str) -> None:
+    opts = {**BASE, **changes}
+    for key in [k for k, v in opts.items() if v is None]:
+        del opts[key]
+    with pytest.raises(OptionError) as info:
+        parse_options(opts)
+    assert info.value.option.lower() == option.lower()
+    assert f"option '{info.value.option}'" in str(info.value)
+    assert words in str(info.value)
+
+
+def test_non_string_values_are_parsed_as_their_text() -> None:
+    """Python callers may pass ints/bools through .options(**kw); Spark turns them into text."""
+    o = parse_options({**BASE, "maxOffsetsPerTrigger": 7, "failOnDataLoss": False})  # type: ignore[dict-item]
+    assert o.max_offsets_per_trigger == 7
+    assert o.fail_on_data_loss is False
+    with pytest.raises(OptionError) as info:
+        parse_options({**BASE, "maxOffsetsPerTrigger": -7})  # type: ignore[dict-item]
+    assert info.value.option == "maxOffsetsPerTrigger"
+
+
+SINK_BASE = {"path": "/t", "group.id": "g", "checkpointlocation": "/cp"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "option", "words"),
+    [
+        ({"path": " "}, "path", "required"),
+        ({"group.id": ""}, "group.id", "required"),
+        ({"checkpointlocation": None}, "checkpointLocation", "required"),
+        ({"mergeschema": "yes"}, "mergeSchema", "'true' or 'false'"),
+        ({"failongap": "0"}, "failOnGap", "'true' or 'false'"),
+        ({"partitionby": "day,day"}, "partitionBy", "twice"),
+        ({"compression": "brotli"}, "compression", "snappy"),
+        ({"kafka.group.id": "g"}, "group.id", "given twice"),
+        ({"subscribe": "orders"}, "subscribe", "unknown option"),
+        ({"storage.": "x"}, "storage.", "unknown option"),
+    ],
+)
+def test_bad_sink_input_table(changes: dict[str, str | None], option: str, words: str) -> None:
+    from spark_groups.sink_options import parse_sink_options
+
+    opts = {**SINK_BASE, **changes}
+    for key in [k for k, v in opts.items() if v is None]:
+        del opts[key]
+    with pytest.raises(OptionError) as info:
+        parse_sink_options(opts)
+    assert info.value.option == option
+    assert f"option '{option}'" in str(info.value)
+    assert words in str(info.value)
+
+
+def test_offsets_table_that_is_no_ledger_names_the_option(tmp_path) -> None:
+    """offsets.table pointing at a non-Delta directory, another Delta table, or another
+    group's ledger: a LedgerError that names the option and the path."""
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from spark_groups.errors import LedgerError
+    from spark_groups.ledger import LedgerRow, OffsetLedger
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "data.csv").write_text("a,b\n")
+    other_table = tmp_path / "other"
+    write_deltalake(str(other_table), pa.table({"id": [1]}))
+    theirs = tmp_path / "theirs"
+    OffsetLedger(str(theirs), "their-group").append(
+        [
+            LedgerRow(
+                topic="t",
+                partition=0,
+                from_offset=0,
+                until_offset=1,
+                member_id="m",
+                generation=1,
+                batch=0,
+                committed_at=datetime.now(UTC),
+            )
+        ]
+    )
+    for path, words in (
+        (plain, "not a Delta table"),
+        (other_table, "another schema"),
+        (theirs, "belongs to consumer group 'their-group'"),
+    ):
+        with pytest.raises(LedgerError) as info:
+            OffsetLedger(str(path), "etl").latest_positions()
+        assert info.value.option == "offsets.table"
+        assert "offsets.table" in str(info.value)
+        assert str(path) in str(info.value)
+        assert words in str(info.value)

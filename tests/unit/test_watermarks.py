@@ -183,3 +183,34 @@ def test_single_threaded_guard_close_and_pickle(bootstrap_servers, make_topic, r
     resolvers.append(copy)
     assert copy._consumer is None and copy.mode == resolver.mode
     assert copy.end_offsets([tp]) == {tp: 10}
+
+
+def test_forget_confirms_a_replaced_log_afresh(resolvers):
+    """A log replaced by one with the same listed end (here: the broker restarted, its
+    memory-only log gone, the topic created again): the remembered end is stale until the
+    partition is forgotten. (Deleting and recreating the topic under a live consumer instead
+    crashed librdkafka on Tansu with a segfault, so the restart is the way to test it.)"""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from spark_groups.embedded import EmbeddedBroker
+
+    def create(servers: str) -> None:
+        admin = AdminClient({"bootstrap.servers": servers})
+        admin.create_topics([NewTopic("replaced", 1, 1)])["replaced"].result(30)
+
+    broker = EmbeddedBroker().start()
+    try:
+        servers, tp = broker.bootstrap_servers, TopicPartition("replaced", 0)
+        create(servers)
+        produce_batches(servers, "replaced", [20])  # listed end 1, real end 20
+        resolver = make(resolvers, servers)
+        assert resolver.end_offsets([tp]) == {tp: 20}
+        broker.stop()
+        broker.start()  # same port, empty
+        create(servers)
+        produce_batches(servers, "replaced", [5])  # listed end 1 again, real end 5
+        assert resolver.end_offsets([tp]) == {tp: 20}  # the remembered, stale answer
+        resolver.forget([tp])
+        assert resolver.end_offsets([tp]) == {tp: 5}
+    finally:
+        broker.stop()

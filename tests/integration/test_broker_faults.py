@@ -1,0 +1,169 @@
+"""Broker faults in a real query: unreachable at start, restarted with its data lost.
+
+(A network cut longer than the session timeout is tests/unit/test_fencing.py: a member
+frozen with SIGSTOP is fenced, commits nothing stale, and rejoins.)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from spark_groups.embedded import EmbeddedBroker, free_port
+
+from helpers import group_options, produce_ids, unique, wait_until
+
+
+def start_query(spark: Any, opts: dict, checkpoint: Path, table: str) -> Any:
+    """A query reading the source into memory table ``table`` every second."""
+    df = spark.readStream.format("kafka-group").options(**opts).load()
+    return (
+        df.selectExpr("cast(cast(value as string) as long) as id", "partition", "offset")
+        .writeStream.format("memory")
+        .queryName(table)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="1 second")
+        .start()
+    )
+
+
+def ids(spark: Any, table: str) -> list[int]:
+    return sorted(r.id for r in spark.table(table).select("id").collect())
+
+
+def create_topic(servers: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": servers})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result(timeout=30)
+
+
+def test_unreachable_broker_at_start_is_a_clear_error_within_broker_timeout(
+    spark: Any, tmp_path: Path
+) -> None:
+    servers = f"127.0.0.1:{free_port()}"  # nothing listens there
+    opts = group_options(servers, "orders", unique("g"), None, brokerTimeoutMs="3000")
+    started = time.monotonic()
+    query = None
+    try:
+        query = start_query(spark, opts, tmp_path / "cp", unique("q"))
+        query.awaitTermination(120)
+        error: BaseException | None = query.exception()
+    except Exception as exc:  # at start or when the query fails: either is fine
+        error = exc
+    finally:
+        if query is not None:
+            query.stop()
+    elapsed = time.monotonic() - started
+    assert error is not None, "the query did not fail"
+    assert "BrokerUnreachableError" in str(error)
+    assert servers in str(error)
+    assert "3 s" in str(error)  # the bound it waited, from brokerTimeoutMs
+    assert elapsed < 90, f"took {elapsed:.0f} s"
+
+
+@pytest.fixture
+def own_broker() -> Iterator[EmbeddedBroker]:
+    """A broker of this test alone (it gets restarted)."""
+    broker = EmbeddedBroker()
+    try:
+        yield broker.start()
+    finally:
+        broker.stop()
+
+
+def restart_with_data_lost(broker: EmbeddedBroker, topic: str, partitions: int) -> None:
+    """Restart the broker on its port: its memory-only log is gone; recreate the topic."""
+    broker.stop()
+    broker.start()
+    create_topic(broker.bootstrap_servers, topic, partitions)
+
+
+def latest_seen(query: Any, topic: str) -> list[dict[str, int]]:
+    """The log ends the source reported (``latestOffset``) in each progress, oldest first.
+    Idle queries report progress too, every 10 s."""
+    out = []
+    for p in query.recentProgress:
+        if p.sources and p.sources[0].latestOffset:
+            out.append(json.loads(p.sources[0].latestOffset).get(topic, {}))
+    return out
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_broker_restarted_with_its_data_lost(
+    spark: Any, own_broker: EmbeddedBroker, tmp_path: Path, fail_on_data_loss: bool
+) -> None:
+    """The log ends go below the group's position. failOnDataLoss=true: the query stops with
+    DataLossError, reading nothing of the new log. false: it warns, continues from the new
+    log end (skipping what is below the old position, as Spark's kafka source does) and reads
+    what comes after."""
+    servers, topic, table = own_broker.bootstrap_servers, unique("t"), unique("q")
+    create_topic(servers, topic, 2)
+    produce_ids(servers, topic, range(100), 2)
+    opts = group_options(
+        servers, topic, unique("g"), str(tmp_path / "ledger"),
+        failOnDataLoss=str(fail_on_data_loss).lower(),
+    )  # fmt: skip
+    query = start_query(spark, opts, tmp_path / "cp", table)
+    try:
+        wait_until(lambda: len(ids(spark, table)) == 100, 120, "the first 100 records")
+        restart_with_data_lost(own_broker, topic, 2)
+        produce_ids(servers, topic, range(1000, 1010), 2)  # offsets 0..4: below position 50
+        if fail_on_data_loss:
+            with pytest.raises(Exception, match="DataLossError"):
+                query.awaitTermination(180)
+            error = str(query.exception())
+            assert "DataLossError" in error
+            assert "the log ends at 5 but the group's position is 50" in error
+            assert "failOnDataLoss" in error
+        else:
+            wait_until(
+                lambda: {"0": 5, "1": 5} in latest_seen(query, topic),
+                180,
+                "a plan against the new log",
+            )
+            produce_ids(servers, topic, range(2000, 2020), 2)
+            wait_until(lambda: set(range(2000, 2020)) <= set(ids(spark, table)), 120, "new records")
+            assert query.exception() is None
+    finally:
+        query.stop()
+    got = ids(spark, table)
+    assert sorted(set(got)) == got, "a record was read twice"
+    assert got[:100] == list(range(100))
+    assert not set(range(1000, 1010)) & set(got), "records below the old position were read"
+
+
+def test_broker_frozen_longer_than_the_session_timeout(
+    spark: Any, own_broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """A network cut to the broker (here: the broker frozen with SIGSTOP) for longer than the
+    session timeout: the group expires the member; after the cut it rejoins and the query
+    carries on from the committed offsets, nothing lost or read twice."""
+    import os
+    import signal
+
+    servers, topic, table = own_broker.bootstrap_servers, unique("t"), unique("q")
+    create_topic(servers, topic, 2)
+    produce_ids(servers, topic, range(50), 2)
+    opts = group_options(servers, topic, unique("g"), str(tmp_path / "ledger"))
+    query = start_query(spark, opts, tmp_path / "cp", table)
+    try:
+        wait_until(lambda: len(ids(spark, table)) == 50, 120, "the first 50 records")
+        assert own_broker._process is not None  # the broker process, to freeze
+        pid = own_broker._process.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(10)  # the fault itself: longer than session.timeout.ms (6 s)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        produce_ids(servers, topic, range(50, 100), 2)
+        wait_until(lambda: len(ids(spark, table)) >= 100, 180, "the records after the cut")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert ids(spark, table) == list(range(100))

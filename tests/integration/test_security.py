@@ -1,0 +1,148 @@
+"""A real query with secret-bearing settings writes the secret nowhere (issue 7).
+
+The secret goes in ``kafka.sasl.password`` and ``kafka.ssl.key.password`` while
+``security.protocol`` stays PLAINTEXT (the embedded broker has no SASL/SSL): librdkafka
+accepts both settings and ignores them, so the query runs normally. Afterwards every file the
+run wrote (checkpoint, ledger, rebalance history, sink table with its _delta_log, the
+spark_groups log at DEBUG, Spark's INFO log, the process's stdout/stderr, the CLI's output)
+is searched for the secret.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from test_sink import MEMBER_SCRIPT, REPO_ROOT, table_ids
+
+from spark_groups.cli import main as cli
+
+from helpers import group_options, produce_ids, unique
+
+SECRET = f"s3cret-{uuid.uuid4().hex[:12]}"
+SECRET_OPTIONS = {
+    "kafka.security.protocol": "PLAINTEXT",
+    "kafka.sasl.password": SECRET,
+    "kafka.ssl.key.password": SECRET,
+}
+
+#: Spark's own log, everything at INFO, into a file of the run.
+LOG4J = """\
+rootLogger.level = info
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d %p %c: %m%n
+"""
+
+
+def files_holding(root: Path, secret: str) -> list[str]:
+    """Files under ``root`` whose bytes, or (for Parquet) whose decoded values, hold ``secret``."""
+    found = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        hit = secret.encode() in data
+        if not hit and path.suffix == ".parquet":
+            hit = secret in json.dumps(pq.read_table(path).to_pylist(), default=str)
+        if hit:
+            found.append(str(path.relative_to(root)))
+    return found
+
+
+def test_a_query_run_writes_the_secret_nowhere(
+    bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    topic, group = make_topic(2), unique("sec")
+    produce_ids(bootstrap_servers, topic, range(60), 2)
+    run = tmp_path / "run"
+    logs = run / "logs"
+    logs.mkdir(parents=True)
+    log4j = tmp_path / "log4j2.properties"
+    log4j.write_text(LOG4J.format(log=logs / "spark.log"))
+    spec = {
+        "servers": bootstrap_servers,
+        "topic": topic,
+        "group": group,
+        "table": str(run / "table"),
+        "ledger": str(run / "ledger"),
+        "checkpoint": str(run / "checkpoint"),
+        "member": "sec-1",
+        "trigger": "availableNow",
+        "spark_log_level": "INFO",
+        "source_options": SECRET_OPTIONS,
+        "log4j_config": str(log4j),
+    }
+    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = dict(
+        os.environ,
+        PYTHONPATH=path,
+        SPARK_GROUPS_LOG_FILE=str(logs / "spark_groups.log"),
+        SPARK_GROUPS_LOG_LEVEL="DEBUG",
+    )
+    # The spec (with the secret) is the process's argument, not something it writes.
+    with (logs / "stdout").open("w") as out, (logs / "stderr").open("w") as err:
+        proc = subprocess.run(
+            [sys.executable, str(MEMBER_SCRIPT), json.dumps(spec)],
+            stdout=out, stderr=err, env=env, cwd=str(REPO_ROOT), timeout=300,
+        )  # fmt: skip
+    assert proc.returncode == 0, (logs / "stderr").read_text()[-3000:]
+    assert sorted(table_ids(run / "table")) == list(range(60))
+
+    cli_run = CliRunner().invoke(
+        cli,
+        ["describe", group, "-b", bootstrap_servers, "--offsets-table", str(run / "ledger"),
+         "--topic", topic, "-X", "security.protocol=PLAINTEXT", "-X", f"sasl.password={SECRET}"],
+    )  # fmt: skip
+    assert cli_run.exit_code == 0, cli_run.output
+    (logs / "cli").write_text(cli_run.output)
+
+    # The search covers what matters: every store the run wrote, and logs with content.
+    written = {p.relative_to(run).parts[0] for p in run.rglob("*") if p.is_file()}
+    assert {"checkpoint", "ledger", "table", "logs"} <= written
+    assert any(p.name.startswith("ledger") and p.name != "ledger" for p in run.iterdir()), (
+        "no rebalance history table next to the ledger"
+    )
+    assert (run / "checkpoint" / "offsets" / "0").exists()
+    assert "DEBUG" in (logs / "spark_groups.log").read_text()
+    assert "INFO org.apache.spark" in (logs / "spark.log").read_text()  # Spark's own log
+    assert files_holding(run, SECRET) == []
+
+
+@pytest.mark.parametrize(
+    ("bad", "option"),
+    [
+        ({"kafka.session.timeout.ms": "soon"}, "kafka.session.timeout.ms"),
+        ({"maxOffsetsPerTrigger": "-1"}, "maxOffsetsPerTrigger"),
+        ({"startingOffsets": '{"t": {"0": }'}, "startingOffsets"),
+    ],
+)
+def test_a_failing_query_never_shows_the_secret(
+    spark: Any, bootstrap_servers: str, make_topic, bad: dict, option: str
+) -> None:
+    opts = group_options(bootstrap_servers, make_topic(1), unique("sec"), None)
+    opts.update(SECRET_OPTIONS, **bad)
+    query = None
+    try:
+        df = spark.readStream.format("kafka-group").options(**opts).load()
+        query = df.writeStream.format("noop").start()
+        query.awaitTermination(120)
+        error: BaseException | None = query.exception()
+    except Exception as exc:  # Spark wraps the source's error
+        error = exc
+    finally:
+        if query is not None:
+            query.stop()
+    assert error is not None, "the query did not fail"
+    text = str(error)
+    assert option in text
+    assert SECRET not in text
