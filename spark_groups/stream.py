@@ -40,7 +40,7 @@ from spark_groups.errors import (
 from spark_groups.history import RebalanceHistory
 from spark_groups.ledger import CATCH_UP_BATCH, LedgerRow, OffsetLedger
 from spark_groups.member import GroupMember
-from spark_groups.offsets import BatchOffset, TopicPartition, positions_to_json
+from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition, positions_to_json
 from spark_groups.options import EARLIEST, LATEST, SourceOptions
 from spark_groups.planner import plan_ranges
 from spark_groups.watermarks import EndOffsetResolver
@@ -366,23 +366,32 @@ class GroupStream:
             self.metrics.failed_commits += 1
             log.warning("could not bring Kafka up to the sink's offsets: %s", exc)
             return
-        if self._ledger is not None:
-            now = datetime.now(UTC)
-            self._ledger.append(
-                [
-                    LedgerRow(
-                        topic=tp.topic,
-                        partition=tp.partition,
-                        from_offset=prior.get(tp, until),
-                        until_offset=until,
-                        member_id=member.member_id,
-                        generation=member.generation,
-                        batch=CATCH_UP_BATCH,
-                        committed_at=now,
-                    )
-                    for tp, until in sorted(ahead.items())
-                ]
-            )
+        ranges = [
+            OffsetRange(tp.topic, tp.partition, prior.get(tp, until), until)
+            for tp, until in sorted(ahead.items())
+        ]
+        self._record_in_ledger(member, ranges, CATCH_UP_BATCH)
+
+    def _record_in_ledger(self, member: GroupMember, ranges: list[OffsetRange], batch: int) -> None:
+        """Append one ledger row per range, all committed by ``member`` for ``batch``."""
+        if self._ledger is None:
+            return
+        now = datetime.now(UTC)
+        self._ledger.append(
+            [
+                LedgerRow(
+                    topic=r.topic,
+                    partition=r.partition,
+                    from_offset=r.from_offset,
+                    until_offset=r.until_offset,
+                    member_id=member.member_id,
+                    generation=member.generation,
+                    batch=batch,
+                    committed_at=now,
+                )
+                for r in ranges
+            ]
+        )
 
     def _starting_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         if not partitions:
@@ -441,23 +450,8 @@ class GroupStream:
                     batch.batch,
                     exc,
                 )
-            if self._ledger is not None and ranges:
-                now = datetime.now(UTC)
-                self._ledger.append(
-                    [
-                        LedgerRow(
-                            topic=r.topic,
-                            partition=r.partition,
-                            from_offset=r.from_offset,
-                            until_offset=r.until_offset,
-                            member_id=member.member_id,
-                            generation=member.generation,
-                            batch=batch.batch,
-                            committed_at=now,
-                        )
-                        for r in ranges
-                    ]
-                )
+            if ranges:
+                self._record_in_ledger(member, ranges, batch.batch)
             with self._lock:
                 for tp, until in offsets.items():
                     self._committed[tp] = max(until, self._committed.get(tp, until))
