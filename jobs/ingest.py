@@ -68,10 +68,14 @@ def _static_id(path: str, source: dict[str, str], override: str | None) -> None:
 
 
 def load_config(
-    path: str, bootstrap_servers: str | None = None, group_instance_id: str | None = None
+    path: str,
+    bootstrap_servers: str | None = None,
+    group_instance_id: str | None = None,
+    sink_overrides: dict[str, str] | None = None,
 ) -> JobConfig:
     """Read and check a TOML job config; ``bootstrap_servers`` overrides the file's, and so
-    does ``group_instance_id`` (the static member id; ``""`` means none)."""
+    do ``group_instance_id`` (the static member id; ``""`` means none) and ``sink_overrides``
+    (``[sink]`` keys such as ``checkpoint`` and ``trigger``)."""
     try:
         raw = tomllib.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -85,7 +89,7 @@ def load_config(
         if not isinstance(raw.get(section), dict):
             raise JobConfigError(f"{path}: a [{section}] section is required")
     source = {str(k): str(v) for k, v in raw["source"].items()}
-    sink = raw["sink"]
+    sink = {**raw["sink"], **(sink_overrides or {})}
     if bootstrap_servers:
         source["kafka.bootstrap.servers"] = bootstrap_servers
     _static_id(path, source, group_instance_id)
@@ -173,13 +177,20 @@ def main(argv: list[str] | None = None) -> int:
         "--group-instance-id",
         help="override [source] group.instance.id, the static member id ('' for none)",
     )
+    parser.add_argument("--checkpoint", help="override [sink] checkpoint (one per member)")
+    parser.add_argument("--trigger", help="override [sink] trigger ('availableNow', '5 seconds')")
     args = parser.parse_args(argv)
+    overrides = {
+        key: value
+        for key, value in (("checkpoint", args.checkpoint), ("trigger", args.trigger))
+        if value is not None
+    }
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     logging.getLogger("spark_groups").setLevel(logging.INFO)
     try:
-        config = load_config(args.conf, args.bootstrap_servers, args.group_instance_id)
+        config = load_config(args.conf, args.bootstrap_servers, args.group_instance_id, overrides)
     except (JobConfigError, ValueError) as exc:
         print(f"ingest: {exc}", file=sys.stderr)
         return 2

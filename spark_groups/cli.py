@@ -271,3 +271,22 @@ def demo(work_dir: str | None) -> None:
 
     with clean_errors():
         run_demo(Path(work_dir) if work_dir else None)
+
+
+@main.command()
+@click.option("--port", type=click.IntRange(1, 65535), default=9092, show_default=True)
+@click.option("--topic", default="orders", show_default=True, help="topic to create ('' for none)")
+@click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option(
+    "--rate",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="sample orders produced per second (0: none)",
+)
+def broker(port: int, topic: str, partitions: int, rate: int) -> None:
+    """Run the embedded broker in the foreground until Ctrl-C, producing sample orders."""
+    from spark_groups.demo import serve_broker
+
+    with clean_errors():
+        serve_broker(port, topic, partitions, rate)

@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -44,6 +45,42 @@ WORK = Path("/tmp/spark-groups-demo")
 TOPIC, GROUP, PARTITIONS, ORDERS = "orders", "orders-etl", 3, 3000
 
 
+def sample_order(i: int) -> tuple[bytes, bytes]:
+    """The key (customer) and JSON value of sample order number ``i``."""
+    order = {"order_id": i, "customer": f"c{i % 97}", "amount": 5 + (i * 7) % 300}
+    return order["customer"].encode(), json.dumps(order).encode()
+
+
+def serve_broker(port: int, topic: str, partitions: int, rate: int) -> None:
+    """Run an embedded broker on ``port`` until Ctrl-C (SIGINT); create ``topic`` and
+    produce ``rate`` sample orders per second to it (``spark-groups broker``)."""
+    with EmbeddedBroker(port=port) as broker:
+        servers = broker.bootstrap_servers
+        if topic:
+            admin = AdminClient({"bootstrap.servers": servers})
+            admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+        click.echo(
+            f"broker on {servers}; topic {topic!r} ({partitions} partitions); "
+            f"{rate} sample orders/s; Ctrl-C stops it (its data is gone then)"
+        )
+        producer = Producer({"bootstrap.servers": servers, "linger.ms": "5"})
+        sent = 0
+        try:
+            while True:
+                started = time.monotonic()
+                for _ in range(rate if topic else 0):
+                    key, value = sample_order(sent)
+                    producer.produce(topic, key=key, value=value)
+                    sent += 1
+                producer.flush(10)
+                time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+        except KeyboardInterrupt:
+            pass
+        finally:
+            producer.flush(10)
+        click.echo(f"stopped after producing {sent} orders")
+
+
 def produce_orders(servers: str) -> dict[int, int]:
     """Create the topic and produce sample orders; return records per partition."""
     admin = AdminClient({"bootstrap.servers": servers})
@@ -57,13 +94,8 @@ def produce_orders(servers: str) -> dict[int, int]:
             counts[message.partition()] += 1  # type: ignore[attr-defined]
 
     for i in range(ORDERS):
-        order = {"order_id": i, "customer": f"c{i % 97}", "amount": 5 + (i * 7) % 300}
-        producer.produce(
-            TOPIC,
-            key=f"c{i % 97}".encode(),
-            value=json.dumps(order).encode(),
-            on_delivery=delivered,
-        )
+        key, value = sample_order(i)
+        producer.produce(TOPIC, key=key, value=value, on_delivery=delivered)
         if i % 700 == 0:
             producer.flush(30)  # several record batches of different sizes per partition
     producer.flush(30)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -79,3 +82,44 @@ def test_jobs_demo_is_a_thin_wrapper_of_the_same_demo(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 1
     assert "demo failed: the demo needs spark-submit on PATH" in done.stderr
+
+
+def test_broker_runs_in_the_foreground_producing_orders_until_ctrl_c() -> None:
+    from spark_groups.embedded import free_port
+
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-c", "from spark_groups.cli import main; main()", "broker"),
+            *("--port", str(port), "--topic", "walk", "--partitions", "2", "--rate", "50"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    consumer = None
+    try:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{port}",
+                "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                "auto.offset.reset": "earliest",
+            }
+        )
+        consumer.assign([KafkaTopicPartition("walk", p, 0) for p in (0, 1)])
+        orders: list[dict] = []
+        deadline = time.monotonic() + 60
+        while len(orders) < 60:
+            assert time.monotonic() < deadline, f"only {len(orders)} orders arrived"
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                orders.append(json.loads(message.value()))
+        assert {"order_id", "customer", "amount"} <= set(orders[0])
+    finally:
+        if consumer is not None:
+            consumer.close()
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, output
+    assert f"broker on 127.0.0.1:{port}" in output
+    assert "stopped after producing" in output

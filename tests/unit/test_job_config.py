@@ -47,6 +47,14 @@ def test_the_static_id_can_be_overridden_or_removed(tmp_path: Path) -> None:
     assert "group.instance.id" not in ingest.load_config(path, group_instance_id="").source
 
 
+def test_a_second_member_overrides_checkpoint_and_trigger(tmp_path: Path) -> None:
+    path = config(tmp_path, GOOD_SOURCE + GOOD_SINK)
+    second = ingest.load_config(path, sink_overrides={"checkpoint": "/tmp/b", "trigger": "5 s"})
+    assert (second.checkpoint, second.trigger, second.table_path) == ("/tmp/b", "5 s", "/tmp/t")
+    with pytest.raises(ingest.JobConfigError, match="trigger 'soon'"):
+        ingest.load_config(path, sink_overrides={"trigger": "soon"})
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
