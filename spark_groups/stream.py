@@ -96,6 +96,9 @@ class GroupStream:
         self._targets: dict[TopicPartition, int] | None = None
         self._latest_ends: dict[TopicPartition, int] = {}
         self._stopped = False
+        # Partitions assigned after the first plan with no committed offset anywhere are new
+        # partitions (a topic grew, a pattern matched a new topic): they start at earliest.
+        self._first_plan_done = False
         max_poll = int(options.kafka.get("max.poll.interval.ms", "300000"))
         self._barrier_timeout_s = max(1.0, max_poll / 1000.0 - 5.0)
 
@@ -320,10 +323,17 @@ class GroupStream:
         if self.options.sink_path is not None:
             self._catch_up_with_sink(member, new, known)
         # With no commit anywhere, a partition the checkpoint's last batch read continues
-        # after that batch (as Spark's kafka source would); others use startingOffsets.
+        # after that batch (as Spark's kafka source would); others use startingOffsets at the
+        # query's first plan, and earliest later (partitions created while it runs, as Spark's
+        # kafka source does).
         replayed = start.ends()
+        discovered_later, self._first_plan_done = self._first_plan_done, True
         starts = self._starting_offsets(
-            [tp for tp in new if tp not in known and tp not in replayed]
+            [tp for tp in new if tp not in known and tp not in replayed], discovered_later
+        )
+        self._pin(
+            member,
+            {tp: v for tp, v in starts.items() if self._start_rule(tp, discovered_later) == LATEST},
         )
         sources: dict[str, tuple[int, str]] = {}
         with self._lock:
@@ -337,7 +347,8 @@ class GroupStream:
                     sources[str(tp)] = (replayed[tp], "checkpoint")
                 else:
                     self._positions[tp] = starts[tp]
-                    sources[str(tp)] = (starts[tp], "startingOffsets")
+                    how = "earliest: a new partition" if discovered_later else "startingOffsets"
+                    sources[str(tp)] = (starts[tp], how)
         log.info("resuming %d partitions (offset, from): %s", len(new), sources)
 
     def _catch_up_with_sink(
@@ -393,11 +404,32 @@ class GroupStream:
             ]
         )
 
-    def _starting_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+    def _start_rule(self, tp: TopicPartition, discovered_later: bool) -> int:
+        """A real offset, or EARLIEST / LATEST: where ``tp`` starts without any commit."""
+        starting = self.options.starting_offsets
+        if discovered_later:
+            return starting.per_partition.get(tp, EARLIEST)
+        return starting.for_partition(tp)
+
+    def _pin(self, member: GroupMember, starts: Mapping[TopicPartition, int]) -> None:
+        """Commit where partitions that started at ``latest`` start (to Kafka, like a plain
+        consumer's first commit after ``auto.offset.reset``), so the group agrees on it: a
+        partition that moves before its first batch resumes there instead of resolving
+        ``latest`` again later and skipping what arrived in between."""
+        if not starts:
+            return
+        try:
+            member.commit(starts)
+        except CommitError as exc:
+            log.warning("could not commit the starting offsets %s: %s", dict(starts), exc)
+
+    def _starting_offsets(
+        self, partitions: list[TopicPartition], discovered_later: bool = False
+    ) -> dict[TopicPartition, int]:
         if not partitions:
             return {}
         assert self._resolver is not None
-        wanted = {tp: self.options.starting_offsets.for_partition(tp) for tp in partitions}
+        wanted = {tp: self._start_rule(tp, discovered_later) for tp in partitions}
         need_earliest = [tp for tp, v in wanted.items() if v == EARLIEST]
         need_latest = [tp for tp, v in wanted.items() if v == LATEST]
         earliest = self._resolver.start_offsets(need_earliest) if need_earliest else {}

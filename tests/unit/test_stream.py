@@ -384,3 +384,42 @@ def test_a_new_owner_resumes_from_the_sink_when_it_is_ahead(
     ledger = OffsetLedger(str(tmp_path / "ledger"), group)
     assert ledger.latest_positions([p0, p1]) == {p0: 7}
     assert [r["batch"] for r in ledger.history().to_pylist()] == [-1]
+
+
+def test_partitions_created_while_the_query_runs_start_at_earliest(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams
+) -> None:
+    """startingOffsets=latest applies to the partitions of the query's first plan (their start
+    is committed at once); a partition that appears later starts at earliest, as with Spark's
+    kafka source, so records written to it before the group assigned it are not skipped."""
+    prefix = f"grow{uuid.uuid4().hex[:6]}"
+    first = make_topic(1, prefix)
+    produce(bootstrap_servers, first, 5, 1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    opts = {
+        "kafka.bootstrap.servers": bootstrap_servers,
+        "subscribePattern": f"{prefix}-.*",
+        "group.id": group,
+        "startingOffsets": "latest",
+        "kafka.topic.metadata.refresh.interval.ms": "1000",
+        **FAST,
+    }
+    stream = GroupStream(parse_options(opts))
+    streams.append(stream)
+    initial = BatchOffset.initial().to_json()
+    assert stream.latest_offset(initial, None) is initial  # latest: nothing to read
+    member = stream.ensure_started()
+    assert member.committed([TopicPartition(first, 0)]) == {TopicPartition(first, 0): 5}
+    second = make_topic(2, prefix)
+    produce(bootstrap_servers, second, 3, 2)  # before the group knows the topic
+    deadline = time.monotonic() + 90
+    while True:
+        planned = stream.latest_offset(initial, None)
+        if planned is not initial:
+            break
+        assert time.monotonic() < deadline, "the new topic's partitions were never planned"
+        time.sleep(0.5)
+    assert {
+        (r.topic_partition, r.from_offset, r.until_offset)
+        for r in BatchOffset.from_json(planned).ranges
+    } == {(TopicPartition(second, 0), 0, 3), (TopicPartition(second, 1), 0, 3)}
