@@ -141,6 +141,7 @@ class GroupMember:
         self._closing = False
         self._failure: BaseException | None = None
         self._assignment: frozenset[TopicPartition] = frozenset()
+        self._in_callback = 0  # > 0 while a rebalance callback runs (owner thread)
         self._generation = -1
         self._member_id = ""
         self.rebalances = 0
@@ -254,18 +255,38 @@ class GroupMember:
             if p.error is None and p.offset >= 0
         }
 
-    def commit(self, offsets: Mapping[TopicPartition, int], timeout_s: float = 30.0) -> None:
-        """Commit ``offsets`` (next offset to read) to Kafka under the current generation.
+    def commit(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        timeout_s: float = 30.0,
+        *,
+        owned_only: bool = False,
+    ) -> frozenset[TopicPartition]:
+        """Commit ``offsets`` (next offset to read) to Kafka under the current generation;
+        return the partitions committed.
+
+        With ``owned_only``, the owner thread first handles the rebalance events librdkafka
+        has queued (a session that expired while this process was frozen shows up as lost
+        partitions) and then commits only the partitions this member still owns, with no
+        rebalance callback in between.
 
         Raises :class:`StaleGenerationError` when the coordinator refuses the commit because
         this member was fenced or a rebalance moved on, :class:`CommitError` otherwise.
         """
         if not offsets:
-            return
-        wanted = _to_kafka(sorted(offsets), offsets)
+            return frozenset()
+        done: set[TopicPartition] = set()
 
         def commit(consumer: Consumer) -> list[confluent_kafka.TopicPartition] | None:
-            return consumer.commit(offsets=wanted, asynchronous=False)
+            kept = dict(offsets)
+            if owned_only:
+                if not self._in_callback:
+                    self._poll_once(0)  # runs queued rebalance callbacks (this thread)
+                kept = {tp: o for tp, o in kept.items() if tp in self._assignment}
+            done.update(kept)
+            if not kept:
+                return []
+            return consumer.commit(offsets=_to_kafka(sorted(kept), kept), asynchronous=False)
 
         try:
             result = self.call(commit, timeout_s)
@@ -274,7 +295,7 @@ class GroupMember:
             code = error.code() if isinstance(error, KafkaError) else None
             if code in _FENCED_CODES:
                 raise StaleGenerationError(
-                    f"Kafka refused the offset commit of {len(wanted)} partitions for generation "
+                    f"Kafka refused the offset commit of {len(offsets)} partitions for generation "
                     f"{self._generation}: {error}"
                 ) from exc
             raise CommitError(f"offset commit failed: {exc}") from exc
@@ -289,6 +310,7 @@ class GroupMember:
             raise CommitError(
                 f"offset commit failed for {first.topic}-{first.partition}: {first.error}"
             )
+        return frozenset(done)
 
     def subscribed_partitions(self, timeout_s: float | None = None) -> list[TopicPartition]:
         """Every partition of every topic the subscription matches, from fresh metadata."""
@@ -344,9 +366,9 @@ class GroupMember:
             self._check_topics()
             self._consumer.subscribe(
                 self._subscription,
-                on_assign=self._on_assign,
-                on_revoke=self._on_revoke,
-                on_lost=self._on_lost,
+                on_assign=self._counted(self._on_assign),
+                on_revoke=self._counted(self._on_revoke),
+                on_lost=self._counted(self._on_lost),
             )
             log.info(
                 "group member subscribed: group=%s subscription=%s strategy=%s",
@@ -396,9 +418,9 @@ class GroupMember:
                 f"topic {', '.join(repr(t) for t in missing)} does not exist on {servers}"
             )
 
-    def _poll_once(self) -> None:
+    def _poll_once(self, timeout_s: float | None = None) -> None:
         assert self._consumer is not None
-        message = self._consumer.poll(self._poll_interval_s)
+        message = self._consumer.poll(self._poll_interval_s if timeout_s is None else timeout_s)
         if message is None:
             return
         error = message.error()
@@ -422,6 +444,20 @@ class GroupMember:
             self._closing = True
         else:
             log.info("group member: %s", error.str())
+
+    def _counted(
+        self, callback: Callable[[Consumer, list[confluent_kafka.TopicPartition]], None]
+    ) -> Callable[[Consumer, list[confluent_kafka.TopicPartition]], None]:
+        """``callback`` marking that a rebalance callback runs (no poll may nest in it)."""
+
+        def run(consumer: Consumer, partitions: list[confluent_kafka.TopicPartition]) -> None:
+            self._in_callback += 1
+            try:
+                callback(consumer, partitions)
+            finally:
+                self._in_callback -= 1
+
+        return run
 
     def _refresh_identity(self, consumer: Consumer) -> None:
         try:

@@ -99,6 +99,10 @@ class GroupStream:
         # Partitions assigned after the first plan with no committed offset anywhere are new
         # partitions (a topic grew, a pattern matched a new topic): they start at earliest.
         self._first_plan_done = False
+        # Per partition, the last batch planned before it was lost, or before its revocation
+        # ended: those batches may no longer commit it (another member may have moved on).
+        self._gave_up_through: dict[TopicPartition, int] = {}
+        self._highest_batch = -1  # the highest batch number this stream has seen
         max_poll = int(options.kafka.get("max.poll.interval.ms", "300000"))
         self._barrier_timeout_s = max(1.0, max_poll / 1000.0 - 5.0)
 
@@ -170,6 +174,8 @@ class GroupStream:
         if self._stopped:
             return start_json
         start = BatchOffset.from_json(start_json)
+        with self._lock:
+            self._highest_batch = max(self._highest_batch, start.batch)
         member = self.ensure_started()
         self._wait_for_first_assignment(member)
         member.check()
@@ -200,6 +206,7 @@ class GroupStream:
             ]
             batch = BatchOffset.of(start.batch + 1, ranges) if ranges else None
             if batch is not None:
+                self._highest_batch = max(self._highest_batch, batch.batch)
                 for r in batch.ranges:
                     self._positions[r.topic_partition] = r.until_offset
                     self._last_batch_of[r.topic_partition] = batch.batch
@@ -442,8 +449,11 @@ class GroupStream:
     def commit_durable(self, batch: BatchOffset) -> None:
         """Commit a batch Spark has finished: Kafka (OffsetCommit), then one ledger row per range.
 
-        Only partitions this member still owns are committed, and never below what is
-        already known committed (a replayed batch must not move the group backwards).
+        Only partitions this member has owned without a break since the batch was planned
+        are committed (a partition lost or revoked and assigned again since then may have
+        moved on under another owner), checked on the member's thread together with the
+        commit itself, and never below what is already known committed (a replayed batch
+        must not move the group backwards).
         Kafka refusing the commit for a stale generation is logged and counted, and the
         ledger is not written either; a ledger failure raises.
         """
@@ -456,6 +466,7 @@ class GroupStream:
                 r
                 for r in batch.ranges
                 if r.topic_partition in owned
+                and batch.batch > self._gave_up_through.get(r.topic_partition, -1)
                 and r.until_offset > self._committed.get(r.topic_partition, -1)
             ]
         started = time.monotonic()
@@ -464,7 +475,9 @@ class GroupStream:
             # Kafka first: the coordinator checks the generation, so a fenced member's
             # offsets are refused there and never reach the ledger either.
             try:
-                member.commit(offsets)
+                done = member.commit(offsets, owned_only=True)
+                ranges = [r for r in ranges if r.topic_partition in done]
+                offsets = {tp: o for tp, o in offsets.items() if tp in done}
             except StaleGenerationError as exc:
                 self.metrics.failed_commits += 1
                 log.error(
@@ -548,6 +561,8 @@ class GroupStream:
                 for tp in partitions:
                     self._committed.pop(tp, None)
                     self._last_batch_of.pop(tp, None)
+                    # After the barrier: a batch that outlived it must not commit these.
+                    self._gave_up_through[tp] = self._highest_batch
         self.metrics.last_barrier_wait_s = time.monotonic() - started
         if self._history is not None:
             generation = self._member.generation if self._member is not None else -1
@@ -573,6 +588,7 @@ class GroupStream:
                 self._positions.pop(tp, None)
                 self._committed.pop(tp, None)
                 self._last_batch_of.pop(tp, None)
+                self._gave_up_through[tp] = self._highest_batch
         self.metrics.lost_partitions += len(partitions)
         if self._history is not None:
             generation = self._member.generation if self._member is not None else -1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 from spark_groups.offsets import BatchOffset
 from spark_groups.options import parse_options
@@ -33,6 +34,12 @@ def main() -> None:
     planned = stream.latest_offset(BatchOffset.initial().to_json(), None)
     print("PLANNED", json.dumps(planned), flush=True)
     sys.stdin.readline()
+    # Let librdkafka notice, after the thaw, that the session expired. Kafka would refuse
+    # the stale commit by its generation anyway; the embedded broker accepts commits from
+    # expired members (docs/brokers.md), so there only the loss keeps it out.
+    deadline = time.monotonic() + 15
+    while stream.metrics.lost_partitions == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
     stream.latest_offset(planned, None)  # the safe point for batch 0: would commit it
     member = stream.ensure_started()
     print(
