@@ -36,6 +36,7 @@ from spark_groups.errors import (
     DataLossError,
     GroupMembershipError,
     StaleGenerationError,
+    TopicNotFoundError,
 )
 from spark_groups.history import RebalanceHistory
 from spark_groups.ledger import CATCH_UP_BATCH, LedgerRow, OffsetLedger
@@ -290,7 +291,19 @@ class GroupStream:
         if not positions:
             return {}
         assert self._resolver is not None
-        ends = self._resolver.end_offsets(positions.keys())
+        try:
+            ends = self._resolver.end_offsets(positions.keys())
+        except TopicNotFoundError as exc:
+            # An assigned topic vanished (deleted, or a broker lost its data): like the log
+            # going backwards, data loss, unless failOnDataLoss=false, which waits for the
+            # group to rebalance or the topic to come back, planning nothing meanwhile.
+            if self.options.fail_on_data_loss:
+                raise DataLossError(
+                    f"{exc}: assigned partitions no longer exist; set failOnDataLoss=false to "
+                    "wait for them instead"
+                ) from exc
+            log.warning("%s; failOnDataLoss=false: planning nothing for now", exc)
+            return {}
         self._latest_ends = dict(ends)
         if self._targets is not None:
             ends = {tp: min(end, self._targets.get(tp, positions[tp])) for tp, end in ends.items()}
