@@ -285,7 +285,7 @@ def demo(work_dir: str | None) -> None:
     help="sample orders produced per second (0: none)",
 )
 def broker(port: int, topic: str, partitions: int, rate: int) -> None:
-    """Run the embedded broker in the foreground until Ctrl-C, producing sample orders."""
+    """Run the embedded broker in the foreground until Ctrl-C (or SIGTERM), producing orders."""
     from spark_groups.demo import serve_broker
 
     with clean_errors():

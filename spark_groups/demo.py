@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -54,11 +55,19 @@ def sample_order(i: int) -> tuple[bytes, bytes]:
 def serve_broker(port: int, topic: str, partitions: int, rate: int) -> None:
     """Run an embedded broker on ``port`` until Ctrl-C (SIGINT); create ``topic`` and
     produce ``rate`` sample orders per second to it (``spark-groups broker``)."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    # Ctrl-C or kill stop it, also when started in the background (where SIGINT is ignored).
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     with EmbeddedBroker(port=port) as broker:
         servers = broker.bootstrap_servers
         if topic:
             admin = AdminClient({"bootstrap.servers": servers})
             admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+            del admin  # released now, not after the broker is gone
         click.echo(
             f"broker on {servers}; topic {topic!r} ({partitions} partitions); "
             f"{rate} sample orders/s; Ctrl-C stops it (its data is gone then)"
@@ -78,6 +87,7 @@ def serve_broker(port: int, topic: str, partitions: int, rate: int) -> None:
             pass
         finally:
             producer.flush(10)
+            del producer  # released before the broker stops
         click.echo(f"stopped after producing {sent} orders")
 
 
