@@ -90,6 +90,16 @@ def _show(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
+#: ``--partition TOPIC:P`` (repeatable), shared by the commands that filter by partition.
+partition_option = click.option(
+    "--partition",
+    "partitions",
+    multiple=True,
+    metavar="TOPIC:P",
+    help="only these partitions (repeatable)",
+)
+
+
 @click.group()
 def main() -> None:
     """Inspect and manage consumer groups read by spark_groups queries."""
@@ -128,13 +138,7 @@ def describe(
 @click.option(
     "--rebalances-table", help="the rebalance history (default: <offsets-table>_rebalances)"
 )
-@click.option(
-    "--partition",
-    "partitions",
-    multiple=True,
-    metavar="TOPIC:P",
-    help="only these partitions (repeatable)",
-)
+@partition_option
 @click.option("--since", help="from this ISO 8601 time on (naive = UTC)")
 @click.option("--until", "until_", metavar="ISO", help="before this ISO 8601 time (naive = UTC)")
 @click.option("--limit", type=click.IntRange(min=0), help="only the newest N events")
@@ -219,13 +223,7 @@ def reset(
 @kafka_options
 @click.option("--offsets-table", required=True, help="the group's Delta ledger (offsets.table)")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="the PNG to write")
-@click.option(
-    "--partition",
-    "partitions",
-    multiple=True,
-    metavar="TOPIC:P",
-    help="only these partitions (repeatable)",
-)
+@partition_option
 def lag_plot(
     group: str,
     bootstrap_servers: str,
