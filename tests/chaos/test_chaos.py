@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from test_sink import IdProducer, Member, sink_commits, table_ids
+from test_sink import IdProducer, Member, member_spec, sink_commits, table_ids
 
 from helpers import unique, wait_until
 
@@ -84,18 +84,7 @@ def test_chaos_every_record_exactly_once_and_at_least_once(
     chaos_s = float(os.environ.get("CHAOS_SECONDS", "60"))
     topic = make_topic(PARTITIONS)
     group, table = unique("chaos"), tmp_path / "table"
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    stop_file = tmp_path / "stop"
-    spec = {
-        "servers": bootstrap_servers,
-        "topic": topic,
-        "group": group,
-        "table": str(table),
-        "ledger": str(tmp_path / "ledger"),
-        "stop_file": str(stop_file),
-        "trigger": "2 seconds",
-    }
+    spec, logs, stop_file = member_spec(bootstrap_servers, topic, group, tmp_path, "2 seconds")
     members = {
         name: Member(name, {**spec, "checkpoint": str(tmp_path / f"cp-{name}")}, logs)
         for name in ("A", "B", "C")

@@ -294,6 +294,27 @@ def partitions_written(commits: list[dict], member: str) -> set[str]:
     return out
 
 
+def member_spec(
+    servers: str, topic: str, group: str, tmp_path: Path, trigger: str
+) -> tuple[dict, Path, Path]:
+    """The spec shared by the member processes of one test (each adds its ``checkpoint``),
+    the folder of their logs (created) and the file whose existence tells them to stop.
+    The sink table is ``tmp_path / "table"``."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    stop_file = tmp_path / "stop"
+    spec = {
+        "servers": servers,
+        "topic": topic,
+        "group": group,
+        "table": str(tmp_path / "table"),
+        "ledger": str(tmp_path / "ledger"),
+        "stop_file": str(stop_file),
+        "trigger": trigger,
+    }
+    return spec, logs, stop_file
+
+
 class Member:
     """One member process running tests/integration/sink_member.py."""
 
@@ -344,18 +365,7 @@ def test_two_member_processes_one_killed_mid_batch_every_id_exactly_once(
 ) -> None:
     topic = make_topic(4)
     group, table = unique("g"), tmp_path / "table"
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    stop_file = tmp_path / "stop"
-    spec = {
-        "servers": bootstrap_servers,
-        "topic": topic,
-        "group": group,
-        "table": str(table),
-        "ledger": str(tmp_path / "ledger"),
-        "stop_file": str(stop_file),
-        "trigger": "3 seconds",
-    }
+    spec, logs, stop_file = member_spec(bootstrap_servers, topic, group, tmp_path, "3 seconds")
     a = Member("A", {**spec, "checkpoint": str(tmp_path / "cp-a")}, logs)
     b = Member("B", {**spec, "checkpoint": str(tmp_path / "cp-b")}, logs)
     producer = IdProducer(bootstrap_servers, topic, 4, per_second=150)
