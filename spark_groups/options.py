@@ -23,7 +23,7 @@ EARLIEST = -2
 LATEST = -1
 
 ASSIGNMENT_STRATEGIES = ("cooperative-sticky", "range", "roundrobin")
-END_OFFSET_MODES = ("fetch", "listOffsets")
+END_OFFSET_MODES = ("auto", "fetch", "listOffsets")
 DELIVERY_GUARANTEES = ("at-least-once", "at-most-once")
 
 #: option name (as documented) -> default shown in docs; None means "no default".
@@ -42,7 +42,7 @@ SOURCE_OPTIONS: dict[str, str | None] = {
     "includeHeaders": "false",
     "failOnDataLoss": "true",
     "kafkaConsumer.pollTimeoutMs": "120000",
-    "endOffsets": "fetch",
+    "endOffsets": "auto",
     "brokerTimeoutMs": "30000",
     "joinTimeoutMs": "120000",
     "arrowBatchRows": "10000",
@@ -93,7 +93,7 @@ class SourceOptions:
     include_headers: bool = False
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120_000
-    end_offsets_mode: str = "fetch"
+    end_offsets_mode: str = "auto"
     broker_timeout_ms: int = 30_000
     join_timeout_ms: int = 120_000
     arrow_batch_rows: int = 10_000
@@ -267,7 +267,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "partition.assignment.strategy",
             f"unknown strategy {strategy!r}; use one of {', '.join(ASSIGNMENT_STRATEGIES)}",
         )
-    end_mode = ours.get("endOffsets", "fetch").strip()
+    end_mode = ours.get("endOffsets", "auto").strip()
     if end_mode not in END_OFFSET_MODES:
         raise OptionError(
             "endOffsets", f"use one of {', '.join(END_OFFSET_MODES)}, got {end_mode!r}"

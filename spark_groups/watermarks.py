@@ -6,12 +6,17 @@ reports it through ListOffsets. Tansu (the embedded broker) does not: its ListOf
 the base offset of the last record batch + 1, so after batches of 50, 50, 7 records it says
 101 where the log ends at 107. The high watermark inside a *fetch* response is right on both.
 
-:class:`EndOffsetResolver` has two modes:
+:class:`EndOffsetResolver` has three modes:
 
+``auto`` (default)
+    ``listOffsets`` on Apache Kafka and every broker that reports its log end, ``fetch`` on a
+    broker known to under-report it. The first call asks the cluster's metadata once; a
+    cluster id that names Tansu (its default id is ``tansu_cluster``) selects ``fetch``.
+    A broker that under-reports under another name needs ``endOffsets=fetch`` set by hand.
 ``listOffsets``
     Trust ListOffsets (one request per leader). Right on Kafka; on Tansu it leaves the tail of
     the log unread until a later batch is appended.
-``fetch`` (default)
+``fetch``
     Ask ListOffsets, then fetch at ``listed - 1`` and take the high watermark of that fetch
     response (librdkafka caches it per partition). Verified on Tansu and on librdkafka's mock
     cluster: the fetch answer is the log end on both; on Kafka it equals ListOffsets, on Tansu
@@ -53,7 +58,10 @@ from spark_groups.secrets import scrub
 
 log = logging.getLogger(__name__)
 
-MODES = ("fetch", "listOffsets")
+MODES = ("auto", "fetch", "listOffsets")
+
+#: Cluster ids (lower-cased substrings) of brokers whose ListOffsets under-reports the log end.
+UNDER_REPORTING_CLUSTERS = ("tansu",)
 
 #: Defaults merged *under* the caller's consumer configuration (the caller's value wins).
 RESOLVER_DEFAULTS: dict[str, str] = {
@@ -124,11 +132,12 @@ class EndOffsetResolver:
     """
 
     def __init__(
-        self, consumer_config: Mapping[str, str], mode: str = "fetch", timeout_s: float = 30.0
+        self, consumer_config: Mapping[str, str], mode: str = "auto", timeout_s: float = 30.0
     ) -> None:
         if timeout_s <= 0:
             raise OptionError("timeout", f"must be positive; got {timeout_s!r}")
         self.mode = _normalise_mode(mode)
+        self._effective_mode: str | None = None if self.mode == "auto" else self.mode
         self.timeout_s = float(timeout_s)
         self._config = _resolver_config(consumer_config)
         self._consumer: Consumer | None = None
@@ -148,7 +157,7 @@ class EndOffsetResolver:
         with self._owned():
             deadline = time.monotonic() + self.timeout_s
             listed = self._list(tps, _LATEST, deadline)
-            if self.mode == "listOffsets":
+            if self._mode_for(tps[0].topic, deadline) == "listOffsets":
                 return listed
             ends: dict[TopicPartition, int] = {}
             to_fetch: dict[TopicPartition, int] = {}
@@ -225,6 +234,8 @@ class EndOffsetResolver:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.update(_consumer=None, _busy=None, _confirmed={}, _close_requested=False)
+        if self.mode == "auto":
+            state["_effective_mode"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -237,7 +248,38 @@ class EndOffsetResolver:
             f"mode={self.mode!r}, timeout_s={self.timeout_s:g})"
         )
 
+    @property
+    def effective_mode(self) -> str | None:
+        """``fetch`` or ``listOffsets``; with ``auto``, None until the first call decided."""
+        return self._effective_mode
+
     # -- internals -----------------------------------------------------------------------------
+
+    def _mode_for(self, topic: str, deadline: float) -> str:
+        """The mode in force; ``auto`` decides once, from the cluster id in a metadata answer
+        for ``topic`` (a one-topic request, cheap on clusters with many topics)."""
+        if self._effective_mode is not None:
+            return self._effective_mode
+        cluster_id = ""
+        try:
+            metadata = self._get_consumer().list_topics(
+                topic, timeout=max(deadline - time.monotonic(), 0.1)
+            )
+            cluster_id = str(metadata.cluster_id or "")
+        except KafkaException as exc:  # undecided: confirm by fetch this time, ask again later
+            log.debug("no cluster metadata from %s: %s", self._servers(), exc)
+            return "fetch"
+        under_reports = any(name in cluster_id.lower() for name in UNDER_REPORTING_CLUSTERS)
+        self._effective_mode = "fetch" if under_reports else "listOffsets"
+        log.info(
+            "endOffsets=auto on cluster %r (%s): %s",
+            cluster_id,
+            self._servers(),
+            "ListOffsets under-reports the log end here, confirming it with a fetch"
+            if under_reports
+            else "trusting ListOffsets",
+        )
+        return self._effective_mode
 
     @contextmanager
     def _owned(self) -> Iterator[None]:

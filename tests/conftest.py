@@ -1,39 +1,58 @@
-"""Shared fixtures: one broker per test session (embedded, or BOOTSTRAP_SERVERS)."""
+"""Shared fixtures: one broker per test session.
+
+The broker is Apache Kafka (KRaft, from the jars of ``bash jars/fetch kafka``) unless
+``SPARK_GROUPS_TEST_BROKER=tansu`` picks the embedded Tansu broker, or ``BOOTSTRAP_SERVERS``
+points the tests at a cluster of your own.
+"""
 
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from spark_groups.embedded import EmbeddedBroker
+from spark_groups.kafka_broker import KafkaBroker
+
+from broker_support import TEST_BROKER, broker_kind, create_topic
 
 
 @pytest.fixture(scope="session")
 def bootstrap_servers() -> Iterator[str]:
-    """A broker for the whole test run: ``$BOOTSTRAP_SERVERS`` or an embedded Tansu."""
+    """A broker for the whole test run: ``$BOOTSTRAP_SERVERS``, Apache Kafka, or Tansu."""
     existing = os.environ.get("BOOTSTRAP_SERVERS")
     if existing:
         yield existing
         return
-    with EmbeddedBroker() as broker:
+    if TEST_BROKER == "tansu":
+        with EmbeddedBroker() as embedded:
+            yield embedded.bootstrap_servers
+        return
+    if TEST_BROKER != "kafka":
+        raise pytest.UsageError(f"SPARK_GROUPS_TEST_BROKER must be kafka or tansu: {TEST_BROKER}")
+    with KafkaBroker() as broker:
         yield broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def tansu_servers(bootstrap_servers: str) -> Iterator[str]:
+    """The embedded Tansu broker, for tests of its quirks: the session's broker when that is
+    Tansu, else one started for them."""
+    if broker_kind() == "tansu":
+        yield bootstrap_servers
+        return
+    with EmbeddedBroker() as embedded:
+        yield embedded.bootstrap_servers
 
 
 @pytest.fixture
 def make_topic(bootstrap_servers: str):
     """Create a fresh, uniquely named topic: ``make_topic(partitions=3) -> name``."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
 
     def create(partitions: int = 3, prefix: str = "t") -> str:
-        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
-        for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
-            future.result(timeout=30)
-        return name
+        return create_topic(bootstrap_servers, partitions, prefix)
 
     return create
 

@@ -1,5 +1,5 @@
-"""End offsets: right on Tansu (which under-reports them through ListOffsets) and on Kafka
-semantics (librdkafka's mock cluster), in both modes."""
+"""End offsets: right on Tansu (which under-reports them through ListOffsets), on Apache Kafka
+and on librdkafka's mock cluster, in every mode."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from spark_groups.errors import (
 )
 from spark_groups.offsets import TopicPartition
 from spark_groups.watermarks import EndOffsetResolver
+
+from broker_support import broker_kind, create_topic
 
 SECRET = "hunter2-do-not-show"
 
@@ -50,10 +52,9 @@ def make(made: list[EndOffsetResolver], servers: str, **kwargs: Any) -> EndOffse
     return resolver
 
 
-def test_tansu_under_reports_list_offsets_and_fetch_mode_is_right(
-    bootstrap_servers, make_topic, resolvers
-):
-    topic = make_topic(partitions=2)
+def test_tansu_under_reports_list_offsets_and_fetch_mode_is_right(tansu_servers, resolvers):
+    bootstrap_servers = tansu_servers
+    topic = create_topic(bootstrap_servers, partitions=2)
     produce_batches(bootstrap_servers, topic, [50, 50, 7])  # partition 1 stays empty
     p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
 
@@ -63,8 +64,9 @@ def test_tansu_under_reports_list_offsets_and_fetch_mode_is_right(
     assert listed.end_offsets([p0, p1]) == {p0: 101, p1: 0}
 
     fetch = make(resolvers, bootstrap_servers)
-    assert fetch.mode == "fetch"
+    assert fetch.mode == "auto"
     assert fetch.end_offsets([p0, p1]) == {p0: 107, p1: 0}
+    assert fetch.effective_mode == "fetch"  # auto recognised Tansu
     assert fetch.start_offsets([p0, p1]) == {p0: 0, p1: 0}
 
     produce_batches(bootstrap_servers, topic, [1])  # a single-record batch: listed is right
@@ -75,13 +77,25 @@ def test_tansu_under_reports_list_offsets_and_fetch_mode_is_right(
     assert fetch.end_offsets([p0, p1]) == {p0: 108, p1: 32}
 
 
-def test_unchanged_listed_end_skips_the_fetch(
-    bootstrap_servers, make_topic, resolvers, monkeypatch
-):
-    topic = make_topic(partitions=1)
+def test_auto_trusts_list_offsets_where_they_are_right(bootstrap_servers, make_topic, resolvers):
+    topic = make_topic(partitions=2)
+    produce_batches(bootstrap_servers, topic, [50, 50, 7])
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    auto = make(resolvers, bootstrap_servers)
+    assert auto.effective_mode is None  # nothing asked yet
+    assert auto.end_offsets(tps) == {tps[0]: 107, tps[1]: 0}
+    expected = "fetch" if broker_kind() == "tansu" else "listOffsets"
+    assert auto.effective_mode == expected
+    restored = pickle.loads(pickle.dumps(auto))
+    assert restored.effective_mode is None  # an executor's copy asks its own cluster again
+
+
+def test_unchanged_listed_end_skips_the_fetch(tansu_servers, resolvers, monkeypatch):
+    bootstrap_servers = tansu_servers
+    topic = create_topic(bootstrap_servers, partitions=1)
     produce_batches(bootstrap_servers, topic, [20, 5])
     tp = TopicPartition(topic, 0)
-    resolver = make(resolvers, bootstrap_servers)
+    resolver = make(resolvers, bootstrap_servers, mode="fetch")
     fetched: list[dict[TopicPartition, int]] = []
     real = resolver._fetch_high_watermarks
 

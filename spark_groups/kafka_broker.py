@@ -1,0 +1,381 @@
+"""A throw-away single-node Apache Kafka (KRaft) for tests, benchmarks and local runs.
+
+The real thing, unlike the embedded Tansu broker (:mod:`spark_groups.embedded`): generation
+fencing, static membership, the KIP-848 group protocol and a correct ListOffsets. It runs
+``kafka.Kafka`` from the jars that ``bash jars/fetch kafka`` puts in ``.cache/jars/kafka``
+(Maven Central), as one combined broker and controller on free loopback ports, with its log
+in a temporary folder that :meth:`KafkaBroker.stop` removes.
+
+    with KafkaBroker() as broker:
+        servers = broker.bootstrap_servers
+
+With ``sasl_users`` it also opens a ``SASL_PLAINTEXT`` listener (mechanism PLAIN) and turns
+on the ACL authorizer; the plaintext listener then stays open to everything (its anonymous
+principal is a super user), for setting ACLs and for the tests' own producers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from spark_groups.errors import BrokerUnreachableError, SparkGroupsError
+
+log = logging.getLogger(__name__)
+
+#: The command that fetches the jars; named by every error about missing jars.
+FETCH_COMMAND = "bash jars/fetch kafka"
+
+#: Group timing fit for tests: joins complete at once, sessions end in seconds. The KIP-848
+#: (``group.protocol=consumer``) session and heartbeat are the broker's, so they are set here.
+_SERVER_DEFAULTS: dict[str, str] = {
+    "num.partitions": "1",
+    "auto.create.topics.enable": "true",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "4",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
+    "group.consumer.min.session.timeout.ms": "3000",
+    "group.consumer.session.timeout.ms": "10000",
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    "group.consumer.heartbeat.interval.ms": "500",
+    "log.flush.interval.messages": "9223372036854775807",
+    "log.segment.bytes": str(64 * 1024 * 1024),
+    "num.network.threads": "2",
+    "num.io.threads": "4",
+}
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = {level}
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = {level}
+logger.state.name = state.change.logger
+logger.state.level = warn
+"""
+
+#: Kafka's command-line tools: warnings and errors to stderr, nothing else.
+_LOG4J2_TOOLS = """\
+status = warn
+appender.err.type = Console
+appender.err.name = err
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = %p %m%n
+rootLogger.level = warn
+rootLogger.appenderRef.err.ref = err
+"""
+
+
+def kafka_jars_dir() -> Path:
+    """Where the Kafka jars are: ``$SPARK_GROUPS_KAFKA_JARS``, else ``.cache/jars/kafka`` of
+    the source checkout this package runs from."""
+    configured = os.environ.get("SPARK_GROUPS_KAFKA_JARS")
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parents[1] / ".cache" / "jars" / "kafka"
+
+
+def _classpath() -> str:
+    jars = kafka_jars_dir()
+    if not any(jars.glob("kafka_2.13-*.jar")):
+        raise SparkGroupsError(
+            f"no Apache Kafka jars in {jars}: fetch them with `{FETCH_COMMAND}` from the "
+            "project's checkout (or set SPARK_GROUPS_KAFKA_JARS to a folder that has them)"
+        )
+    return f"{jars}/*"
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise SparkGroupsError(
+            "Apache Kafka needs Java 17 or newer, and no `java` was found: "
+            "apt-get install openjdk-17-jre-headless (or set JAVA_HOME)"
+        )
+    return java
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+class KafkaBroker:
+    """One Apache Kafka node (broker and KRaft controller) on 127.0.0.1; a context manager.
+
+    ``restart()`` keeps the log (unlike Tansu, Kafka's storage is on disk), so a test can show
+    what survives a broker restart. ``stop()`` ends the process and deletes the log folder.
+    """
+
+    def __init__(
+        self,
+        *,
+        sasl_users: Mapping[str, str] | None = None,
+        server_properties: Mapping[str, str] | None = None,
+        heap: str = "512m",
+        start_timeout_s: float = 60.0,
+    ) -> None:
+        self.sasl_users = dict(sasl_users or {})
+        self.heap = heap
+        self.start_timeout_s = start_timeout_s
+        self.port, self.controller_port, self.sasl_port = _free_ports(3)
+        self._overrides = dict(server_properties or {})
+        self._dir: Path | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The plaintext listener, for ``bootstrap.servers``."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        """The SASL_PLAINTEXT listener (only with ``sasl_users``)."""
+        if not self.sasl_users:
+            raise SparkGroupsError("this broker was started without sasl_users")
+        return f"127.0.0.1:{self.sasl_port}"
+
+    @property
+    def log_path(self) -> Path:
+        """The broker's own log (server.log in its folder)."""
+        if self._dir is None:
+            raise SparkGroupsError("the broker has not been started")
+        return self._dir / "server.log"
+
+    @property
+    def running(self) -> bool:
+        """True while the broker process is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    def _properties(self, data_dir: Path) -> dict[str, str]:
+        listeners = [f"PLAINTEXT://127.0.0.1:{self.port}"]
+        protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(data_dir),
+            **_SERVER_DEFAULTS,
+        }
+        if self.sasl_users:
+            listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}")
+            protocols.append("SASL_PLAINTEXT:SASL_PLAINTEXT")
+            users = " ".join(f'user_{name}="{pw}"' for name, pw in self.sasl_users.items())
+            props.update(
+                {
+                    "sasl.enabled.mechanisms": "PLAIN",
+                    "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                        f"{users};"
+                    ),
+                    "authorizer.class.name": (
+                        "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+                    ),
+                    # The plaintext and controller listeners authenticate as ANONYMOUS.
+                    "super.users": "User:ANONYMOUS",
+                    "allow.everyone.if.no.acl.found": "false",
+                }
+            )
+        listeners.append(f"CONTROLLER://127.0.0.1:{self.controller_port}")
+        props["listeners"] = ",".join(listeners)
+        props["advertised.listeners"] = ",".join(
+            x for x in listeners if not x.startswith("CONTROLLER")
+        )
+        props["listener.security.protocol.map"] = ",".join(protocols)
+        props.update(self._overrides)
+        return props
+
+    def _java_command(self, main: str, *args: str) -> list[str]:
+        assert self._dir is not None
+        return [
+            _java(),
+            f"-Xmx{self.heap}",
+            "-Xms128m",
+            "-XX:+UseG1GC",
+            "-XX:TieredStopAtLevel=1",  # the C1 compiler alone: faster start, less memory
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self._dir / 'log4j2.properties'}",
+            "-cp",
+            _classpath(),
+            main,
+            *args,
+        ]
+
+    def start(self) -> KafkaBroker:
+        """Format storage (first start only), start the node and wait until it serves."""
+        if self.running:
+            return self
+        first_start = self._dir is None
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="spark-groups-kafka-"))
+        config = self._dir / "server.properties"
+        if first_start:
+            data = self._dir / "data"
+            props = self._properties(data)
+            config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+            (self._dir / "log4j2.properties").write_text(
+                _LOG4J2.format(log=self._dir / "server.log", level="INFO")
+            )
+            (self._dir / "log4j2-tools.properties").write_text(_LOG4J2_TOOLS)
+            cluster_id = _cluster_id()
+            formatted = subprocess.run(
+                self._java_command(
+                    "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)
+                ),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            if formatted.returncode != 0:
+                raise SparkGroupsError(
+                    "formatting Kafka's storage failed: "
+                    f"{(formatted.stderr or formatted.stdout).strip()[-2000:]}"
+                )
+        out = (self._dir / "stdout.log").open("ab")
+        self._process = subprocess.Popen(
+            self._java_command("kafka.Kafka", str(config)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a Ctrl-C in a terminal reaches us, not the broker
+        )
+        out.close()
+        self._wait_until_serving()
+        log.info("Apache Kafka listening on %s (log %s)", self.bootstrap_servers, self.log_path)
+        return self
+
+    def _wait_until_serving(self) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            assert self._process is not None
+            if self._process.poll() is not None:
+                raise BrokerUnreachableError(
+                    f"Apache Kafka exited with code {self._process.returncode} at start; "
+                    f"see {self.log_path} and {self.log_path.parent / 'stdout.log'}"
+                )
+            try:  # a plain connect first: a client would log every refused connection
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                metadata = admin.list_topics(timeout=1)
+            except Exception:
+                time.sleep(0.2)
+                continue
+            if metadata.brokers:
+                return
+            time.sleep(0.2)
+        self.stop()
+        raise BrokerUnreachableError(
+            f"Apache Kafka did not serve on {self.bootstrap_servers} within "
+            f"{self.start_timeout_s:.0f} s"
+        )
+
+    def _end_process(self, timeout_s: float) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)  # a controlled shutdown; the log stays consistent
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+    def restart(self, down_s: float = 0.0) -> None:
+        """Stop the node and start it again on the same ports, with the same log."""
+        self._end_process(timeout_s=30)
+        deadline = time.monotonic() + down_s
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.start()
+
+    def freeze(self) -> None:
+        """SIGSTOP the broker: it stops answering without closing connections."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT a frozen broker."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        """Stop the node and delete its folder (log, storage, configuration)."""
+        self.thaw()
+        self._end_process(timeout_s=20)
+        folder, self._dir = self._dir, None
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+            log.info("Apache Kafka on %s stopped", self.bootstrap_servers)
+
+    def run_tool(self, main: str, args: Sequence[str], timeout_s: float = 120.0) -> str:
+        """Run one of Kafka's command-line tools (its main class) from the same jars, e.g.
+        ``org.apache.kafka.tools.consumer.group.ConsumerGroupCommand``; returns its stdout."""
+        if self._dir is None:
+            raise SparkGroupsError("the broker has not been started")
+        done = subprocess.run(
+            [
+                _java(),
+                "-Xmx256m",
+                "-XX:TieredStopAtLevel=1",
+                f"-Dlog4j2.configurationFile={self._dir / 'log4j2-tools.properties'}",
+                "-cp",
+                _classpath(),
+                main,
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+        if done.returncode != 0:
+            raise SparkGroupsError(f"{main} exited with {done.returncode}: {done.stderr[-2000:]}")
+        return done.stdout
+
+    def __enter__(self) -> KafkaBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (22 chars)."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
