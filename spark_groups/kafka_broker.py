@@ -149,6 +149,7 @@ class KafkaBroker:
         self.port, self.controller_port, self.sasl_port = _free_ports(3)
         self._overrides = dict(server_properties or {})
         self._dir: Path | None = None
+        self._cluster_id = _cluster_id()
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -235,32 +236,16 @@ class KafkaBroker:
         """Format storage (first start only), start the node and wait until it serves."""
         if self.running:
             return self
-        first_start = self._dir is None
         if self._dir is None:
             self._dir = Path(tempfile.mkdtemp(prefix="spark-groups-kafka-"))
-        config = self._dir / "server.properties"
-        if first_start:
-            data = self._dir / "data"
-            props = self._properties(data)
-            config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+            props = self._properties(self._dir / "data")
+            self._config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
             (self._dir / "log4j2.properties").write_text(
                 _LOG4J2.format(log=self._dir / "server.log", level="INFO")
             )
-            (self._dir / "log4j2-tools.properties").write_text(_LOG4J2_TOOLS)
-            cluster_id = _cluster_id()
-            formatted = subprocess.run(
-                self._java_command(
-                    "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)
-                ),
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            if formatted.returncode != 0:
-                raise SparkGroupsError(
-                    "formatting Kafka's storage failed: "
-                    f"{(formatted.stderr or formatted.stdout).strip()[-2000:]}"
-                )
+        if not (self._dir / "data" / "meta.properties").exists():
+            self._format()
+        config = self._config_path
         out = (self._dir / "stdout.log").open("ab")
         self._process = subprocess.Popen(
             self._java_command("kafka.Kafka", str(config)),
@@ -272,6 +257,31 @@ class KafkaBroker:
         self._wait_until_serving()
         log.info("Apache Kafka listening on %s (log %s)", self.bootstrap_servers, self.log_path)
         return self
+
+    @property
+    def _config_path(self) -> Path:
+        assert self._dir is not None
+        return self._dir / "server.properties"
+
+    def _format(self) -> None:
+        formatted = subprocess.run(
+            self._java_command(
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                self._cluster_id,
+                "-c",
+                str(self._config_path),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if formatted.returncode != 0:
+            raise SparkGroupsError(
+                "formatting Kafka's storage failed: "
+                f"{(formatted.stderr or formatted.stdout).strip()[-2000:]}"
+            )
 
     def _wait_until_serving(self) -> None:
         from confluent_kafka.admin import AdminClient
@@ -311,9 +321,13 @@ class KafkaBroker:
             process.kill()
             process.wait(timeout=10)
 
-    def restart(self, down_s: float = 0.0) -> None:
-        """Stop the node and start it again on the same ports, with the same log."""
+    def restart(self, down_s: float = 0.0, *, lose_data: bool = False) -> None:
+        """Stop the node and start it again on the same ports, with the same log; with
+        ``lose_data``, with its storage wiped (a broker that came back with an empty disk:
+        every topic, offset and group gone)."""
         self._end_process(timeout_s=30)
+        if lose_data and self._dir is not None:
+            shutil.rmtree(self._dir / "data", ignore_errors=True)
         deadline = time.monotonic() + down_s
         while time.monotonic() < deadline:
             time.sleep(0.05)
@@ -338,30 +352,6 @@ class KafkaBroker:
             shutil.rmtree(folder, ignore_errors=True)
             log.info("Apache Kafka on %s stopped", self.bootstrap_servers)
 
-    def run_tool(self, main: str, args: Sequence[str], timeout_s: float = 120.0) -> str:
-        """Run one of Kafka's command-line tools (its main class) from the same jars, e.g.
-        ``org.apache.kafka.tools.consumer.group.ConsumerGroupCommand``; returns its stdout."""
-        if self._dir is None:
-            raise SparkGroupsError("the broker has not been started")
-        done = subprocess.run(
-            [
-                _java(),
-                "-Xmx256m",
-                "-XX:TieredStopAtLevel=1",
-                f"-Dlog4j2.configurationFile={self._dir / 'log4j2-tools.properties'}",
-                "-cp",
-                _classpath(),
-                main,
-                *args,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-        if done.returncode != 0:
-            raise SparkGroupsError(f"{main} exited with {done.returncode}: {done.stderr[-2000:]}")
-        return done.stdout
-
     def __enter__(self) -> KafkaBroker:
         return self.start()
 
@@ -379,3 +369,30 @@ def _cluster_id() -> str:
     import base64
 
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def run_kafka_tool(main: str, args: Sequence[str], timeout_s: float = 120.0) -> str:
+    """Run one of Kafka's command-line tools by its main class, from the same jars, e.g.
+    ``org.apache.kafka.tools.consumer.group.ConsumerGroupCommand`` (``kafka-consumer-groups``);
+    returns its standard output. Raises :class:`SparkGroupsError` when it exits non-zero."""
+    with tempfile.NamedTemporaryFile("w", suffix=".properties", prefix="log4j2-tools-") as conf:
+        conf.write(_LOG4J2_TOOLS)
+        conf.flush()
+        done = subprocess.run(
+            [
+                _java(),
+                "-Xmx256m",
+                "-XX:TieredStopAtLevel=1",
+                f"-Dlog4j2.configurationFile={conf.name}",
+                "-cp",
+                _classpath(),
+                main,
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    if done.returncode != 0:
+        raise SparkGroupsError(f"{main} exited with {done.returncode}: {done.stderr[-2000:]}")
+    return done.stdout

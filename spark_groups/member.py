@@ -43,12 +43,17 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: librdkafka errors that mean this member's generation or membership is no longer valid.
+#: Kafka's answers to a commit from a member that is no longer the one it was: the classic
+#: protocol's generation checks, and KIP-848's member epochs.
 _FENCED_CODES = {
     KafkaError.ILLEGAL_GENERATION,
     KafkaError.UNKNOWN_MEMBER_ID,
     KafkaError.FENCED_INSTANCE_ID,
     KafkaError.REBALANCE_IN_PROGRESS,
     KafkaError._ASSIGNMENT_LOST,
+    KafkaError.FENCED_MEMBER_EPOCH,
+    KafkaError.STALE_MEMBER_EPOCH,
+    KafkaError._FENCED,
 }
 
 
@@ -126,8 +131,11 @@ class GroupMember:
         self._subscription = list(subscription)
         self._listener: RebalanceListener = listener or _NoListener()
         self._broker_timeout_s = broker_timeout_s
-        # The Python client does not expose the negotiated protocol; the strategy decides it.
-        self._cooperative = "cooperative" in self._config.get("partition.assignment.strategy", "")
+        # The Python client does not expose the negotiated protocol; the configuration decides
+        # it. KIP-848 (group.protocol=consumer) rebalances are always incremental.
+        self._cooperative = self._config.get("group.protocol") == "consumer" or (
+            "cooperative" in self._config.get("partition.assignment.strategy", "")
+        )
         self._poll_interval_s = poll_interval_s
         self._requests: queue.SimpleQueue[tuple[Callable[[Consumer], Any], Future[Any]]] = (
             queue.SimpleQueue()
@@ -371,10 +379,13 @@ class GroupMember:
                 on_lost=self._counted(self._on_lost),
             )
             log.info(
-                "group member subscribed: group=%s subscription=%s strategy=%s",
+                "group member subscribed: group=%s subscription=%s protocol=%s assignor=%s",
                 self._config.get("group.id"),
                 self._subscription,
-                self._config.get("partition.assignment.strategy"),
+                self._config.get("group.protocol", "classic"),
+                self._config.get("group.remote.assignor", "broker default")
+                if self._config.get("group.protocol") == "consumer"
+                else self._config.get("partition.assignment.strategy"),
             )
             self._subscribed.set()
             while not self._closing:

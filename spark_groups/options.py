@@ -23,6 +23,14 @@ EARLIEST = -2
 LATEST = -1
 
 ASSIGNMENT_STRATEGIES = ("cooperative-sticky", "range", "roundrobin")
+#: ``classic``: JoinGroup/SyncGroup, the leader assigns. ``consumer``: KIP-848, the broker
+#: assigns (``group.remote.assignor``) and every rebalance is incremental.
+GROUP_PROTOCOLS = ("classic", "consumer")
+#: Client settings that KIP-848 moves to the broker (librdkafka refuses them there).
+_BROKER_SIDE_WITH_CONSUMER_PROTOCOL = {
+    "session.timeout.ms": "group.consumer.session.timeout.ms",
+    "heartbeat.interval.ms": "group.consumer.heartbeat.interval.ms",
+}
 END_OFFSET_MODES = ("auto", "fetch", "listOffsets")
 DELIVERY_GUARANTEES = ("at-least-once", "at-most-once")
 
@@ -33,6 +41,8 @@ SOURCE_OPTIONS: dict[str, str | None] = {
     "group.id": None,
     "group.instance.id": None,
     "partition.assignment.strategy": "cooperative-sticky",
+    "group.protocol": "classic",
+    "group.remote.assignor": None,
     "offsets.table": None,
     "rebalances.table": None,
     "sink.table": None,
@@ -84,6 +94,8 @@ class SourceOptions:
     pattern: str | None = None
     group_instance_id: str | None = None
     assignment_strategy: str = "cooperative-sticky"
+    group_protocol: str = "classic"
+    remote_assignor: str | None = None
     ledger_path: str | None = None
     history_path: str | None = None
     sink_path: str | None = None
@@ -117,11 +129,16 @@ class SourceOptions:
         config.update(
             {
                 "group.id": self.group_id,
-                "partition.assignment.strategy": self.assignment_strategy,
                 "enable.auto.commit": "false",
                 "enable.auto.offset.store": "false",
             }
         )
+        if self.group_protocol == "consumer":
+            config["group.protocol"] = "consumer"
+            if self.remote_assignor:
+                config["group.remote.assignor"] = self.remote_assignor
+        else:
+            config["partition.assignment.strategy"] = self.assignment_strategy
         if self.group_instance_id:
             config["group.instance.id"] = self.group_instance_id
         return config
@@ -238,7 +255,13 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         else:
             raise _unknown(key)
 
-    for name in ("group.id", "group.instance.id", "partition.assignment.strategy"):
+    for name in (
+        "group.id",
+        "group.instance.id",
+        "partition.assignment.strategy",
+        "group.protocol",
+        "group.remote.assignor",
+    ):
         if name in kafka:
             given = kafka.pop(name)
             if name in ours and ours[name] != given:
@@ -267,6 +290,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "partition.assignment.strategy",
             f"unknown strategy {strategy!r}; use one of {', '.join(ASSIGNMENT_STRATEGIES)}",
         )
+    protocol, remote_assignor = _group_protocol(ours, kafka)
     end_mode = ours.get("endOffsets", "auto").strip()
     if end_mode not in END_OFFSET_MODES:
         raise OptionError(
@@ -294,6 +318,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         pattern=_pattern(ours["subscribePattern"]) if has_pattern else None,
         group_instance_id=ours.get("group.instance.id", "").strip() or None,
         assignment_strategy=strategy,
+        group_protocol=protocol,
+        remote_assignor=remote_assignor,
         ledger_path=ledger_path,
         history_path=history,
         sink_path=ours.get("sink.table", "").strip() or None,
@@ -313,6 +339,40 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         arrow_batch_rows=number("arrowBatchRows"),
         kafka=kafka,
     )
+
+
+def _group_protocol(ours: Mapping[str, str], kafka: Mapping[str, str]) -> tuple[str, str | None]:
+    """``group.protocol`` and ``group.remote.assignor``, checked against the settings that only
+    one of the two protocols takes."""
+    protocol = ours.get("group.protocol", "classic").strip().lower()
+    if protocol not in GROUP_PROTOCOLS:
+        raise OptionError(
+            "group.protocol", f"use one of {', '.join(GROUP_PROTOCOLS)}, got {protocol!r}"
+        )
+    assignor = ours.get("group.remote.assignor", "").strip() or None
+    if protocol == "classic":
+        if assignor is not None:
+            raise OptionError(
+                "group.remote.assignor",
+                "only applies with group.protocol=consumer (KIP-848); the classic protocol "
+                "takes partition.assignment.strategy",
+            )
+        return protocol, None
+    if "partition.assignment.strategy" in ours:
+        raise OptionError(
+            "partition.assignment.strategy",
+            "does not apply with group.protocol=consumer: the broker assigns the partitions; "
+            "choose its assignor with group.remote.assignor (uniform or range)",
+        )
+    for key, broker_key in _BROKER_SIDE_WITH_CONSUMER_PROTOCOL.items():
+        if key in kafka:
+            raise OptionError(
+                f"kafka.{key}",
+                f"is the broker's with group.protocol=consumer: remove it and set {broker_key} "
+                f"on the brokers, or per group (kafka-configs --entity-type groups, "
+                f"{broker_key.removeprefix('group.')})",
+            )
+    return protocol, assignor
 
 
 def validate_client_config(options: SourceOptions) -> None:

@@ -10,8 +10,37 @@ from collections.abc import Callable, Iterable
 from confluent_kafka import Producer
 
 #: Group settings that make joins fast on the embedded broker (it waits ~half the session
-#: timeout before completing a join).
+#: timeout before completing a join) and a lost member's partitions move soon on any broker.
+#: KIP-848 (group.protocol=consumer) takes both from the broker, which the tests' Kafka sets
+#: alike (spark_groups.kafka_broker).
 FAST_GROUP = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "500"}
+
+#: The ways a group assigns partitions that the tests run through: the classic protocol's
+#: client-side assignors, eager and cooperative, and KIP-848's broker-side assignment.
+ASSIGNMENTS = ("range", "cooperative-sticky", "consumer")
+
+
+def assignment_options(assignment: str) -> dict[str, str]:
+    """Source options for one of :data:`ASSIGNMENTS`."""
+    if assignment == "consumer":
+        return {"group.protocol": "consumer"}
+    return {"partition.assignment.strategy": assignment}
+
+
+def plain_consumer_config(servers: str, group: str, assignment: str) -> dict[str, str]:
+    """A plain confluent-kafka member of the same group, speaking the same protocol."""
+    config = {"bootstrap.servers": servers, "group.id": group}
+    if assignment == "consumer":
+        config["group.protocol"] = "consumer"
+    else:
+        config.update(
+            {
+                "session.timeout.ms": "6000",
+                "heartbeat.interval.ms": "500",
+                "partition.assignment.strategy": assignment,
+            }
+        )
+    return config
 
 
 def produce_ids(
@@ -44,8 +73,9 @@ def group_options(servers: str, topic: str, group: str, ledger: str | None, **ex
         "subscribe": topic,
         "group.id": group,
         "startingOffsets": "earliest",
-        **FAST_GROUP,
     }
+    if extra.get("group.protocol") != "consumer":
+        opts.update(FAST_GROUP)
     if ledger:
         opts["offsets.table"] = ledger
     opts.update(extra)
@@ -68,14 +98,25 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 60.0, what: str
 class FlowingProducer(threading.Thread):
     """Produces ids 0..total-1 round-robin over partitions, at a steady pace."""
 
-    def __init__(self, servers: str, topic: str, partitions: int, total: int, per_s: int):
+    def __init__(
+        self,
+        servers: str,
+        topic: str,
+        partitions: int,
+        total: int,
+        per_s: int,
+        config: dict[str, str] | None = None,
+    ):
         super().__init__(daemon=True)
+        self.config = config or {}
         self.servers, self.topic, self.partitions = servers, topic, partitions
         self.total, self.per_s = total, per_s
         self.done = threading.Event()
 
     def run(self) -> None:
-        producer = Producer({"bootstrap.servers": self.servers, "linger.ms": "5"})
+        producer = Producer(
+            {"bootstrap.servers": self.servers, "linger.ms": "5", **self.config}
+        )
         try:
             for i in range(self.total):
                 data = str(i).encode()

@@ -1,7 +1,8 @@
-"""Broker faults in a real query: unreachable at start, restarted with its data lost.
+"""Broker faults in a real query, on Apache Kafka and on the embedded Tansu broker:
+unreachable at start, restarted with its data lost, restarted with its log kept (Kafka only:
+Tansu keeps nothing), frozen past the session timeout.
 
-(A network cut longer than the session timeout is tests/unit/test_fencing.py: a member
-frozen with SIGSTOP is fenced, commits nothing stale, and rejoins.)
+(A member frozen past its session is tests/unit/test_fencing.py.)
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from spark_groups.embedded import EmbeddedBroker, free_port
+from spark_groups.kafka_broker import KafkaBroker
 
-from helpers import group_options, produce_ids, unique, wait_until
+from helpers import FlowingProducer, group_options, produce_ids, unique, wait_until
 
 
 def start_query(spark: Any, opts: dict, checkpoint: Path, table: str) -> Any:
@@ -67,21 +69,33 @@ def test_unreachable_broker_at_start_is_a_clear_error_within_broker_timeout(
     assert elapsed < 90, f"took {elapsed:.0f} s"
 
 
-@pytest.fixture
-def own_broker() -> Iterator[EmbeddedBroker]:
-    """A broker of this test alone (it gets restarted)."""
-    broker = EmbeddedBroker()
+Broker = EmbeddedBroker | KafkaBroker
+
+
+@pytest.fixture(params=["kafka", "tansu"])
+def own_broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
+    """A broker of this test alone (it gets restarted, wiped or frozen)."""
+    broker: Broker = KafkaBroker() if request.param == "kafka" else EmbeddedBroker()
     try:
         yield broker.start()
     finally:
         broker.stop()
 
 
-def restart_with_data_lost(broker: EmbeddedBroker, topic: str, partitions: int) -> None:
-    """Restart the broker on its port: its memory-only log is gone; recreate the topic."""
-    broker.stop()
-    broker.start()
+def restart_with_data_lost(broker: Broker, topic: str, partitions: int) -> None:
+    """Restart the broker on its port with an empty log; recreate the topic."""
+    if isinstance(broker, KafkaBroker):
+        broker.restart(lose_data=True)
+    else:  # Tansu's storage is memory only
+        broker.stop()
+        broker.start()
     create_topic(broker.bootstrap_servers, topic, partitions)
+
+
+def broker_pid(broker: Broker) -> int:
+    process = broker._process
+    assert process is not None, "the broker is not running"
+    return process.pid
 
 
 def latest_seen(query: Any, topic: str) -> list[dict[str, int]]:
@@ -96,7 +110,7 @@ def latest_seen(query: Any, topic: str) -> list[dict[str, int]]:
 
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
 def test_broker_restarted_with_its_data_lost(
-    spark: Any, own_broker: EmbeddedBroker, tmp_path: Path, fail_on_data_loss: bool
+    spark: Any, own_broker: Broker, tmp_path: Path, fail_on_data_loss: bool
 ) -> None:
     """The log ends go below the group's position. failOnDataLoss=true: the query stops with
     DataLossError, reading nothing of the new log. false: it warns, continues from the new
@@ -144,7 +158,7 @@ def test_broker_restarted_with_its_data_lost(
 
 
 def test_broker_frozen_longer_than_the_session_timeout(
-    spark: Any, own_broker: EmbeddedBroker, tmp_path: Path
+    spark: Any, own_broker: Broker, tmp_path: Path
 ) -> None:
     """A network cut to the broker (here: the broker frozen with SIGSTOP) for longer than the
     session timeout: the group expires the member; after the cut it rejoins and the query
@@ -159,8 +173,7 @@ def test_broker_frozen_longer_than_the_session_timeout(
     query = start_query(spark, opts, tmp_path / "cp", table)
     try:
         wait_until(lambda: len(ids(spark, table)) == 50, 120, "the first 50 records")
-        assert own_broker._process is not None  # the broker process, to freeze
-        pid = own_broker._process.pid
+        pid = broker_pid(own_broker)
         os.kill(pid, signal.SIGSTOP)
         try:
             time.sleep(10)  # the fault itself: longer than session.timeout.ms (6 s)
@@ -172,3 +185,45 @@ def test_broker_frozen_longer_than_the_session_timeout(
     finally:
         query.stop()
     assert ids(spark, table) == list(range(100))
+
+
+def test_kafka_restarted_with_its_log_kept_loses_and_repeats_nothing(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Apache Kafka keeps its log across a restart (Tansu keeps nothing). Records flow into
+    the exactly-once sink while the broker goes down for a few seconds and comes back: every
+    record lands once, and the group carries on from its committed offsets."""
+    from spark_groups.sink_spark import read_delta
+
+    with KafkaBroker() as broker:
+        servers, topic, total = broker.bootstrap_servers, unique("t"), 600
+        create_topic(servers, topic, 3)
+        # Idempotent, so the producer's own retries across the restart add no duplicates.
+        producer = FlowingProducer(
+            servers, topic, 3, total, per_s=100, config={"enable.idempotence": "true"}
+        )
+        table = str(tmp_path / "table")
+        opts = group_options(servers, topic, unique("g"), str(tmp_path / "ledger"))
+        query = (
+            spark.readStream.format("kafka-group").options(**opts).load()
+            .writeStream.format("delta-group")
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .trigger(processingTime="1 second")
+            .start(table)
+        )  # fmt: skip
+
+        def sink_ids() -> list[int]:
+            rows = read_delta(spark, table).selectExpr("cast(value as string) as id").collect()
+            return sorted(int(r.id) for r in rows)
+
+        try:
+            producer.start()
+            wait_until(lambda: len(sink_ids()) >= 150, 120, "records before the restart")
+            broker.restart(down_s=5)
+            producer.join(180)
+            assert producer.done.is_set()
+            wait_until(lambda: len(sink_ids()) >= total, 180, "every record after the restart")
+            assert query.exception() is None
+        finally:
+            query.stop()
+        assert sink_ids() == list(range(total)), "a record was lost or written twice"

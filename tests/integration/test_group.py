@@ -6,25 +6,32 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer
 
-from helpers import group_options, produce_ids, unique, wait_until
+from broker_support import broker_kind
+from helpers import (
+    assignment_options,
+    group_options,
+    plain_consumer_config,
+    produce_ids,
+    unique,
+    wait_until,
+)
 
 
 class PlainMember(threading.Thread):
     """A plain consumer-group member that commits after every record it processes."""
 
-    def __init__(self, servers: str, topic: str, group: str) -> None:
+    def __init__(
+        self, servers: str, topic: str, group: str, assignment: str = "cooperative-sticky"
+    ) -> None:
         super().__init__(daemon=True)
         self.consumer = Consumer(
             {
-                "bootstrap.servers": servers,
-                "group.id": group,
+                **plain_consumer_config(servers, group, assignment),
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": "false",
-                "session.timeout.ms": "6000",
-                "heartbeat.interval.ms": "500",
-                "partition.assignment.strategy": "cooperative-sticky",
             }
         )
         self.topic = topic
@@ -55,16 +62,20 @@ class PlainMember(threading.Thread):
             self.consumer.close()  # commits nothing more; sends LeaveGroup
 
 
+@pytest.mark.parametrize("assignment", ["cooperative-sticky", "consumer"])
 def test_query_and_plain_consumer_share_a_group_and_hand_over(
-    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path, assignment: str
 ) -> None:
+    if assignment == "consumer" and broker_kind() == "tansu":
+        pytest.skip("Tansu has no KIP-848 (group.protocol=consumer)")
     topic = make_topic(4)
     total = 400
     produce_ids(bootstrap_servers, topic, range(total), 4)
     group, table = unique("g"), unique("q")
     opts = group_options(
-        bootstrap_servers, topic, group, str(tmp_path / "ledger"), maxOffsetsPerTrigger="20"
-    )
+        bootstrap_servers, topic, group, str(tmp_path / "ledger"),
+        maxOffsetsPerTrigger="20", **assignment_options(assignment),
+    )  # fmt: skip
     df = spark.readStream.format("kafka-group").options(**opts).load()
     query = (
         df.selectExpr("cast(value as string) as id", "partition")
@@ -76,7 +87,7 @@ def test_query_and_plain_consumer_share_a_group_and_hand_over(
     )
     try:
         wait_until(lambda: spark.table(table).count() > 0, 90, "the query's first rows")
-        plain = PlainMember(bootstrap_servers, topic, group)
+        plain = PlainMember(bootstrap_servers, topic, group, assignment)
         plain.start()
         # The group splits the partitions between the two members.
         wait_until(lambda: len(plain.assigned) == 2, 90, "the plain member to get 2 partitions")

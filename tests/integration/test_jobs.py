@@ -11,18 +11,24 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyspark
+import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from spark_groups.ledger import OffsetLedger
+from spark_groups.member import GroupMember
+from spark_groups.offsets import TopicPartition as OurTopicPartition
 
-from helpers import FAST_GROUP, produce_ids, unique
+from broker_support import broker_kind
+from helpers import FAST_GROUP, produce_ids, unique, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
 
 
-def scheduled_config(tmp_path: Path, servers: str, topic: str, group: str) -> Path:
+def scheduled_config(
+    tmp_path: Path, servers: str, topic: str, group: str, **source_overrides: str
+) -> Path:
     """conf/scheduled.toml pointed at this test's broker, topic, group and folders, with
     short session timeouts (the embedded broker joins in about half of it)."""
     raw = tomllib.loads((ROOT / "conf" / "scheduled.toml").read_text())
@@ -36,6 +42,7 @@ def scheduled_config(tmp_path: Path, servers: str, topic: str, group: str) -> Pa
             "offsets.table": str(tmp_path / "ledger"),
             "maxOffsetsPerTrigger": "200",
             **FAST_GROUP,
+            **source_overrides,
         }
     )
     sink.update(path=str(tmp_path / "table"), checkpoint=str(tmp_path / "cp"))
@@ -51,8 +58,8 @@ def scheduled_config(tmp_path: Path, servers: str, topic: str, group: str) -> Pa
 
 
 def run_job(conf: Path) -> str:
-    """One scheduled run. The embedded broker's static membership is broken (docs/brokers.md),
-    so the run drops the static id with --group-instance-id ''."""
+    """One scheduled run, with the static id of its config. The embedded broker's static
+    membership is broken (docs/brokers.md): there the run drops it (--group-instance-id '')."""
     env = dict(
         os.environ,
         PYTHONPATH=str(ROOT),
@@ -66,8 +73,9 @@ def run_job(conf: Path) -> str:
         "--conf", "spark.ui.enabled=false",
         str(ROOT / "jobs" / "ingest.py"),
         "--conf", str(conf),
-        "--group-instance-id", "",
     ]  # fmt: skip
+    if broker_kind() == "tansu":
+        cmd += ["--group-instance-id", ""]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
     # spark-submit merges the driver script's stderr (its log) into its own stdout.
     output = done.stdout + done.stderr
@@ -105,3 +113,62 @@ def test_scheduled_runs_land_every_record_once_and_commit(
     assert {tp.partition: tp.offset for tp in committed.topic_partitions} == ends
     ledger = OffsetLedger(str(tmp_path / "ledger"), group).latest_positions()
     assert {tp.partition: offset for tp, offset in ledger.items()} == ends
+
+
+class RevocationCounter:
+    """A rebalance listener that counts what a member had taken away."""
+
+    def __init__(self) -> None:
+        self.revocations = 0
+
+    def on_assigned(self, partitions: frozenset, generation: int) -> None:
+        pass
+
+    def on_revoked(self, partitions: frozenset, serve: object) -> None:
+        self.revocations += 1
+
+    def on_lost(self, partitions: frozenset) -> None:
+        self.revocations += 1
+
+
+@pytest.mark.skipif(broker_kind() == "tansu", reason="Tansu has no static membership")
+def test_a_static_scheduled_run_rejoins_without_a_rebalance(
+    bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    """The scheduled job's static id (conf/scheduled.toml) at work on Kafka: a run that starts
+    within the session timeout of the last one gets its partitions back, and the group's other
+    member sees no rebalance at all."""
+    topic, group = make_topic(3), unique("scheduled")
+    session = {"kafka.session.timeout.ms": "60000"}  # outlives the gap between the two runs
+    conf = scheduled_config(tmp_path, bootstrap_servers, topic, group, **session)
+    counter = RevocationCounter()
+    other = GroupMember(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": group,
+            "session.timeout.ms": "60000",
+            "heartbeat.interval.ms": "500",
+            "partition.assignment.strategy": "cooperative-sticky",
+        },
+        [topic],
+        counter,
+    ).start()
+    try:
+        wait_until(lambda: len(other.assignment) == 3, 60, "the other member to own the topic")
+        first = produce_ids(bootstrap_servers, topic, range(300), 3)
+        run_job(conf)  # joins (one rebalance for the other member), reads, stays a member
+        kept = other.assignment
+        revocations = counter.revocations
+        assert 0 < len(kept) < 3 and revocations >= 1
+        second = produce_ids(bootstrap_servers, topic, range(300, 450), 3)
+        run_job(conf)
+        assert counter.revocations == revocations, "the second run rebalanced the group"
+        assert other.assignment == kept
+        # The run read its own partitions to their ends, and nothing of the other member's.
+        job_partitions = {0, 1, 2} - {tp.partition for tp in kept}
+        committed = other.committed([OurTopicPartition(topic, p) for p in range(3)])
+        assert {tp.partition: o for tp, o in committed.items()} == {
+            p: first[p] + second[p] for p in job_partitions
+        }
+    finally:
+        other.close()

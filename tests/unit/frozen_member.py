@@ -1,9 +1,18 @@
-"""A driver-side member in its own process, for the fencing test (no Spark).
+"""A driver-side member in its own process, for the fencing tests (no Spark).
 
-    python frozen_member.py SERVERS TOPIC GROUP LEDGER
+    python frozen_member.py SERVERS TOPIC GROUP LEDGER PROTOCOL MODE
 
-Plans batch 0, prints ``PLANNED``, waits for a line on stdin (the test freezes and thaws it
-meanwhile), then reaches the safe point for batch 0 and prints its metrics as JSON.
+``PROTOCOL`` is ``classic`` or ``consumer`` (KIP-848). The test freezes this process with
+SIGSTOP past its session, lets another member take the partition, writes ``go`` and thaws it.
+
+``MODE=stream``: plans batch 0 with a :class:`GroupStream`, prints ``PLANNED``, waits for
+``go``, then runs the safe point for batch 0 at once (which would commit it) and prints
+``RESULT`` with its metrics.
+
+``MODE=raw``: owns the partition through a :class:`GroupMember`, prints ``OWNED``, and runs
+one request on the member's owner thread that waits for ``go`` and then commits offset 20
+straight away, before librdkafka can serve the fencing event, so the commit reaches the
+coordinator under the old generation / member epoch. Prints ``RESULT`` with the error.
 """
 
 from __future__ import annotations
@@ -11,14 +20,23 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
-from spark_groups.offsets import BatchOffset
+from spark_groups.errors import CommitError
+from spark_groups.member import GroupMember
+from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.options import parse_options
 from spark_groups.stream import GroupStream
 
 
-def main() -> None:
-    servers, topic, group, ledger = sys.argv[1:5]
+def group_settings(protocol: str) -> dict[str, str]:
+    """Settings that make the session end a few seconds after the freeze."""
+    if protocol == "consumer":  # session timeout and heartbeats are the broker's
+        return {"group.protocol": "consumer"}
+    return {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
+
+
+def run_stream(servers: str, topic: str, group: str, ledger: str, protocol: str) -> None:
     options = parse_options(
         {
             "kafka.bootstrap.servers": servers,
@@ -26,20 +44,13 @@ def main() -> None:
             "group.id": group,
             "offsets.table": ledger,
             "startingOffsets": "earliest",
-            "kafka.session.timeout.ms": "6000",
-            "kafka.heartbeat.interval.ms": "500",
+            **{f"kafka.{k}": v for k, v in group_settings(protocol).items()},
         }
     )
     stream = GroupStream(options)
     planned = stream.latest_offset(BatchOffset.initial().to_json(), None)
     print("PLANNED", json.dumps(planned), flush=True)
     sys.stdin.readline()
-    # Let librdkafka notice, after the thaw, that the session expired. Kafka would refuse
-    # the stale commit by its generation anyway; the embedded broker accepts commits from
-    # expired members (docs/brokers.md), so there only the loss keeps it out.
-    deadline = time.monotonic() + 15
-    while stream.metrics.lost_partitions == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
     stream.latest_offset(planned, None)  # the safe point for batch 0: would commit it
     member = stream.ensure_started()
     print(
@@ -55,6 +66,46 @@ def main() -> None:
         flush=True,
     )
     stream.stop()
+
+
+def run_raw(servers: str, topic: str, group: str, protocol: str) -> None:
+    tp = TopicPartition(topic, 0)
+    config = {"bootstrap.servers": servers, "group.id": group, **group_settings(protocol)}
+    if protocol == "classic":
+        config["partition.assignment.strategy"] = "cooperative-sticky"
+    member = GroupMember(config, [topic]).start()
+    deadline = time.monotonic() + 60
+    while tp not in member.assignment:
+        assert time.monotonic() < deadline, "never got the partition"
+        time.sleep(0.05)
+    print("OWNED", flush=True)
+
+    def commit_after_go(consumer: Any) -> str:
+        sys.stdin.readline()  # the owner thread waits here, so no poll serves the fence
+        import confluent_kafka
+
+        try:
+            consumer.commit(
+                offsets=[confluent_kafka.TopicPartition(topic, 0, 20)], asynchronous=False
+            )
+        except confluent_kafka.KafkaException as exc:
+            return str(exc.args[0].name())
+        return "committed"
+
+    try:
+        outcome = member.call(commit_after_go, timeout_s=120)
+    except CommitError as exc:  # pragma: no cover - the call returns the error name
+        outcome = type(exc).__name__
+    print("RESULT", json.dumps({"outcome": outcome}), flush=True)
+    member.close()
+
+
+def main() -> None:
+    servers, topic, group, ledger, protocol, mode = sys.argv[1:7]
+    if mode == "raw":
+        run_raw(servers, topic, group, protocol)
+    else:
+        run_stream(servers, topic, group, ledger, protocol)
 
 
 if __name__ == "__main__":

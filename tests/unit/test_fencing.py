@@ -1,4 +1,17 @@
-"""A member whose session expired (frozen with SIGSTOP) never commits stale offsets."""
+"""A member whose session expired (frozen with SIGSTOP) commits nothing stale, on both group
+protocols.
+
+Two defences stand between a fenced member and a stale commit, and each test shows one:
+
+- Kafka's own: a commit under the old generation (classic) or member epoch (KIP-848) is
+  refused by the group coordinator (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+  FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH).
+- spark_groups': the safe point commits only partitions the member still owns, checked on
+  the member's thread together with the commit. Kafka checks the generation, not ownership:
+  a member that has already rejoined (a new generation or epoch) may commit any partition,
+  so without this check a batch planned before the fence could still overwrite the new
+  owner's offsets.
+"""
 
 from __future__ import annotations
 
@@ -9,70 +22,136 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 
 from spark_groups.ledger import OffsetLedger
 from spark_groups.member import GroupMember
 from spark_groups.offsets import TopicPartition
 
+from broker_support import broker_kind
 
-def test_a_fenced_member_commits_nothing_stale(
-    bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
-) -> None:
-    topic, group = make_topic(1), f"g-{uuid.uuid4().hex[:8]}"
+PROTOCOLS = ["classic", "consumer"]
+#: What Kafka answers a commit from a member it has fenced.
+FENCED_BY_KAFKA = {"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "FENCED_MEMBER_EPOCH",
+                   "STALE_MEMBER_EPOCH"}  # fmt: skip
+
+
+def member_config(servers: str, group: str, protocol: str) -> dict[str, str]:
+    config = {"bootstrap.servers": servers, "group.id": group}
+    if protocol == "consumer":
+        config["group.protocol"] = "consumer"
+    else:
+        config.update(
+            {
+                "session.timeout.ms": "6000",
+                "heartbeat.interval.ms": "500",
+                "partition.assignment.strategy": "cooperative-sticky",
+            }
+        )
+    return config
+
+
+@contextmanager
+def frozen_process(
+    servers: str, topic: str, group: str, ledger: str, protocol: str, mode: str
+) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("frozen_member.py")),
+         servers, topic, group, ledger, protocol, mode],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGCONT)
+            process.kill()
+            process.wait(10)
+
+
+def take_over(servers: str, group: str, topic: str, protocol: str) -> GroupMember:
+    """Start the member that gets the partition once the frozen one's session expired."""
     tp = TopicPartition(topic, 0)
+    survivor = GroupMember(member_config(servers, group, protocol), [topic]).start()
+    deadline = time.monotonic() + 60
+    while tp not in survivor.assignment:
+        assert time.monotonic() < deadline, "the survivor never got the partition"
+        time.sleep(0.1)
+    survivor.commit({tp: 7})  # the new owner's progress
+    return survivor
+
+
+def thaw_with_go(process: subprocess.Popen[str]) -> dict:
+    """Write ``go`` while the process is still frozen, so it acts the moment it runs."""
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write("go\n")
+    process.stdin.flush()
+    os.kill(process.pid, signal.SIGCONT)
+    line = process.stdout.readline()
+    assert line.startswith("RESULT"), line
+    assert process.wait(60) == 0
+    return json.loads(line.split(" ", 1)[1])
+
+
+@pytest.fixture
+def one_partition_topic(bootstrap_servers: str, make_topic: Callable[..., str]) -> str:
+    topic = make_topic(1)
     producer = Producer({"bootstrap.servers": bootstrap_servers})
     for i in range(20):
         producer.produce(topic, value=str(i).encode())
     assert producer.flush(10) == 0
+    return topic
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_kafka_refuses_the_commit_of_a_fenced_member(
+    bootstrap_servers: str, one_partition_topic: str, protocol: str
+) -> None:
+    if broker_kind() == "tansu":
+        pytest.skip("Tansu accepts commits from expired members (docs/brokers.md)")
+    topic, group = one_partition_topic, f"g-{uuid.uuid4().hex[:8]}"
+    tp = TopicPartition(topic, 0)
+    with frozen_process(bootstrap_servers, topic, group, "", protocol, "raw") as frozen:
+        assert frozen.stdout is not None
+        assert frozen.stdout.readline().startswith("OWNED")
+        os.kill(frozen.pid, signal.SIGSTOP)  # no heartbeats from here on
+        survivor = take_over(bootstrap_servers, group, topic, protocol)
+        try:
+            result = thaw_with_go(frozen)
+            assert result["outcome"] in FENCED_BY_KAFKA, result
+            assert survivor.committed([tp]) == {tp: 7}
+        finally:
+            survivor.close()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_fenced_member_commits_nothing_stale(
+    bootstrap_servers: str, one_partition_topic: str, tmp_path: Path, protocol: str
+) -> None:
+    if protocol == "consumer" and broker_kind() == "tansu":
+        pytest.skip("Tansu has no KIP-848 (group.protocol=consumer)")
+    topic, group = one_partition_topic, f"g-{uuid.uuid4().hex[:8]}"
+    tp = TopicPartition(topic, 0)
     ledger = str(tmp_path / "ledger")
-    frozen = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("frozen_member.py")),
-         bootstrap_servers, topic, group, ledger],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    survivor = None
-    try:
-        assert frozen.stdout is not None and frozen.stdin is not None
+    with frozen_process(bootstrap_servers, topic, group, ledger, protocol, "stream") as frozen:
+        assert frozen.stdout is not None
         line = frozen.stdout.readline()
         assert line.startswith("PLANNED"), line
         assert json.loads(line.split(" ", 1)[1])["ranges"] == {topic: {"0": [0, 20]}}
-        os.kill(frozen.pid, signal.SIGSTOP)  # no heartbeats from here on
-        survivor = GroupMember(
-            {
-                "bootstrap.servers": bootstrap_servers,
-                "group.id": group,
-                "session.timeout.ms": "6000",
-                "heartbeat.interval.ms": "500",
-                "partition.assignment.strategy": "cooperative-sticky",
-            },
-            [topic],
-        ).start()
-        deadline = time.monotonic() + 60
-        while tp not in survivor.assignment:  # after the frozen member's session expired
-            assert time.monotonic() < deadline, "the survivor never got the partition"
-            time.sleep(0.1)
-        survivor.commit({tp: 7})  # the new owner's progress
-        os.kill(frozen.pid, signal.SIGCONT)
-        frozen.stdin.write("go\n")
-        frozen.stdin.flush()
-        result_line = frozen.stdout.readline()
-        assert result_line.startswith("RESULT"), result_line
-        result = json.loads(result_line.split(" ", 1)[1])
-        assert frozen.wait(60) == 0
-        # The stale batch [0, 20) moved nothing: the new owner's 7 stands, and the ledger
-        # has no row from the fenced member.
-        assert survivor.committed([tp]) == {tp: 7}
-        rows = OffsetLedger(ledger, group).history().to_pylist()
-        assert all(r["member_id"] != result["member_id"] for r in rows)
-        assert result["lost_partitions"] + result["failed_commits"] >= 1
-    finally:
-        if frozen.poll() is None:
-            os.kill(frozen.pid, signal.SIGCONT)
-            frozen.kill()
-            frozen.wait(10)
-        if survivor is not None:
+        os.kill(frozen.pid, signal.SIGSTOP)
+        survivor = take_over(bootstrap_servers, group, topic, protocol)
+        try:
+            result = thaw_with_go(frozen)
+            # The stale batch [0, 20) moved nothing: the new owner's 7 stands, and the ledger
+            # has no row from the fenced member. Either defence may have acted first.
+            assert survivor.committed([tp]) == {tp: 7}
+            rows = OffsetLedger(ledger, group).history().to_pylist()
+            assert all(r["member_id"] != result["member_id"] for r in rows)
+            assert result["lost_partitions"] + result["failed_commits"] >= 1
+        finally:
             survivor.close()
