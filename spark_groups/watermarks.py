@@ -87,6 +87,21 @@ _EARLIEST = -2
 _UNKNOWN_CODES = frozenset(
     {KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART}
 )
+#: Answers that say "ask again after a metadata refresh": leadership moved or is moving (a
+#: broker that was frozen or restarted comes back with a newer leader epoch).
+_LEADERSHIP_CODES = frozenset(
+    {
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.REPLICA_NOT_AVAILABLE,
+    }
+)
+#: Pause between two ListOffsets tries after a leadership answer.
+_RETRY_BACKOFF_S = 0.1
+
 _UNREACHABLE_CODES = frozenset(
     {
         KafkaError._ALL_BROKERS_DOWN,
@@ -343,6 +358,9 @@ class EndOffsetResolver:
                     raise TopicNotFoundError(
                         f"unknown topic or partition on {self._servers()}: {_names(tps)}"
                     ) from None
+                if code in _LEADERSHIP_CODES:
+                    self._await_new_leaders(tps, err, deadline)
+                    continue
                 if code is None or code in _UNREACHABLE_CODES:
                     raise self._unreachable(what, err) from None
                 raise SparkGroupsError(
@@ -350,6 +368,16 @@ class EndOffsetResolver:
                     f"{err.name()}: {scrub(err.str(), self._config)}"
                 ) from None
             by_tp = {TopicPartition(got.topic, got.partition): got for got in answer}
+            moving = [
+                by_tp[tp].error
+                for tp in tps
+                if tp in by_tp
+                and by_tp[tp].error is not None
+                and by_tp[tp].error.code() in _LEADERSHIP_CODES
+            ]
+            if moving:
+                self._await_new_leaders(tps, moving[0], deadline)
+                continue
             result: dict[TopicPartition, int] = {}
             for tp in tps:
                 got = by_tp.get(tp)
@@ -370,6 +398,20 @@ class EndOffsetResolver:
                     )
                 result[tp] = got.offset
             return result
+
+    def _await_new_leaders(
+        self, tps: list[TopicPartition], err: KafkaError, deadline: float
+    ) -> None:
+        """Leadership of ``tps`` moved (``err``): refresh metadata and pause briefly before
+        the caller asks again; the caller's deadline bounds the retries."""
+        log.info(
+            "ListOffsets on %s: %s for %s; asking again with fresh metadata",
+            self._servers(),
+            err.name(),
+            _names(tps),
+        )
+        self._refresh_metadata(tps, deadline)
+        time.sleep(min(_RETRY_BACKOFF_S, max(deadline - time.monotonic(), 0)))
 
     def _refresh_metadata(self, tps: list[TopicPartition], deadline: float) -> None:
         consumer = self._get_consumer()

@@ -67,6 +67,20 @@ def test_member_and_reader_configs() -> None:
     assert reader["fetch.min.bytes"] == "1"
 
 
+def test_group_protocol_consumer_member_config() -> None:
+    classic = parse_options(BASE).member_config()
+    assert classic["partition.assignment.strategy"] == "cooperative-sticky"
+    assert "group.protocol" not in classic
+    o = parse_options({**BASE, "group.protocol": "Consumer", "group.remote.assignor": "range"})
+    assert (o.group_protocol, o.remote_assignor) == ("consumer", "range")
+    member = o.member_config()
+    assert member["group.protocol"] == "consumer"
+    assert member["group.remote.assignor"] == "range"
+    assert "partition.assignment.strategy" not in member
+    assert not any(k.startswith("group.") for k in o.reader_config() if k != "group.id")
+    validate_client_config(o)  # librdkafka accepts the member's config as built
+
+
 def test_subscribe_pattern_becomes_anchored_regex() -> None:
     o = parse_options(with_(subscribe=None, subscribePattern="orders-.*"))
     assert o.subscription == ["^orders-.*"]
@@ -110,6 +124,23 @@ def test_starting_offsets_json() -> None:
         ({"kafka.enable.auto.commit": "true"}, "kafka.enable.auto.commit", "not supported"),
         ({"kafka.group.id": "other"}, "group.id", "different values"),
         ({"path": "/x"}, "path", "no path"),
+        ({"group.protocol": "next"}, "group.protocol", "classic, consumer"),
+        ({"group.remote.assignor": "uniform"}, "group.remote.assignor", "group.protocol=consumer"),
+        (
+            {"group.protocol": "consumer", "partition.assignment.strategy": "range"},
+            "partition.assignment.strategy",
+            "group.remote.assignor",
+        ),
+        (
+            {"kafka.group.protocol": "consumer", "kafka.session.timeout.ms": "6000"},
+            "kafka.session.timeout.ms",
+            "group.consumer.session.timeout.ms",
+        ),
+        (
+            {"group.protocol": "consumer", "kafka.heartbeat.interval.ms": "500"},
+            "kafka.heartbeat.interval.ms",
+            "group.consumer.heartbeat.interval.ms",
+        ),
     ],
 )
 def test_bad_options_name_the_option(
