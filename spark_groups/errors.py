@@ -38,7 +38,36 @@ class CommitError(SparkGroupsError):
 
 
 class StaleGenerationError(CommitError):
-    """Kafka refused an offset commit because this member's generation is no longer current."""
+    """Kafka refused an offset commit because this member's generation (classic protocol) or
+    member epoch (KIP-848) is no longer current.
+
+    ``code`` is Kafka's error name. ``ILLEGAL_GENERATION``, ``REBALANCE_IN_PROGRESS`` and
+    ``STALE_MEMBER_EPOCH`` from a member that is still in the group mean a rebalance moved on
+    while the commit was in flight (:attr:`transient`); the others (``UNKNOWN_MEMBER_ID``,
+    ``FENCED_MEMBER_EPOCH``, ``FENCED_INSTANCE_ID``) mean the member was fenced.
+    """
+
+    #: Kafka's answers that mean "a rebalance moved on", not "you were fenced".
+    TRANSIENT_CODES = frozenset(
+        {"ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS", "STALE_MEMBER_EPOCH"}
+    )
+
+    def __init__(self, message: str, *, code: str = "", generation: int = -1) -> None:
+        super().__init__(message)
+        self.code = code
+        self.generation = generation
+
+    @property
+    def transient(self) -> bool:
+        """True when the member may commit again once it has the group's new generation."""
+        return self.code in self.TRANSIENT_CODES
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_stale_generation, (str(self), self.code, self.generation))
+
+
+def _stale_generation(message: str, code: str, generation: int) -> StaleGenerationError:
+    return StaleGenerationError(message, code=code, generation=generation)
 
 
 class LedgerError(SparkGroupsError):

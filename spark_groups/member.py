@@ -284,6 +284,7 @@ class GroupMember:
         if not offsets:
             return frozenset()
         done: set[TopicPartition] = set()
+        sent_under: list[int] = []  # the generation the commit went out under
 
         def commit(consumer: Consumer) -> list[confluent_kafka.TopicPartition] | None:
             kept = dict(offsets)
@@ -294,6 +295,7 @@ class GroupMember:
             done.update(kept)
             if not kept:
                 return []
+            sent_under.append(self._generation)
             return consumer.commit(offsets=_to_kafka(sorted(kept), kept), asynchronous=False)
 
         try:
@@ -302,18 +304,24 @@ class GroupMember:
             error = exc.args[0] if exc.args else None
             code = error.code() if isinstance(error, KafkaError) else None
             if code in _FENCED_CODES:
+                generation = sent_under[0] if sent_under else self._generation
                 raise StaleGenerationError(
                     f"Kafka refused the offset commit of {len(offsets)} partitions for generation "
-                    f"{self._generation}: {error}"
+                    f"{generation}: {error}",
+                    code=error.name() if isinstance(error, KafkaError) else "",
+                    generation=generation,
                 ) from exc
             raise CommitError(f"offset commit failed: {exc}") from exc
         failed = [p for p in (result or []) if p.error is not None]
         if failed:
             first = failed[0]
             if first.error.code() in _FENCED_CODES:
+                generation = sent_under[0] if sent_under else self._generation
                 raise StaleGenerationError(
                     f"Kafka refused the offset commit of {first.topic}-{first.partition} for "
-                    f"generation {self._generation}: {first.error}"
+                    f"generation {generation}: {first.error}",
+                    code=first.error.name(),
+                    generation=generation,
                 )
             raise CommitError(
                 f"offset commit failed for {first.topic}-{first.partition}: {first.error}"
@@ -508,6 +516,7 @@ class GroupMember:
         self, consumer: Consumer, partitions: list[confluent_kafka.TopicPartition]
     ) -> None:
         revoked = _to_ours(partitions)
+        self._refresh_identity(consumer)  # a cooperative revocation comes with a new generation
         log.info("revoking %d partitions: %s", len(revoked), sorted(str(p) for p in revoked))
         try:
             if not self._closing and revoked:

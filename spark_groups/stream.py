@@ -473,49 +473,16 @@ class GroupStream:
         if batch.batch <= self._committed_batch or self._member is None:
             return
         member = self._member
-        owned = member.assignment
-        with self._lock:
-            ranges = [
-                r
-                for r in batch.ranges
-                if r.topic_partition in owned
-                and batch.batch > self._gave_up_through.get(r.topic_partition, -1)
-                and r.until_offset > self._committed.get(r.topic_partition, -1)
-            ]
         started = time.monotonic()
+        ranges, offsets = self._commit_to_kafka(member, batch)
         if ranges:
-            offsets = {r.topic_partition: r.until_offset for r in ranges}
-            # Kafka first: the coordinator checks the generation, so a fenced member's
-            # offsets are refused there and never reach the ledger either.
-            try:
-                done = member.commit(offsets, owned_only=True)
-                ranges = [r for r in ranges if r.topic_partition in done]
-                offsets = {tp: o for tp, o in offsets.items() if tp in done}
-            except StaleGenerationError as exc:
-                self.metrics.failed_commits += 1
-                log.error(
-                    "batch %d: %s; nothing committed (the partitions' next owner resumes "
-                    "from the group's last accepted offsets)",
-                    batch.batch,
-                    exc,
-                )
-                ranges, offsets = [], {}
-            except CommitError as exc:
-                self.metrics.failed_commits += 1
-                log.error(
-                    "batch %d: Kafka offset commit failed: %s (the ledger still records the "
-                    "batch; a new owner resumes from the furthest of the two)",
-                    batch.batch,
-                    exc,
-                )
-            if ranges:
-                self._record_in_ledger(member, ranges, batch.batch)
-            with self._lock:
-                for tp, until in offsets.items():
-                    self._committed[tp] = max(until, self._committed.get(tp, until))
-                    # A replayed batch moves a freshly resumed position past what it read.
-                    if tp in self._positions:
-                        self._positions[tp] = max(self._positions[tp], until)
+            self._record_in_ledger(member, ranges, batch.batch)
+        with self._lock:
+            for tp, until in offsets.items():
+                self._committed[tp] = max(until, self._committed.get(tp, until))
+                # A replayed batch moves a freshly resumed position past what it read.
+                if tp in self._positions:
+                    self._positions[tp] = max(self._positions[tp], until)
         with self._lock:
             self._committed_batch = max(self._committed_batch, batch.batch)
             self._lock.notify_all()
@@ -527,6 +494,86 @@ class GroupStream:
             len(ranges),
             self.metrics.last_commit_ms,
         )
+
+    def _committable(self, member: GroupMember, batch: BatchOffset) -> list[OffsetRange]:
+        """The ranges of ``batch`` this member may commit: partitions it owns, has not given up
+        since the batch was planned, and whose known commit is below the range's end."""
+        owned = member.assignment
+        with self._lock:
+            return [
+                r
+                for r in batch.ranges
+                if r.topic_partition in owned
+                and batch.batch > self._gave_up_through.get(r.topic_partition, -1)
+                and r.until_offset > self._committed.get(r.topic_partition, -1)
+            ]
+
+    def _commit_to_kafka(
+        self, member: GroupMember, batch: BatchOffset
+    ) -> tuple[list[OffsetRange], dict[TopicPartition, int]]:
+        """Commit ``batch`` to Kafka; return the ranges the ledger records and the offsets
+        now known committed.
+
+        1. Take the committable ranges (:meth:`_committable`).
+        2. Commit them on the member's thread, only partitions still owned there.
+        3. A refusal that means "a rebalance moved on while the commit was in flight"
+           (``ILLEGAL_GENERATION`` from a member that is still in the group, typically between
+           the two rebalances of a cooperative revocation) is not a fence: wait for the
+           member's new generation and go back to 1, within ``brokerTimeoutMs``. Partitions
+           revoked or lost meanwhile drop out in 1 and 2.
+        4. A fence (or step 3 timing out): nothing is committed, not even to the ledger; the
+           partitions' next owner resumes from the last accepted offsets.
+        5. Any other Kafka failure: the ledger still records the batch, and a new owner
+           resumes from the furthest of the two.
+        """
+        deadline = time.monotonic() + self.options.broker_timeout_ms / 1000.0
+        while True:
+            ranges = self._committable(member, batch)
+            if not ranges:
+                return [], {}
+            offsets = {r.topic_partition: r.until_offset for r in ranges}
+            try:
+                done = member.commit(offsets, owned_only=True)
+            except StaleGenerationError as exc:
+                if exc.transient and self._await_new_generation(member, exc.generation, deadline):
+                    log.info(
+                        "batch %d: %s (a rebalance moved on); committing again under "
+                        "generation %d",
+                        batch.batch,
+                        exc.code,
+                        member.generation,
+                    )
+                    continue
+                self.metrics.failed_commits += 1
+                log.error(
+                    "batch %d: %s; nothing committed (the partitions' next owner resumes "
+                    "from the group's last accepted offsets)",
+                    batch.batch,
+                    exc,
+                )
+                return [], {}
+            except CommitError as exc:
+                self.metrics.failed_commits += 1
+                log.error(
+                    "batch %d: Kafka offset commit failed: %s (the ledger still records the "
+                    "batch; a new owner resumes from the furthest of the two)",
+                    batch.batch,
+                    exc,
+                )
+                return ranges, offsets
+            return (
+                [r for r in ranges if r.topic_partition in done],
+                {tp: o for tp, o in offsets.items() if tp in done},
+            )
+
+    def _await_new_generation(self, member: GroupMember, refused: int, deadline: float) -> bool:
+        """Wait until ``member`` has a generation other than ``refused``; False when the
+        member ended or ``deadline`` passed first."""
+        while member.generation == refused:
+            if member.closed or self._stopped or time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
 
     # ------------------------------------------------------------------ RebalanceListener
     def _member_id(self) -> str:
