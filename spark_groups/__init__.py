@@ -20,6 +20,8 @@ import logging
 from typing import Any
 
 from spark_groups.errors import (
+    AuthenticationError,
+    AuthorizationError,
     BrokerUnreachableError,
     CommitError,
     DataLossError,
@@ -44,6 +46,8 @@ SINK_FORMAT = "delta-group"
 __all__ = [
     "FORMAT",
     "SINK_FORMAT",
+    "AuthenticationError",
+    "AuthorizationError",
     "BrokerUnreachableError",
     "CommitError",
     "DataLossError",

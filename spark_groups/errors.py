@@ -96,3 +96,68 @@ class SinkGapError(SinkError):
 class GroupActiveError(SparkGroupsError):
     """An operation that needs an empty consumer group (``spark-groups reset``) found the
     group with active members; stop every member (every query and consumer) first."""
+
+
+class AuthenticationError(SparkGroupsError):
+    """The brokers refused this client's credentials (SASL): a wrong user name or password, a
+    mechanism the listener does not offer, or ``kafka.security.protocol`` not matching the
+    listener. Its attributes say which user tried where; the password is never kept."""
+
+    def __init__(self, servers: str, username: str, mechanism: str, detail: str) -> None:
+        self.servers = servers
+        self.username = username
+        self.mechanism = mechanism
+        self.detail = detail
+        super().__init__(
+            f"SASL authentication failed for user {username!r} (mechanism {mechanism}) on "
+            f"{servers}: {detail}. Check kafka.sasl.username and kafka.sasl.password, and that "
+            "kafka.sasl.mechanism and kafka.security.protocol match the broker's listener on "
+            "kafka.bootstrap.servers"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.servers, self.username, self.mechanism, self.detail))
+
+
+class AuthorizationError(SparkGroupsError):
+    """Kafka's authorizer denied this client an operation on a topic or a consumer group:
+    an ACL is missing. ``resource_type`` is ``"topic"`` or ``"group"``, ``resource`` its
+    name, ``operation`` the ACL operation to allow (``READ``), ``principal`` who was denied
+    (``User:<name>``, or ``None`` without SASL)."""
+
+    def __init__(
+        self,
+        resource_type: str,
+        resource: str,
+        operation: str,
+        principal: str | None,
+        servers: str,
+        detail: str,
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource = resource
+        self.operation = operation
+        self.principal = principal
+        self.servers = servers
+        self.detail = detail
+        who = principal or "this client"
+        flag = "--topic" if resource_type == "topic" else "--group"
+        super().__init__(
+            f"not authorized: {who} may not {operation} {resource_type} {resource!r} on "
+            f"{servers} ({detail}). Add an ACL allowing {operation} on {resource_type} "
+            f"{resource!r} for {who}, e.g. kafka-acls.sh --add --allow-principal "
+            f"{principal or 'User:<name>'} --operation {operation} {flag} {resource}"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (
+            type(self),
+            (
+                self.resource_type,
+                self.resource,
+                self.operation,
+                self.principal,
+                self.servers,
+                self.detail,
+            ),
+        )

@@ -144,6 +144,15 @@ class KafkaBroker:
         start_timeout_s: float = 60.0,
     ) -> None:
         self.sasl_users = dict(sasl_users or {})
+        for name, password in self.sasl_users.items():
+            # They go into a JAAS line as user_<name>="<password>".
+            if not name or any(c in name for c in ' \t\n"=;\\') or any(
+                c in password for c in '"\\\n'
+            ):
+                raise SparkGroupsError(
+                    f"sasl_users: user {name!r} has a name with blanks, quotes, '=' or ';', "
+                    "or a password with quotes, backslashes or line breaks"
+                )
         self.heap = heap
         self.start_timeout_s = start_timeout_s
         self.port, self.controller_port, self.sasl_port = _free_ports(3)
@@ -286,7 +295,7 @@ class KafkaBroker:
     def _wait_until_serving(self) -> None:
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        admin: AdminClient | None = None  # made after the first connect: it would log refusals
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             assert self._process is not None
@@ -297,6 +306,7 @@ class KafkaBroker:
                 )
             try:  # a plain connect first: a client would log every refused connection
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                admin = admin or AdminClient({"bootstrap.servers": self.bootstrap_servers})
                 metadata = admin.list_topics(timeout=1)
             except Exception:
                 time.sleep(0.2)

@@ -27,7 +27,10 @@ from typing import Any, Protocol, TypeVar
 import confluent_kafka
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
+from spark_groups import auth
 from spark_groups.errors import (
+    AuthenticationError,
+    AuthorizationError,
     BrokerUnreachableError,
     CommitError,
     GroupMembershipError,
@@ -256,7 +259,14 @@ class GroupMember:
         try:
             result = self.call(fetch, timeout_s + 5)
         except KafkaException as exc:
+            denied = self._denied(exc.args[0] if exc.args else None, wanted[0].topic)
+            if denied is not None:
+                raise denied from None
             raise GroupMembershipError(f"could not fetch committed offsets: {exc}") from exc
+        for p in result:
+            denied = self._denied(p.error, p.topic)
+            if denied is not None:
+                raise denied
         return {
             TopicPartition(p.topic, p.partition): p.offset
             for p in result
@@ -303,6 +313,10 @@ class GroupMember:
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             code = error.code() if isinstance(error, KafkaError) else None
+            topics = ", ".join(sorted({tp.topic for tp in offsets}))
+            denied = self._denied(error, topics)
+            if denied is not None:  # retrying cannot help: the query must stop, not go on
+                raise denied from None
             if code in _FENCED_CODES:
                 generation = sent_under[0] if sent_under else self._generation
                 raise StaleGenerationError(
@@ -315,6 +329,9 @@ class GroupMember:
         failed = [p for p in (result or []) if p.error is not None]
         if failed:
             first = failed[0]
+            denied = self._denied(first.error, first.topic)
+            if denied is not None:
+                raise denied
             if first.error.code() in _FENCED_CODES:
                 generation = sent_under[0] if sent_under else self._generation
                 raise StaleGenerationError(
@@ -422,20 +439,59 @@ class GroupMember:
     def _check_topics(self) -> None:
         assert self._consumer is not None
         servers = self._config.get("bootstrap.servers")
-        try:
-            metadata = self._consumer.list_topics(timeout=self._broker_timeout_s)
-        except KafkaException as exc:
-            raise BrokerUnreachableError(
-                f"no broker of kafka.bootstrap.servers={servers} answered within "
-                f"{self._broker_timeout_s:.0f} s ({exc.args[0] if exc.args else exc})"
-            ) from None
+        metadata = self._metadata()
         if len(self._subscription) == 1 and self._subscription[0].startswith("^"):
             return  # a pattern may match topics created later
         missing = [t for t in self._subscription if t not in metadata.topics]
+        for topic in missing:
+            # Kafka leaves topics this client may not describe out of an all-topics answer;
+            # asked by name, it says whether the topic is missing or denied.
+            try:
+                named = self._consumer.list_topics(topic, timeout=self._broker_timeout_s)
+            except KafkaException:
+                continue
+            found = named.topics.get(topic)
+            if found is not None and found.error is not None:
+                denied = self._denied(found.error, topic)
+                if denied is not None:
+                    raise denied
         if missing:
             raise TopicNotFoundError(
                 f"topic {', '.join(repr(t) for t in missing)} does not exist on {servers}"
             )
+
+    def _metadata(self) -> Any:
+        """Cluster metadata, asked in short slices until ``broker_timeout_s``; between them
+        ``poll(0)`` serves librdkafka's error callback (not called inside ``list_topics``),
+        so refused credentials fail at once instead of after the whole timeout."""
+        assert self._consumer is not None
+        servers = self._config.get("bootstrap.servers")
+        deadline = time.monotonic() + self._broker_timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return self._consumer.list_topics(timeout=max(0.05, min(1.0, left)))
+            except KafkaException as exc:
+                message = self._consumer.poll(0)
+                if message is not None and message.error() is not None:
+                    denied = self._denied(message.error(), message.topic())
+                    if denied is not None:
+                        raise denied from None
+                if self._failure is not None:
+                    raise self._failure from None
+                if time.monotonic() >= deadline:
+                    raise BrokerUnreachableError(
+                        f"no broker of kafka.bootstrap.servers={servers} answered within "
+                        f"{self._broker_timeout_s:.0f} s ({exc.args[0] if exc.args else exc})"
+                    ) from None
+
+    def _denied(
+        self, error: KafkaError | None, topic: str | None = None
+    ) -> AuthenticationError | AuthorizationError | None:
+        """The typed error when ``error`` is an authentication or authorization failure."""
+        if not isinstance(error, KafkaError):
+            return None
+        return auth.classify(error, self._config, topic)
 
     def _poll_once(self, timeout_s: float | None = None) -> None:
         assert self._consumer is not None
@@ -444,6 +500,9 @@ class GroupMember:
             return
         error = message.error()
         if error is not None:
+            denied = self._denied(error, message.topic())
+            if denied is not None:
+                raise denied
             if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 log.warning("subscribed topic is gone: %s", error)
             elif error.fatal():
@@ -456,7 +515,11 @@ class GroupMember:
         log.debug("dropped a record the driver fetched before pausing %s", message.topic())
 
     def _on_error(self, error: KafkaError) -> None:
-        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+        if auth.is_authentication_failure(error):
+            # librdkafka retries refused credentials forever; they will not start working.
+            self._failure = auth.authentication_error(error, self._config)
+            self._closing = True
+        elif error.code() == KafkaError._ALL_BROKERS_DOWN:
             log.warning("group member: all brokers are down (%s)", error.str())
         elif error.fatal():
             self._failure = GroupMembershipError(f"fatal consumer error: {error.str()}")
@@ -558,7 +621,10 @@ class GroupMember:
             except queue.Empty:
                 return
             if future.set_running_or_notify_cancel():
-                future.set_exception(GroupMembershipError("the group member is closed"))
+                # Requests queued before the owner thread failed get the cause, not "closed".
+                future.set_exception(
+                    self._failure or GroupMembershipError("the group member is closed")
+                )
 
 
 def config_error(exc: KafkaException) -> OptionError:

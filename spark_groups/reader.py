@@ -54,6 +54,7 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from spark_groups import auth
 from spark_groups.errors import BrokerUnreachableError, DataLossError, SparkGroupsError
 from spark_groups.offsets import OffsetRange
 from spark_groups.schema import HEADER_TYPE, arrow_schema
@@ -453,6 +454,8 @@ class _RangeRead:
         while not self.done:
             want = min(max_rows - pending.rows, until - self.next_offset, chunk)
             msgs = consume(want, _CONSUME_WAIT_S)
+            if self.entry.last_error is not None:
+                self._client_error()
             before = self.next_offset
             eof: int | None = None
             out_of_range = False
@@ -543,6 +546,12 @@ class _RangeRead:
                 continue
             if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
                 return good, eof, True
+            if code == auth.GROUP_DENIED:
+                # librdkafka looks up the coordinator of this assign-only consumer's group.id,
+                # which it never uses: the group needs no ACL, and this event is harmless.
+                continue
+            if code == auth.TOPIC_DENIED:
+                raise auth.topic_denied(self.rng.topic, self.config, err)
             if err.fatal() or not (err.retriable() or code in _TRANSIENT_CODES):
                 raise SparkGroupsError(
                     f"reading {self.rng.topic_partition} [{self.rng.from_offset}, "
@@ -551,6 +560,11 @@ class _RangeRead:
                 )
             log.debug("transient error reading %s: %s", self.rng.topic_partition, err.name())
         return good, eof, False
+
+    def _client_error(self) -> None:
+        """Raise refused credentials at once (librdkafka retries them forever)."""
+        if auth.is_authentication_failure(self.entry.last_error):
+            raise auth.authentication_error(self.entry.last_error, self.config)
 
     def _watermarks(self) -> tuple[int, int]:
         tp = KafkaTopicPartition(self.rng.topic, self.rng.partition)

@@ -46,6 +46,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from spark_groups import auth
 from spark_groups.errors import (
     BrokerUnreachableError,
     OptionError,
@@ -361,6 +362,9 @@ class EndOffsetResolver:
                 if code in _LEADERSHIP_CODES:
                     self._await_new_leaders(tps, err, deadline)
                     continue
+                if code == auth.TOPIC_DENIED:
+                    topics = ", ".join(sorted({tp.topic for tp in tps}))
+                    raise auth.topic_denied(topics, self._config, err) from None
                 if code is None or code in _UNREACHABLE_CODES:
                     raise self._unreachable(what, err) from None
                 raise SparkGroupsError(
@@ -384,6 +388,8 @@ class EndOffsetResolver:
                 if got is None:
                     raise SparkGroupsError(f"ListOffsets on {self._servers()} skipped {tp}")
                 if got.error is not None:
+                    if got.error.code() == auth.TOPIC_DENIED:
+                        raise auth.topic_denied(tp.topic, self._config, got.error)
                     if got.error.code() in _UNKNOWN_CODES:
                         raise TopicNotFoundError(
                             f"unknown topic or partition {tp} on {self._servers()}"
@@ -460,6 +466,10 @@ class EndOffsetResolver:
                     err = msg.error()
                     if err is None or err.code() == KafkaError._PARTITION_EOF:
                         waiting.discard(TopicPartition(msg.topic(), msg.partition()))
+                    elif err.code() == auth.GROUP_DENIED:
+                        continue  # the coordinator of a group this consumer never joins
+                    elif err.code() == auth.TOPIC_DENIED:
+                        raise auth.topic_denied(msg.topic() or "?", self._config, err)
                     elif err.fatal() or not (
                         err.retriable()
                         or err.code() in _UNREACHABLE_CODES

@@ -1,11 +1,12 @@
 """A real query with secret-bearing settings writes the secret nowhere (issue 7).
 
-The secret goes in ``kafka.sasl.password`` and ``kafka.ssl.key.password`` while
-``security.protocol`` stays PLAINTEXT (the embedded broker has no SASL/SSL): librdkafka
-accepts both settings and ignores them, so the query runs normally. Afterwards every file the
-run wrote (checkpoint, ledger, rebalance history, sink table with its _delta_log, the
-spark_groups log at DEBUG, Spark's INFO log, the process's stdout/stderr, the CLI's output)
-is searched for the secret.
+Here the secret goes in ``kafka.sasl.password`` and ``kafka.ssl.key.password`` while
+``security.protocol`` stays PLAINTEXT: librdkafka accepts both settings and ignores them, so
+the query runs normally. ``test_sasl_acl.py`` runs the same check (:func:`run_and_search`)
+with a password a SASL listener really checks. Afterwards every file the run wrote
+(checkpoint, ledger, rebalance history, sink table with its _delta_log, the spark_groups log
+at DEBUG, Spark's INFO log, the process's stdout/stderr, the CLI's output) is searched for
+the secret.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from test_sink import MEMBER_SCRIPT, REPO_ROOT, table_ids
 
 from spark_groups.cli import main as cli
 
+from broker_support import create_topic
 from helpers import group_options, produce_ids, unique
 
 SECRET = f"s3cret-{uuid.uuid4().hex[:12]}"
@@ -59,18 +62,33 @@ def files_holding(root: Path, secret: str) -> list[str]:
     return found
 
 
-def test_a_query_run_writes_the_secret_nowhere(
-    bootstrap_servers: str, make_topic, tmp_path: Path
+def run_and_search(
+    tmp_path: Path,
+    *,
+    producer_servers: str,
+    member_servers: str,
+    source_options: dict[str, str],
+    cli_settings: list[str],
+    secret: str,
+    grant: Callable[[str, str], None] | None = None,
 ) -> None:
-    topic, group = make_topic(2), unique("sec")
-    produce_ids(bootstrap_servers, topic, range(60), 2)
+    """Run a query (a sink_member.py process) with ``source_options`` into the delta-group
+    sink, then ``spark-groups describe`` with ``-X cli_settings``; assert it read every
+    record and that no file the run wrote holds ``secret``. Records are produced through
+    ``producer_servers``; the member and the CLI talk to ``member_servers``, after
+    ``grant(topic, group)`` (e.g. ACLs) if given."""
+    topic = create_topic(producer_servers, 2, "sec")
+    group = unique("sec")
+    if grant is not None:
+        grant(topic, group)
+    produce_ids(producer_servers, topic, range(60), 2)
     run = tmp_path / "run"
     logs = run / "logs"
     logs.mkdir(parents=True)
     log4j = tmp_path / "log4j2.properties"
     log4j.write_text(LOG4J.format(log=logs / "spark.log"))
     spec = {
-        "servers": bootstrap_servers,
+        "servers": member_servers,
         "topic": topic,
         "group": group,
         "table": str(run / "table"),
@@ -79,7 +97,7 @@ def test_a_query_run_writes_the_secret_nowhere(
         "member": "sec-1",
         "trigger": "availableNow",
         "spark_log_level": "INFO",
-        "source_options": SECRET_OPTIONS,
+        "source_options": source_options,
         "log4j_config": str(log4j),
     }
     path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
@@ -98,10 +116,11 @@ def test_a_query_run_writes_the_secret_nowhere(
     assert proc.returncode == 0, (logs / "stderr").read_text()[-3000:]
     assert sorted(table_ids(run / "table")) == list(range(60))
 
+    x_args = [arg for setting in cli_settings for arg in ("-X", setting)]
     cli_run = CliRunner().invoke(
         cli,
-        ["describe", group, "-b", bootstrap_servers, "--offsets-table", str(run / "ledger"),
-         "--topic", topic, "-X", "security.protocol=PLAINTEXT", "-X", f"sasl.password={SECRET}"],
+        ["describe", group, "-b", member_servers, "--offsets-table", str(run / "ledger"),
+         "--topic", topic, *x_args],
     )  # fmt: skip
     assert cli_run.exit_code == 0, cli_run.output
     (logs / "cli").write_text(cli_run.output)
@@ -115,7 +134,20 @@ def test_a_query_run_writes_the_secret_nowhere(
     assert (run / "checkpoint" / "offsets" / "0").exists()
     assert "DEBUG" in (logs / "spark_groups.log").read_text()
     assert "INFO org.apache.spark" in (logs / "spark.log").read_text()  # Spark's own log
-    assert files_holding(run, SECRET) == []
+    assert files_holding(run, secret) == []
+
+
+def test_a_query_run_writes_the_secret_nowhere(bootstrap_servers: str, tmp_path: Path) -> None:
+    """PLAINTEXT with secret settings librdkafka ignores; the real SASL case (a password the
+    broker checks) is ``test_sasl_acl.py::test_a_sasl_run_writes_the_password_nowhere``."""
+    run_and_search(
+        tmp_path,
+        producer_servers=bootstrap_servers,
+        member_servers=bootstrap_servers,
+        source_options=dict(SECRET_OPTIONS),
+        cli_settings=["security.protocol=PLAINTEXT", f"sasl.password={SECRET}"],
+        secret=SECRET,
+    )
 
 
 @pytest.mark.parametrize(
