@@ -30,16 +30,16 @@ import pyarrow as pa
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from spark_groups.embedded import EmbeddedBroker
 from spark_groups.errors import SparkGroupsError
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition as TP
 from spark_groups.sink import committed_positions
+from spark_groups.tools.embedded import EmbeddedBroker
 
 
 def source_root() -> Path:
     """Where ``jobs/`` and ``conf/`` are: ``$SPARK_GROUPS_HOME``, else beside this package."""
-    return Path(os.environ.get("SPARK_GROUPS_HOME") or Path(__file__).resolve().parent.parent)
+    return Path(os.environ.get("SPARK_GROUPS_HOME") or Path(__file__).resolve().parents[2])
 
 
 WORK = Path("/tmp/spark-groups-demo")
