@@ -381,7 +381,7 @@ class GroupStream:
         ledger and Kafka, and bring both up to its position. The sink commits a batch before
         the source's safe point does, so after a crash it can be one batch ahead; without this
         the next owner would re-read that batch only for the sink to drop it."""
-        from spark_groups.sink import committed_positions
+        from spark_groups.sink.commit import committed_positions
 
         assert self.options.sink_path is not None
         sink = committed_positions(self.options.sink_path, self.options.group_id, partitions)

@@ -33,7 +33,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from spark_groups.errors import SparkGroupsError
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition as TP
-from spark_groups.sink import committed_positions
+from spark_groups.sink.commit import committed_positions
 from spark_groups.tools.embedded import EmbeddedBroker
 
 

@@ -251,7 +251,7 @@ SINK_BASE = {"path": "/t", "group.id": "g", "checkpointlocation": "/cp"}
     ],
 )
 def test_bad_sink_input_table(changes: dict[str, str | None], option: str, words: str) -> None:
-    from spark_groups.sink_options import parse_sink_options
+    from spark_groups.sink.options import parse_sink_options
 
     opts = {**SINK_BASE, **changes}
     for key in [k for k, v in opts.items() if v is None]:

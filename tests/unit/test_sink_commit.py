@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 
 from spark_groups.errors import SinkError, SinkGapError
 from spark_groups.offsets import OffsetRange, TopicPartition
-from spark_groups.sink import COMMIT_INFO_KEYS, DeltaSink, app_id, committed_positions
+from spark_groups.sink.commit import COMMIT_INFO_KEYS, DeltaSink, app_id, committed_positions
 
 from sink_support import (
     SCHEMA,

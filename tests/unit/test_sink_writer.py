@@ -12,9 +12,9 @@ import pytest
 
 from spark_groups.errors import OptionError, SinkError
 from spark_groups.offsets import OffsetRange, TopicPartition
-from spark_groups.sink_options import parse_sink_options
-from spark_groups.sink_plan import parse_offset_log, read_batch_plan
-from spark_groups.sink_writer import (
+from spark_groups.sink.options import parse_sink_options
+from spark_groups.sink.plan import parse_offset_log, read_batch_plan
+from spark_groups.sink.writer import (
     TaskFileWriter,
     check_schema,
     escape_path_name,

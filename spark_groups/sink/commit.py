@@ -1,7 +1,7 @@
 """The exactly-once Delta sink, driver side: one Delta commit per batch, fenced per partition.
 
-A ``delta-group`` batch arrives here as the files its tasks wrote (``spark_groups.sink_writer``,
-one per Kafka partition) and the batch's plan (``spark_groups.sink_plan``: ``[from, until)``
+A ``delta-group`` batch arrives here as the files its tasks wrote (``spark_groups.sink.writer``,
+one per Kafka partition) and the batch's plan (``spark_groups.sink.plan``: ``[from, until)``
 per Kafka partition, from Spark's checkpoint). :meth:`DeltaSink.commit` turns them into **one**
 Delta commit that adds the files and sets one Delta transaction id per Kafka partition, in
 the spirit of delta-io/kafka-delta-ingest::
@@ -35,7 +35,7 @@ files deleted, and dropped or rewritten files are deleted after the commit. A co
 fails in an unclear way (an error after the log entry may have been written) is resolved by
 reading the table back: files are deleted only when they are certainly not in the table.
 
-Nothing here imports Spark: ``spark_groups.sink_spark`` adapts it to Spark's Python data
+Nothing here imports Spark: ``spark_groups.sink.spark`` adapts it to Spark's Python data
 source API, and everything is tested without a JVM.
 """
 
@@ -55,8 +55,8 @@ import pyarrow.fs as pafs
 from spark_groups.errors import SinkError, SinkGapError
 from spark_groups.files import location, table_uri
 from spark_groups.offsets import OffsetRange, TopicPartition
-from spark_groups.sink_plan import BatchPlan
-from spark_groups.sink_writer import DataFile, check_schema, remove_files, rewrite_from
+from spark_groups.sink.plan import BatchPlan
+from spark_groups.sink.writer import DataFile, check_schema, remove_files, rewrite_from
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
