@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from spark_groups.offsets import TopicPartition, positions_to_json
 
 if TYPE_CHECKING:  # stream imports this module
-    from spark_groups.stream import StreamMetrics
+    from spark_groups.group.stream import StreamMetrics
 
 #: The key of ``sources[].latestOffset`` holding the coordinator metrics.
 METRICS_KEY = "@coordinator"

@@ -285,7 +285,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     ledger_path = ours.get("offsets.table", "").strip() or None
     history = ours.get("rebalances.table", "").strip() or None
     if history is None and ledger_path is not None:
-        from spark_groups.history import history_path
+        from spark_groups.group.history import history_path
 
         history = history_path(ledger_path)
     return SourceOptions(
@@ -322,7 +322,7 @@ def validate_client_config(options: SourceOptions) -> None:
     """
     from confluent_kafka import Consumer, KafkaException
 
-    from spark_groups.member import config_error
+    from spark_groups.group.member import config_error
 
     config = {k: v for k, v in options.member_config().items() if k != "bootstrap.servers"}
     try:

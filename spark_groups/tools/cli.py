@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spark_groups.errors import GroupActiveError, OptionError, SparkGroupsError
-from spark_groups.secrets import scrub
+from spark_groups.kafka.secrets import scrub
 from spark_groups.tools.describe import PartitionState, describe_group
 
 __all__ = ["PartitionState", "main"]
@@ -233,11 +233,11 @@ def lag_plot(
     partitions: tuple[str, ...],
 ) -> None:
     """Plot GROUP's committed position and records behind the current log end, over time."""
+    from spark_groups.kafka.watermarks import EndOffsetResolver
     from spark_groups.ledger import OffsetLedger
     from spark_groups.offsets import TopicPartition
     from spark_groups.tools.lag_plot import draw, lag_series
     from spark_groups.tools.timeline import parse_partition
-    from spark_groups.watermarks import EndOffsetResolver
 
     config = client_config(bootstrap_servers, settings)
     with clean_errors(config):

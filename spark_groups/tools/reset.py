@@ -38,11 +38,11 @@ from spark_groups.errors import (
     GroupActiveError,
     OptionError,
 )
+from spark_groups.kafka.secrets import scrub
+from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition
-from spark_groups.secrets import scrub
 from spark_groups.tools.describe import GroupState, admin_client, describe_group
-from spark_groups.watermarks import EndOffsetResolver
 
 log = logging.getLogger(__name__)
 

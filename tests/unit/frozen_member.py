@@ -12,9 +12,9 @@ import json
 import sys
 import time
 
+from spark_groups.group.stream import GroupStream
 from spark_groups.offsets import BatchOffset
 from spark_groups.options import parse_options
-from spark_groups.stream import GroupStream
 
 
 def main() -> None:

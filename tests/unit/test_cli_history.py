@@ -9,7 +9,7 @@ import pyarrow as pa
 from click.testing import CliRunner
 from deltalake import write_deltalake
 
-from spark_groups.history import HISTORY_SCHEMA, history_path
+from spark_groups.group.history import HISTORY_SCHEMA, history_path
 from spark_groups.ledger import CATCH_UP_BATCH, RESET_BATCH, LedgerRow, OffsetLedger
 from spark_groups.offsets import TopicPartition
 from spark_groups.tools.cli import EXIT_BAD_OPTION, main

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from spark_groups.group.stream import StreamMetrics
 from spark_groups.metrics import (
     METRICS_KEY,
     coordinator_metrics,
@@ -12,7 +13,6 @@ from spark_groups.metrics import (
     snapshot,
 )
 from spark_groups.offsets import TopicPartition
-from spark_groups.stream import StreamMetrics
 
 A, B, C = TopicPartition("orders", 0), TopicPartition("orders", 1), TopicPartition("orders", 2)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
+from spark_groups.group.member import GroupMember
 from spark_groups.ledger import OffsetLedger
-from spark_groups.member import GroupMember
 from spark_groups.offsets import TopicPartition
 
 

@@ -18,12 +18,12 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Message, Producer
 
-from spark_groups import reader
 from spark_groups.embedded import free_port
 from spark_groups.errors import BrokerUnreachableError, DataLossError, SparkGroupsError
 from spark_groups.offsets import OffsetRange
-from spark_groups.reader import read_range
-from spark_groups.schema import arrow_schema
+from spark_groups.read import reader
+from spark_groups.read.reader import read_range
+from spark_groups.read.schema import arrow_schema
 
 SECRET = "hunter2-do-not-show"
 
@@ -232,7 +232,7 @@ def test_range_beyond_the_log_end_raises_data_loss_after_the_poll_timeout(
 def test_range_beyond_the_log_end_without_fail_on_data_loss(bootstrap_servers, make_topic, caplog):
     topic = make_topic(partitions=1)
     produce_batches(bootstrap_servers, topic, [10])
-    with caplog.at_level(logging.WARNING, logger="spark_groups.reader"):
+    with caplog.at_level(logging.WARNING, logger="spark_groups.read.reader"):
         rows = rows_of(
             read_all(
                 bootstrap_servers,
@@ -358,7 +358,7 @@ def test_consumers_are_pooled_per_configuration(bootstrap_servers, make_topic, m
 
 
 def test_user_config_wins_over_defaults_but_not_over_requirements(caplog):
-    with caplog.at_level(logging.DEBUG, logger="spark_groups.reader"):
+    with caplog.at_level(logging.DEBUG, logger="spark_groups.read.reader"):
         config = reader.reader_config(
             {
                 "bootstrap.servers": "b:9092",

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Producer
 
-from spark_groups.member import GroupMember
+from spark_groups.group.member import GroupMember
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:

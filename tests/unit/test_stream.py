@@ -16,11 +16,11 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer
 from confluent_kafka.admin import AdminClient
 
+from spark_groups.group.member import GroupMember
+from spark_groups.group.stream import GroupStream
 from spark_groups.ledger import OffsetLedger
-from spark_groups.member import GroupMember
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.options import parse_options
-from spark_groups.stream import GroupStream
 
 FAST = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "500"}
 
@@ -283,7 +283,7 @@ def test_subscribe_pattern_reads_every_matching_topic(
 def test_rebalance_history_records_assignments_and_revocations(
     bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path
 ) -> None:
-    from spark_groups.history import history_path, read_history
+    from spark_groups.group.history import history_path, read_history
 
     topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
     produce(bootstrap_servers, topic, 5, 2)

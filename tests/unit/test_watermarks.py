@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from spark_groups import watermarks
 from spark_groups.embedded import free_port
 from spark_groups.errors import (
     BrokerUnreachableError,
@@ -20,8 +19,9 @@ from spark_groups.errors import (
     SparkGroupsError,
     TopicNotFoundError,
 )
+from spark_groups.kafka import watermarks
+from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.offsets import TopicPartition
-from spark_groups.watermarks import EndOffsetResolver
 
 SECRET = "hunter2-do-not-show"
 

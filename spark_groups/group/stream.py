@@ -38,13 +38,13 @@ from spark_groups.errors import (
     StaleGenerationError,
     TopicNotFoundError,
 )
-from spark_groups.history import RebalanceHistory
+from spark_groups.group.history import RebalanceHistory
+from spark_groups.group.member import GroupMember
+from spark_groups.group.planner import plan_ranges
+from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.ledger import CATCH_UP_BATCH, LedgerRow, OffsetLedger
-from spark_groups.member import GroupMember
 from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition, positions_to_json
 from spark_groups.options import EARLIEST, LATEST, SourceOptions
-from spark_groups.planner import plan_ranges
-from spark_groups.watermarks import EndOffsetResolver
 from spark_groups.worker_logging import log_to_stderr
 
 log = logging.getLogger(__name__)

@@ -35,8 +35,8 @@ from spark_groups.errors import (
     StaleGenerationError,
     TopicNotFoundError,
 )
+from spark_groups.kafka.secrets import is_secret
 from spark_groups.offsets import TopicPartition
-from spark_groups.secrets import is_secret
 
 log = logging.getLogger(__name__)
 

@@ -47,9 +47,9 @@ from spark_groups.errors import (
     SparkGroupsError,
     TopicNotFoundError,
 )
+from spark_groups.kafka.secrets import scrub
 from spark_groups.offsets import TopicPartition
-from spark_groups.reader import bootstrap_servers_of
-from spark_groups.secrets import scrub
+from spark_groups.read.reader import bootstrap_servers_of
 
 log = logging.getLogger(__name__)
 

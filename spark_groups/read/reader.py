@@ -55,9 +55,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from spark_groups.errors import BrokerUnreachableError, DataLossError, SparkGroupsError
+from spark_groups.kafka.secrets import scrub
 from spark_groups.offsets import OffsetRange
-from spark_groups.schema import HEADER_TYPE, arrow_schema
-from spark_groups.secrets import scrub
+from spark_groups.read.schema import HEADER_TYPE, arrow_schema
 
 log = logging.getLogger(__name__)
 
@@ -374,7 +374,7 @@ def read_range(
     """Yield the records ``[rng.from_offset, rng.until_offset)`` as Arrow record batches.
 
     Batches have at most ``max_batch_rows`` rows and the schema
-    :func:`spark_groups.schema.arrow_schema` (``include_headers``). An empty range yields
+    :func:`spark_groups.read.schema.arrow_schema` (``include_headers``). An empty range yields
     nothing and creates no consumer. The consumer comes from (and goes back to) a pool kept per
     worker process and configuration; it is unassigned when the range is done, also when the
     caller stops iterating early.
