@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from spark_groups.group.stream import StreamMetrics
 from spark_groups.metrics import (
     METRICS_KEY,
+    StreamMetrics,
     coordinator_metrics,
     latest_offset_json,
     log_end_offsets,

@@ -17,6 +17,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, Producer
 from confluent_kafka.admin import AdminClient
 
 from spark_groups.group.member import GroupMember
+from spark_groups.group.partitions import Status
 from spark_groups.group.stream import GroupStream
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import BatchOffset, TopicPartition
@@ -62,6 +63,12 @@ def make_stream(
     stream = GroupStream(parse_options(opts))
     streams.append(stream)
     return stream
+
+
+def revoking(stream: GroupStream, tp: TopicPartition) -> bool:
+    """Whether the stream has begun revoking ``tp``."""
+    state = stream._partitions.get(tp)
+    return state is not None and state.status is Status.REVOKING
 
 
 def test_plan_then_commit_at_the_next_call(
@@ -298,7 +305,7 @@ def test_rebalance_history_records_assignments_and_revocations(
     )
     revocation.start()
     deadline = time.monotonic() + 10
-    while TopicPartition(topic, 1) in stream._positions:  # the revocation has begun
+    while not revoking(stream, TopicPartition(topic, 1)):  # the revocation has begun
         assert time.monotonic() < deadline
         time.sleep(0.01)
     stream.latest_offset(planned, None)
