@@ -320,12 +320,6 @@ def validate_client_config(options: SourceOptions) -> None:
 
     Raises :class:`OptionError` naming the ``kafka.`` key librdkafka rejected.
     """
-    from confluent_kafka import Consumer, KafkaException
+    from spark_groups.kafka.client import validate_config
 
-    from spark_groups.group.member import config_error
-
-    config = {k: v for k, v in options.member_config().items() if k != "bootstrap.servers"}
-    try:
-        Consumer(config).close()
-    except KafkaException as exc:
-        raise config_error(exc) from None
+    validate_config(options.member_config())

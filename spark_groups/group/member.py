@@ -24,32 +24,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
-import confluent_kafka
-from confluent_kafka import Consumer, KafkaError, KafkaException
-
 from spark_groups.errors import (
     BrokerUnreachableError,
     CommitError,
     GroupMembershipError,
-    OptionError,
     StaleGenerationError,
     TopicNotFoundError,
 )
-from spark_groups.kafka.secrets import is_secret
+from spark_groups.kafka.client import Consumer, KafkaError, KafkaException, KafkaTopicPartition
+from spark_groups.kafka.errors import FENCED_CODES, config_error
 from spark_groups.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-#: librdkafka errors that mean this member's generation or membership is no longer valid.
-_FENCED_CODES = {
-    KafkaError.ILLEGAL_GENERATION,
-    KafkaError.UNKNOWN_MEMBER_ID,
-    KafkaError.FENCED_INSTANCE_ID,
-    KafkaError.REBALANCE_IN_PROGRESS,
-    KafkaError._ASSIGNMENT_LOST,
-}
 
 
 class RebalanceListener(Protocol):
@@ -81,16 +69,16 @@ def parse_generation(group_metadata: object) -> int:
     return -1
 
 
-def _to_ours(partitions: Iterable[confluent_kafka.TopicPartition]) -> frozenset[TopicPartition]:
+def _to_ours(partitions: Iterable[KafkaTopicPartition]) -> frozenset[TopicPartition]:
     return frozenset(TopicPartition(p.topic, p.partition) for p in partitions)
 
 
 def _to_kafka(
     partitions: Iterable[TopicPartition], offsets: Mapping[TopicPartition, int] | None = None
-) -> list[confluent_kafka.TopicPartition]:
+) -> list[KafkaTopicPartition]:
     if offsets is None:
-        return [confluent_kafka.TopicPartition(p.topic, p.partition) for p in partitions]
-    return [confluent_kafka.TopicPartition(p.topic, p.partition, offsets[p]) for p in partitions]
+        return [KafkaTopicPartition(p.topic, p.partition) for p in partitions]
+    return [KafkaTopicPartition(p.topic, p.partition, offsets[p]) for p in partitions]
 
 
 class _NoListener:
@@ -242,7 +230,7 @@ class GroupMember:
         if not wanted:
             return {}
 
-        def fetch(consumer: Consumer) -> list[confluent_kafka.TopicPartition]:
+        def fetch(consumer: Consumer) -> list[KafkaTopicPartition]:
             return consumer.committed(wanted, timeout=timeout_s)
 
         try:
@@ -277,7 +265,7 @@ class GroupMember:
             return frozenset()
         done: set[TopicPartition] = set()
 
-        def commit(consumer: Consumer) -> list[confluent_kafka.TopicPartition] | None:
+        def commit(consumer: Consumer) -> list[KafkaTopicPartition] | None:
             kept = dict(offsets)
             if owned_only:
                 if not self._in_callback:
@@ -293,7 +281,7 @@ class GroupMember:
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             code = error.code() if isinstance(error, KafkaError) else None
-            if code in _FENCED_CODES:
+            if code in FENCED_CODES:
                 raise StaleGenerationError(
                     f"Kafka refused the offset commit of {len(offsets)} partitions for generation "
                     f"{self._generation}: {error}"
@@ -302,7 +290,7 @@ class GroupMember:
         failed = [p for p in (result or []) if p.error is not None]
         if failed:
             first = failed[0]
-            if first.error.code() in _FENCED_CODES:
+            if first.error.code() in FENCED_CODES:
                 raise StaleGenerationError(
                     f"Kafka refused the offset commit of {first.topic}-{first.partition} for "
                     f"generation {self._generation}: {first.error}"
@@ -446,11 +434,11 @@ class GroupMember:
             log.info("group member: %s", error.str())
 
     def _counted(
-        self, callback: Callable[[Consumer, list[confluent_kafka.TopicPartition]], None]
-    ) -> Callable[[Consumer, list[confluent_kafka.TopicPartition]], None]:
+        self, callback: Callable[[Consumer, list[KafkaTopicPartition]], None]
+    ) -> Callable[[Consumer, list[KafkaTopicPartition]], None]:
         """``callback`` marking that a rebalance callback runs (no poll may nest in it)."""
 
-        def run(consumer: Consumer, partitions: list[confluent_kafka.TopicPartition]) -> None:
+        def run(consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
             self._in_callback += 1
             try:
                 callback(consumer, partitions)
@@ -467,7 +455,7 @@ class GroupMember:
             pass
 
     def _on_assign(
-        self, consumer: Consumer, partitions: list[confluent_kafka.TopicPartition]
+        self, consumer: Consumer, partitions: list[KafkaTopicPartition]
     ) -> None:
         cooperative = self._cooperative
         if cooperative:
@@ -494,7 +482,7 @@ class GroupMember:
             self._first_assignment.set()
 
     def _on_revoke(
-        self, consumer: Consumer, partitions: list[confluent_kafka.TopicPartition]
+        self, consumer: Consumer, partitions: list[KafkaTopicPartition]
     ) -> None:
         revoked = _to_ours(partitions)
         log.info("revoking %d partitions: %s", len(revoked), sorted(str(p) for p in revoked))
@@ -505,7 +493,7 @@ class GroupMember:
             self._assignment = self._assignment - revoked
 
     def _on_lost(
-        self, consumer: Consumer, partitions: list[confluent_kafka.TopicPartition]
+        self, consumer: Consumer, partitions: list[KafkaTopicPartition]
     ) -> None:
         lost = _to_ours(partitions)
         self._assignment = self._assignment - lost
@@ -540,14 +528,3 @@ class GroupMember:
             if future.set_running_or_notify_cancel():
                 future.set_exception(GroupMembershipError("the group member is closed"))
 
-
-def config_error(exc: KafkaException) -> OptionError:
-    """Turn librdkafka's config complaint into an OptionError naming the ``kafka.`` key."""
-    text = str(exc.args[0].str() if exc.args and isinstance(exc.args[0], KafkaError) else exc)
-    match = re.search(r'property[: "]+([A-Za-z0-9._]+)', text) or re.search(
-        r'"([A-Za-z0-9._]+)"', text
-    )
-    key = f"kafka.{match.group(1)}" if match else "kafka.*"
-    if is_secret(key):
-        text = "invalid value (not shown: secret)"
-    return OptionError(key, f"rejected by the Kafka client: {text}")

@@ -38,18 +38,23 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
-from confluent_kafka import TopicPartition as KafkaTopicPartition
-
 from spark_groups.errors import (
     BrokerUnreachableError,
     OptionError,
     SparkGroupsError,
     TopicNotFoundError,
 )
+from spark_groups.kafka.client import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    KafkaTopicPartition,
+    create_consumer,
+)
+from spark_groups.kafka.config import bootstrap_servers_of, layered
+from spark_groups.kafka.errors import NO_ANSWER_CODES, UNKNOWN_TOPIC_CODES
 from spark_groups.kafka.secrets import scrub
 from spark_groups.offsets import TopicPartition
-from spark_groups.read.reader import bootstrap_servers_of
 
 log = logging.getLogger(__name__)
 
@@ -76,27 +81,8 @@ RESOLVER_REQUIRED: dict[str, str] = {
 _LATEST = -1
 _EARLIEST = -2
 
-_UNKNOWN_CODES = frozenset(
-    {KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART}
-)
-_UNREACHABLE_CODES = frozenset(
-    {
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError._TRANSPORT,
-        KafkaError._TIMED_OUT,
-        KafkaError._RESOLVE,
-        KafkaError.REQUEST_TIMED_OUT,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-    }
-)
-
-
 def _resolver_config(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
-    config: dict[str, Any] = dict(RESOLVER_DEFAULTS)
-    config.update({str(k): v for k, v in consumer_config.items()})
-    config.update(RESOLVER_REQUIRED)
-    return config
+    return layered(RESOLVER_DEFAULTS, consumer_config, RESOLVER_REQUIRED)
 
 
 def _names(tps: list[TopicPartition], most: int = 5) -> str:
@@ -260,13 +246,7 @@ class EndOffsetResolver:
 
     def _get_consumer(self) -> Consumer:
         if self._consumer is None:
-            try:
-                self._consumer = Consumer(self._config)
-            except KafkaException as exc:
-                raise SparkGroupsError(
-                    f"cannot create a Kafka consumer for {self._servers()}: "
-                    f"{scrub(str(exc), self._config)}"
-                ) from None
+            self._consumer = create_consumer(self._config)
         return self._consumer
 
     def _unreachable(self, what: str, err: KafkaError | None) -> BrokerUnreachableError:
@@ -292,16 +272,16 @@ class EndOffsetResolver:
             except KafkaException as exc:
                 err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
                 code = err.code() if err is not None else None
-                if code in _UNKNOWN_CODES and not refreshed:
+                if code in UNKNOWN_TOPIC_CODES and not refreshed:
                     # The consumer's metadata may predate the topic: look again, once.
                     refreshed = True
                     self._refresh_metadata(tps, deadline)
                     continue
-                if code in _UNKNOWN_CODES:
+                if code in UNKNOWN_TOPIC_CODES:
                     raise TopicNotFoundError(
                         f"unknown topic or partition on {self._servers()}: {_names(tps)}"
                     ) from None
-                if code is None or code in _UNREACHABLE_CODES:
+                if code is None or code in NO_ANSWER_CODES:
                     raise self._unreachable(what, err) from None
                 raise SparkGroupsError(
                     f"ListOffsets on {self._servers()} failed {what}: "
@@ -314,7 +294,7 @@ class EndOffsetResolver:
                 if got is None:
                     raise SparkGroupsError(f"ListOffsets on {self._servers()} skipped {tp}")
                 if got.error is not None:
-                    if got.error.code() in _UNKNOWN_CODES:
+                    if got.error.code() in UNKNOWN_TOPIC_CODES:
                         raise TopicNotFoundError(
                             f"unknown topic or partition {tp} on {self._servers()}"
                         )
@@ -378,8 +358,8 @@ class EndOffsetResolver:
                         waiting.discard(TopicPartition(msg.topic(), msg.partition()))
                     elif err.fatal() or not (
                         err.retriable()
-                        or err.code() in _UNREACHABLE_CODES
-                        or err.code() in _UNKNOWN_CODES
+                        or err.code() in NO_ANSWER_CODES
+                        or err.code() in UNKNOWN_TOPIC_CODES
                     ):
                         raise SparkGroupsError(
                             f"fetching from {self._servers()} failed: {err.name()}: "

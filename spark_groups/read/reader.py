@@ -51,10 +51,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message
-from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from spark_groups.errors import BrokerUnreachableError, DataLossError, SparkGroupsError
+from spark_groups.kafka.client import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    KafkaTopicPartition,
+    Message,
+    create_consumer,
+)
+from spark_groups.kafka.config import bootstrap_servers_of, layered
+from spark_groups.kafka.errors import TRANSIENT_FETCH_CODES, UNREACHABLE_CODES, error_text
 from spark_groups.kafka.secrets import scrub
 from spark_groups.offsets import OffsetRange
 from spark_groups.read.schema import HEADER_TYPE, arrow_schema
@@ -115,39 +123,6 @@ _msg_headers = Message.headers
 _first = itemgetter(0)
 _second = itemgetter(1)
 
-_TRANSIENT_CODES = frozenset(
-    {
-        KafkaError._TRANSPORT,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError._TIMED_OUT,
-        KafkaError._RESOLVE,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError._UNKNOWN_PARTITION,
-        KafkaError._UNKNOWN_TOPIC,
-        KafkaError.FENCED_LEADER_EPOCH,
-        KafkaError.UNKNOWN_LEADER_EPOCH,
-        KafkaError.OFFSET_NOT_AVAILABLE,
-        KafkaError.REPLICA_NOT_AVAILABLE,
-        KafkaError.KAFKA_STORAGE_ERROR,
-    }
-)
-_UNREACHABLE_CODES = frozenset(
-    {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
-)
-
-
-def bootstrap_servers_of(config: Mapping[str, Any]) -> str:
-    """The bootstrap servers named in ``config`` (the only config value errors may show)."""
-    return str(config.get("bootstrap.servers") or config.get("metadata.broker.list") or "?")
-
-
-def _error_text(exc: KafkaException) -> str:
-    err = exc.args[0] if exc.args else None
-    return err.str() if isinstance(err, KafkaError) else str(exc)
-
-
 # --------------------------------------------------------------------------- consumer pool
 
 
@@ -195,16 +170,9 @@ if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def reader_config(consumer_config: Mapping[str, Any]) -> dict[str, str]:
+def reader_config(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
     """The configuration a read-path consumer is created with (defaults < caller < required)."""
-    config: dict[str, str] = dict(READER_DEFAULTS)
-    config.update({str(k): v for k, v in consumer_config.items()})
-    for key, value in READER_REQUIRED.items():
-        given = config.get(key)
-        if given is not None and str(given).lower() != value:
-            log.debug("consumer option %s is ignored by the read path (always %s)", key, value)
-        config[key] = value
-    return config
+    return layered(READER_DEFAULTS, consumer_config, READER_REQUIRED)
 
 
 def _checkout(config: dict[str, str]) -> _PooledConsumer:
@@ -218,13 +186,7 @@ def _checkout(config: dict[str, str]) -> _PooledConsumer:
         if idle:
             return idle.pop()
     entry = _PooledConsumer(key=key)
-    try:
-        entry.consumer = Consumer({**config, "error_cb": entry.on_error})
-    except KafkaException as exc:
-        raise SparkGroupsError(
-            f"cannot create a Kafka consumer for {bootstrap_servers_of(config)}: "
-            f"{scrub(str(exc), config)}"
-        ) from None
+    entry.consumer = create_consumer({**config, "error_cb": entry.on_error})
     log.debug("created a read-path consumer for %s", bootstrap_servers_of(config))
     return entry
 
@@ -543,7 +505,7 @@ class _RangeRead:
                 continue
             if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
                 return good, eof, True
-            if err.fatal() or not (err.retriable() or code in _TRANSIENT_CODES):
+            if err.fatal() or not (err.retriable() or code in TRANSIENT_FETCH_CODES):
                 raise SparkGroupsError(
                     f"reading {self.rng.topic_partition} [{self.rng.from_offset}, "
                     f"{self.rng.until_offset}) from {bootstrap_servers_of(self.config)} failed: "
@@ -561,7 +523,7 @@ class _RangeRead:
             raise BrokerUnreachableError(
                 f"cannot reach {bootstrap_servers_of(self.config)} to read "
                 f"{self.rng.topic_partition} [{self.rng.from_offset}, {self.rng.until_offset}): "
-                f"{scrub(_error_text(exc), self.config)}"
+                f"{scrub(error_text(exc), self.config)}"
             ) from None
 
     def _lost(self, lost_from: int, lost_until: int, why: str) -> None:
@@ -591,7 +553,7 @@ class _RangeRead:
     def _stalled(self) -> None:
         low, _ = self._watermarks()  # raises BrokerUnreachableError when nothing answers
         last = self.entry.last_error
-        if last is not None and last.code() in _UNREACHABLE_CODES:
+        if last is not None and last.code() in UNREACHABLE_CODES:
             # Metadata answered just now, but fetches kept failing on the transport.
             raise BrokerUnreachableError(
                 f"no progress reading {self.rng.topic_partition} from "

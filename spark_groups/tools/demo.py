@@ -27,10 +27,15 @@ from pathlib import Path
 
 import click
 import pyarrow as pa
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from spark_groups.errors import SparkGroupsError
+from spark_groups.kafka.client import (
+    AdminClient,
+    ConsumerGroupTopicPartitions,
+    NewTopic,
+    Producer,
+)
+from spark_groups.kafka.client import KafkaTopicPartition as TopicPartition
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition as TP
 from spark_groups.sink.commit import committed_positions

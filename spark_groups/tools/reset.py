@@ -29,14 +29,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException
-from confluent_kafka import TopicPartition as KafkaTopicPartition
-
 from spark_groups.errors import (
     BrokerUnreachableError,
     CommitError,
     GroupActiveError,
     OptionError,
+)
+from spark_groups.kafka.client import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    KafkaTopicPartition,
 )
 from spark_groups.kafka.secrets import scrub
 from spark_groups.kafka.watermarks import EndOffsetResolver
