@@ -624,13 +624,10 @@ class DeltaSink:
         return "ok"
 
     def _commit_info(self, plan: BatchPlan, decision: _Decision) -> dict[str, str]:
-        member = self.member
-        if plan.member:
-            member = f"{member} (group member {plan.member})" if member else plan.member
         info = {
             "spark_groups.batch": str(plan.batch_id),
             "spark_groups.group": self.group_id,
-            "spark_groups.member": member,
+            "spark_groups.member": self.member,
             "spark_groups.ranges": json.dumps(
                 {
                     topic: {p: [r.from_offset, r.until_offset] for p, r in parts.items()}
@@ -640,8 +637,6 @@ class DeltaSink:
             ),
             "spark_groups.dropped": json.dumps([str(tp) for tp in decision.dropped]),
         }
-        if plan.generation is not None:
-            info["spark_groups.generation"] = str(plan.generation)
         return info
 
     def _landed(self, decision: _Decision) -> bool | None:
