@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_groups.delta import create_table, open_table, query
 from spark_groups.errors import LedgerError, OptionError
 from spark_groups.files import local_path
 from spark_groups.ledger.maintenance import DELETED_FILE_RETENTION, LOG_RETENTION, maintain
@@ -343,9 +344,6 @@ class OffsetLedger:
 
     def _load(self) -> DeltaTable | None:
         """The table at its newest version, validated; ``None`` if it does not exist yet."""
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
         if self._table is not None:
             try:
                 self._table.update_incremental()
@@ -357,11 +355,10 @@ class OffsetLedger:
                 self._validate(self._table)
                 return self._table
         with self._wrapped("opening the table"):
-            try:
-                table = DeltaTable(self.path, storage_options=self.storage_options)
-            except TableNotFoundError:
-                self._check_can_create()
-                return None
+            table = open_table(self.path, self.storage_options)
+        if table is None:
+            self._check_can_create()
+            return None
         self._validate(table)
         self._table = table
         return table
@@ -419,8 +416,6 @@ class OffsetLedger:
 
     def _create(self) -> DeltaTable:
         """Create the table (or adopt one created concurrently) and return it validated."""
-        from deltalake import CommitProperties, DeltaTable
-
         # _load() just ran _check_can_create(); running it again here would refuse a table
         # that another writer created in between (its _delta_log is then not empty).
         configuration = {
@@ -429,30 +424,21 @@ class OffsetLedger:
             "delta.deletedFileRetentionDuration": DELETED_FILE_RETENTION,
             "delta.logRetentionDuration": LOG_RETENTION,
         }
-        local = local_path(self.path)
-        create_error: Exception | None = None
-        try:
-            if local is not None:
-                local.mkdir(parents=True, exist_ok=True)
-            DeltaTable.create(
-                self.path,
-                LEDGER_SCHEMA,
-                mode="error",
-                name="spark_groups_offsets_ledger",
-                description=f"spark_groups offsets ledger of consumer group {self.group_id!r}",
-                configuration=configuration,
-                storage_options=self.storage_options,
-                raise_if_key_not_exists=False,
-                # Without this, a writer losing the race to create the table is rebased
-                # and commits a second CREATE TABLE (new metadata) on top of the winner's
-                # table (seen with deltalake 1.6.6); with it, it fails and adopts the table.
-                commit_properties=CommitProperties(max_commit_retries=0),
-            )
+        create_error = create_table(
+            self.path,
+            LEDGER_SCHEMA,
+            name="spark_groups_offsets_ledger",
+            description=f"spark_groups offsets ledger of consumer group {self.group_id!r}",
+            configuration=configuration,
+            storage_options=self.storage_options,
+        )
+        if create_error is None:
             logger.info("ledger %s: created for group %r", self.path, self.group_id)
-        except Exception as exc:
+        else:
             # Most likely another writer created it first: adopt it if it is valid.
-            create_error = exc
-            logger.info("ledger %s: create failed (%s); opening the table there", self.path, exc)
+            logger.info(
+                "ledger %s: create failed (%s); opening the table there", self.path, create_error
+            )
         table = self._load()
         if table is None:
             raise LedgerError(
@@ -551,15 +537,12 @@ class OffsetLedger:
 
     def _query(self, sql: str) -> pa.Table | None:
         """Run ``sql`` against the newest version; ``None`` when the table does not exist."""
-        from deltalake import QueryBuilder
-
         with self._lock:
             table = self._load()
             if table is None:
                 return None
             with self._wrapped("reading"):
-                reader = QueryBuilder().register(_SQL_TABLE, table).execute(sql)
-                return pa.table(reader.read_all())
+                return query(table, _SQL_TABLE, sql)
 
 
 def positions_over_time(history: pa.Table) -> dict[TopicPartition, list[tuple[datetime, int]]]:

@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
+from spark_groups.delta import create_table, open_table
 from spark_groups.errors import SinkError, SinkGapError
 from spark_groups.files import location, table_uri
 from spark_groups.offsets import OffsetRange, TopicPartition
@@ -110,13 +110,8 @@ def committed_positions(
 
 def _load(uri: str, storage_options: dict[str, str] | None) -> DeltaTable | None:
     """The table at ``uri`` at its newest version, or None when there is none."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
     try:
-        return DeltaTable(uri, storage_options=storage_options)
-    except TableNotFoundError:
-        return None
+        return open_table(uri, storage_options)
     except Exception as exc:
         raise SinkError(f"sink table {uri}: cannot open it: {type(exc).__name__}: {exc}") from exc
 
@@ -406,31 +401,20 @@ class DeltaSink:
         return table
 
     def _create(self, schema: pa.Schema, partition_by: tuple[str, ...]) -> DeltaTable:
-        from deltalake import CommitProperties, DeltaTable
-
-        where = location(self.uri)
         nullable = pa.schema([f.with_nullable(True) for f in schema])
-        error: Exception | None = None
-        try:
-            if isinstance(where.fs, pafs.LocalFileSystem):
-                where.fs.create_dir(where.path, recursive=True)
-            DeltaTable.create(
-                self.uri,
-                nullable,
-                mode="error",
-                partition_by=list(partition_by) or None,
-                description="written by the spark_groups delta-group sink",
-                storage_options=self.storage_options,
-                # Losing a creation race must fail (and adopt the winner's table), not be
-                # rebased into a second CREATE TABLE on top of it.
-                commit_properties=CommitProperties(max_commit_retries=0),
-            )
+        error = create_table(
+            self.uri,
+            nullable,
+            partition_by=partition_by,
+            description="written by the spark_groups delta-group sink",
+            storage_options=self.storage_options,
+        )
+        if error is None:
             log.info(
                 "sink %s: created the table (partitioned by %s)", self.path, list(partition_by)
             )
-        except Exception as exc:
-            error = exc
-            log.info("sink %s: create failed (%s); opening the table there", self.path, exc)
+        else:
+            log.info("sink %s: create failed (%s); opening the table there", self.path, error)
         table = _load(self.uri, self.storage_options)
         if table is None:
             raise SinkError(f"sink {self.path}: could not create the Delta table: {error}")

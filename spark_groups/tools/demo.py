@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 import click
-import pyarrow as pa
 
+from spark_groups.delta import open_table, query
 from spark_groups.errors import SparkGroupsError
 from spark_groups.kafka.client import (
     AdminClient,
@@ -154,13 +154,13 @@ def run_job(servers: str, submit: str, job: Path, conf: Path) -> None:
 
 def report(servers: str, produced: dict[int, int], work: Path = WORK) -> None:
     """Print what landed and where the group's offsets are."""
-    from deltalake import DeltaTable, QueryBuilder
-
     path = work / "tables" / "orders"
-    query = QueryBuilder().register("orders", DeltaTable(str(path)))
+    table = open_table(str(path))
+    if table is None:
+        raise SparkGroupsError(f"the ingest job wrote no table at {path}")
 
     def sql(text: str) -> list[dict]:
-        return pa.table(query.execute(text).read_all()).to_pylist()
+        return query(table, "orders", text).to_pylist()
 
     total = sql("SELECT count(*) AS n FROM orders")[0]["n"]
     click.echo(f"\n=== landed in the Delta table {path}")
