@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from spark_groups.errors import (
     BrokerUnreachableError,
@@ -290,7 +290,7 @@ class GroupMember:
         failed = [p for p in (result or []) if p.error is not None]
         if failed:
             first = failed[0]
-            if first.error.code() in FENCED_CODES:
+            if first.error.code() in FENCED_CODES:  # type: ignore[union-attr]
                 raise StaleGenerationError(
                     f"Kafka refused the offset commit of {first.topic}-{first.partition} for "
                     f"generation {self._generation}: {first.error}"
@@ -335,7 +335,7 @@ class GroupMember:
         if not future.set_running_or_notify_cancel():
             return
         try:
-            future.set_result(fn(self._consumer))
+            future.set_result(fn(cast(Consumer, self._consumer)))
         except BaseException as exc:  # handed to the caller's thread
             future.set_exception(exc)
 

@@ -283,6 +283,7 @@ class EndOffsetResolver:
                     ) from None
                 if code is None or code in NO_ANSWER_CODES:
                     raise self._unreachable(what, err) from None
+                assert err is not None  # a code came from it
                 raise SparkGroupsError(
                     f"ListOffsets on {self._servers()} failed {what}: "
                     f"{err.name()}: {scrub(err.str(), self._config)}"
@@ -355,7 +356,7 @@ class EndOffsetResolver:
                 for msg in [first, *consumer.consume(1000, 0)]:
                     err = msg.error()
                     if err is None or err.code() == KafkaError._PARTITION_EOF:
-                        waiting.discard(TopicPartition(msg.topic(), msg.partition()))
+                        waiting.discard(TopicPartition(msg.topic(), msg.partition()))  # type: ignore[arg-type]
                     elif err.fatal() or not (
                         err.retriable()
                         or err.code() in NO_ANSWER_CODES

@@ -119,7 +119,7 @@ def _load(uri: str, storage_options: dict[str, str] | None) -> DeltaTable | None
 def _versions(
     table: DeltaTable, group_id: str, partitions: Iterable[TopicPartition]
 ) -> dict[TopicPartition, int]:
-    table_id = table.metadata().id
+    table_id = str(table.metadata().id)
     out: dict[TopicPartition, int] = {}
     for tp in partitions:
         version = table.transaction_version(app_id(table_id, group_id, tp))
@@ -562,12 +562,12 @@ class DeltaSink:
         from deltalake.exceptions import CommitFailedError
         from deltalake.transaction import AddAction
 
-        table_id = table.metadata().id
+        table_id = str(table.metadata().id)
         txns = [
             Transaction(app_id(table_id, self.group_id, tp), until)
             for tp, until in sorted(decision.txns.items())
         ]
-        adds = [
+        adds: list[Any] = [
             AddAction(f.path, f.size, dict(f.partition_values), f.modification_time, True, f.stats)
             for f in decision.keep
         ]

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -53,7 +54,7 @@ TOPIC, GROUP, PARTITIONS, ORDERS = "orders", "orders-etl", 3, 3000
 
 def sample_order(i: int) -> tuple[bytes, bytes]:
     """The key (customer) and JSON value of sample order number ``i``."""
-    order = {"order_id": i, "customer": f"c{i % 97}", "amount": 5 + (i * 7) % 300}
+    order: dict[str, Any] = {"order_id": i, "customer": f"c{i % 97}", "amount": 5 + (i * 7) % 300}
     return order["customer"].encode(), json.dumps(order).encode()
 
 

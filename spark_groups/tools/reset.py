@@ -233,7 +233,8 @@ def apply_reset(
         read_back = admin.list_consumer_group_offsets([check])[group].result(timeout_s)
     except KafkaException as exc:
         error = exc.args[0] if exc.args else None
-        name = error.name() if hasattr(error, "name") else ""
+        name_of = getattr(error, "name", None)
+        name = name_of() if callable(name_of) else ""
         message = f"Kafka refused the new offsets of group {group!r}: {scrub(str(exc), config)}"
         if name in ("GROUP_NOT_EMPTY", "UNKNOWN_MEMBER_ID", "REBALANCE_IN_PROGRESS"):
             raise GroupActiveError(message + " (is a member active?)") from None
