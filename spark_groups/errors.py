@@ -7,6 +7,12 @@ contain secrets (see :func:`spark_groups.kafka.secrets.redact`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # offsets imports this module
+    from spark_groups.offsets import TopicPartition
+
 
 class SparkGroupsError(Exception):
     """Base class of every error raised by spark_groups."""
@@ -38,7 +44,24 @@ class CommitError(SparkGroupsError):
 
 
 class StaleGenerationError(CommitError):
-    """Kafka refused an offset commit because this member's generation is no longer current."""
+    """Kafka refused an offset commit because this member's generation is no longer current.
+
+    ``generation`` is the member's generation at the commit, ``partitions`` those it tried to
+    commit, and ``code`` the Kafka error code of the refusal (None when unknown).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        generation: int = -1,
+        partitions: Iterable[TopicPartition] = (),
+        code: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.generation = generation
+        self.partitions = frozenset(partitions)
+        self.code = code
 
 
 class LedgerError(SparkGroupsError):
@@ -49,7 +72,23 @@ class LedgerError(SparkGroupsError):
 
 
 class DataLossError(SparkGroupsError):
-    """Records in a planned offset range can no longer be read (deleted, or the log moved)."""
+    """Records in a planned offset range can no longer be read (deleted, or the log moved).
+
+    ``partition`` and ``[from_offset, until_offset)`` are the records lost, when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        partition: TopicPartition | None = None,
+        from_offset: int | None = None,
+        until_offset: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.partition = partition
+        self.from_offset = from_offset
+        self.until_offset = until_offset
 
 
 class SinkError(SparkGroupsError):
@@ -61,7 +100,16 @@ class SinkError(SparkGroupsError):
 
 class SinkGapError(SinkError):
     """A batch starts past the offset the sink table expects for a partition: committing it
-    would leave records that were never written (a gap) in the table."""
+    would leave records that were never written (a gap) in the table.
+
+    ``gaps`` maps each such partition to its missing offsets ``(table's next, batch's from)``.
+    """
+
+    def __init__(
+        self, message: str, *, gaps: Mapping[TopicPartition, tuple[int, int]] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.gaps = dict(gaps or {})
 
 
 class GroupActiveError(SparkGroupsError):

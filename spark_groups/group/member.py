@@ -284,7 +284,10 @@ class GroupMember:
             if code in FENCED_CODES:
                 raise StaleGenerationError(
                     f"Kafka refused the offset commit of {len(offsets)} partitions for generation "
-                    f"{self._generation}: {error}"
+                    f"{self._generation}: {error}",
+                    generation=self._generation,
+                    partitions=offsets,
+                    code=code,
                 ) from exc
             raise CommitError(f"offset commit failed: {exc}") from exc
         failed = [p for p in (result or []) if p.error is not None]
@@ -293,7 +296,10 @@ class GroupMember:
             if first.error.code() in FENCED_CODES:  # type: ignore[union-attr]
                 raise StaleGenerationError(
                     f"Kafka refused the offset commit of {first.topic}-{first.partition} for "
-                    f"generation {self._generation}: {first.error}"
+                    f"generation {self._generation}: {first.error}",
+                    generation=self._generation,
+                    partitions=[TopicPartition(p.topic, p.partition) for p in failed],
+                    code=first.error.code(),  # type: ignore[union-attr]
                 )
             raise CommitError(
                 f"offset commit failed for {first.topic}-{first.partition}: {first.error}"

@@ -291,7 +291,12 @@ class GroupStream:
             "(was the topic recreated or the broker's data lost?)"
         )
         if self.options.fail_on_data_loss:
-            raise DataLossError(message + "; set failOnDataLoss=false to continue from the end")
+            raise DataLossError(
+                message + "; set failOnDataLoss=false to continue from the end",
+                partition=tp,
+                from_offset=end,
+                until_offset=position,
+            )
         log.warning("%s; failOnDataLoss=false: continuing from %d", message, end)
         with self._lock:
             self._partitions.moved_to_end(tp, end)

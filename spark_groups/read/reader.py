@@ -533,7 +533,12 @@ class _RangeRead:
             f"[{rng.from_offset}, {rng.until_offset})) cannot be read: {why}"
         )
         if self.fail_on_data_loss:
-            raise DataLossError(text + "; set failOnDataLoss=false to skip them")
+            raise DataLossError(
+                text + "; set failOnDataLoss=false to skip them",
+                partition=rng.topic_partition,
+                from_offset=lost_from,
+                until_offset=lost_until,
+            )
         log.warning("%s; skipping them (failOnDataLoss=false)", text)
 
     def _out_of_range(self) -> None:

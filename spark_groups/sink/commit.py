@@ -503,7 +503,8 @@ class DeltaSink:
                     f"sink {self.path}: batch {plan.batch_id} would leave a gap: {text}. Records "
                     "between were read but never written to this table (were offsets committed "
                     "elsewhere, e.g. by a plain consumer of the group, or lost to retention?). "
-                    "Nothing was committed; set the sink option failOnGap=false to write anyway"
+                    "Nothing was committed; set the sink option failOnGap=false to write anyway",
+                    gaps={tp: (v, r.from_offset) for tp, v, r in gaps},
                 )
             log.warning(
                 "sink %s: batch %d leaves a gap (failOnGap=false): %s",
