@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Literal, get_args
 
 import pyarrow as pa
 
@@ -28,7 +29,9 @@ from spark_groups.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
 
-EVENTS = ("assigned", "revoked", "lost")
+#: What happened to a member's partitions.
+Event = Literal["assigned", "revoked", "lost"]
+EVENTS: tuple[Event, ...] = get_args(Event)
 
 HISTORY_SCHEMA = pa.schema(
     [
@@ -54,7 +57,7 @@ def history_path(ledger_path: str) -> str:
 class RebalanceEvent:
     """One assignment change of one member."""
 
-    event: str
+    event: Event
     partitions: frozenset[TopicPartition]
     generation: int
     member_id: str
@@ -74,7 +77,7 @@ class RebalanceHistory:
 
     def record(
         self,
-        event: str,
+        event: Event,
         partitions: Iterable[TopicPartition],
         generation: int,
         member_id: str,

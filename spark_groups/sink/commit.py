@@ -47,7 +47,7 @@ import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
@@ -556,7 +556,7 @@ class DeltaSink:
         decision: _Decision,
         schema: pa.Schema,
         partition_by: tuple[str, ...],
-    ) -> str:
+    ) -> Literal["ok", "conflict"]:
         """Commit on the snapshot the decision was made on: "ok", or "conflict" when a
         concurrent commit got in the way. Raises SinkError when the commit certainly failed."""
         from deltalake import CommitProperties, Transaction
