@@ -4,7 +4,7 @@
   batch (the ``kafka-group`` schema, 100 B values) again and again: no Kafka and no
   conversion, only Spark's plumbing (Python worker -> Arrow IPC -> JVM rows -> noop). No
   source built on Spark's Python data source API can be faster than this.
-* :func:`read_range_rate`: ``spark_groups.reader.read_range`` over every partition, one after
+* :func:`read_range_rate`: ``spark_groups.read.reader.read_range`` over every partition, one after
   the other, in this process: the executor read path without Spark.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from spark_groups.schema import spark_ddl
+from spark_groups.read.schema import spark_ddl
 
 FORMAT = "bench-const-arrow"
 
@@ -32,7 +32,7 @@ class _ConstReader(DataSourceReader):
         import numpy as np
         import pyarrow as pa
 
-        from spark_groups.schema import arrow_schema
+        from spark_groups.read.schema import arrow_schema
 
         n = self.batch
         ts = pa.timestamp("us", tz="UTC")
@@ -95,7 +95,7 @@ def read_range_rate(
 ) -> tuple[int, float]:
     """(rows, seconds) of read_range over ``[0, end)`` of every partition, sequentially."""
     from spark_groups.offsets import OffsetRange
-    from spark_groups.reader import close_cached_consumers, read_range
+    from spark_groups.read.reader import close_cached_consumers, read_range
 
     config = {"bootstrap.servers": servers}
     rows = 0

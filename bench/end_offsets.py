@@ -20,7 +20,7 @@ from pathlib import Path
 from bench.common import create_topics, produce
 from bench.scale import planner
 from spark_groups.embedded import EmbeddedBroker
-from spark_groups.kafka_broker import KafkaBroker
+from spark_groups.tools.kafka_broker import KafkaBroker
 
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- end-offsets:start -->", "<!-- end-offsets:end -->"

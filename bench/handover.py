@@ -150,7 +150,7 @@ def spark_handover(
     timeout_s: float = 180,
 ) -> dict:
     """The same with two kafka-group queries in ``spark`` (see the module doc)."""
-    from spark_groups.history import history_path, read_history
+    from spark_groups.group.history import history_path, read_history
 
     topic = create_topics(servers, 4, prefix="handover")[0]
     group = unique("spark-handover")

@@ -46,9 +46,9 @@ def run_stream(args: dict[str, Any], producer: Producer) -> dict[str, Any]:
     import pyspark.sql.datasource  # noqa: F401 - the reader process has it loaded
 
     from bench.throughput import source_options
+    from spark_groups.group.stream import GroupStream
     from spark_groups.offsets import BatchOffset
     from spark_groups.options import parse_options
-    from spark_groups.stream import GroupStream
 
     imports_rss, _ = rss_mb()
     group = unique("plan-stream")

@@ -1,4 +1,4 @@
-"""Read throughput: spark_groups.reader.read_range against plain confluent-kafka loops.
+"""Read throughput: spark_groups.read.reader.read_range against plain confluent-kafka loops.
 
 Produces N records to a fresh topic on an embedded Tansu broker (or ``--bootstrap-servers``),
 then times, in this one process, reading all of it with:
@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from spark_groups.embedded import EmbeddedBroker
 from spark_groups.offsets import OffsetRange
-from spark_groups.reader import READER_DEFAULTS, close_cached_consumers, read_range
+from spark_groups.read.reader import READER_DEFAULTS, close_cached_consumers, read_range
 
 
 def produce(servers: str, topic: str, records: int, size: int, partitions: int) -> list[int]:

@@ -138,7 +138,7 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
     ]
     labels = {
         "plain": "plain confluent-kafka, one process, `consume(500)` loop (**baseline**)",
-        "read_range": "`spark_groups.reader.read_range`, same process, no Spark",
+        "read_range": "`spark_groups.read.reader.read_range`, same process, no Spark",
         "spark_ceiling": "Spark Python data source ceiling: constant Arrow batches -> noop",
         "noop": "**kafka-group -> `noop`** (warm, AvailableNow)",
         "delta-group": "kafka-group -> `delta-group` (exactly-once Delta sink)",

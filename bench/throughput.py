@@ -26,7 +26,7 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from bench.common import GROUP_TIMING, unique
-from spark_groups.reader import READER_DEFAULTS
+from spark_groups.read.reader import READER_DEFAULTS
 
 
 @dataclass

@@ -2,15 +2,15 @@
 
     python jobs/demo.py
 
-A thin wrapper: the demo lives in :mod:`spark_groups.demo` (also ``spark-groups demo``).
+A thin wrapper: the demo lives in :mod:`spark_groups.tools.demo` (also ``spark-groups demo``).
 """
 
 from __future__ import annotations
 
 import sys
 
-from spark_groups.demo import run_demo
 from spark_groups.errors import SparkGroupsError
+from spark_groups.tools.demo import run_demo
 
 if __name__ == "__main__":
     try:

@@ -104,7 +104,7 @@ display(OffsetLedger(offsets_table, group).history().to_pandas())
 
 # COMMAND ----------
 
-from spark_groups.group_state import describe_group
+from spark_groups.tools.describe import describe_group
 
 described = describe_group(servers, group, [topic], offsets_table)
 print("group state:", described.state, "members:", described.members)

@@ -2,10 +2,16 @@
 
 Every error the library raises on purpose is a :class:`SparkGroupsError`, so callers can
 catch one type. Messages name the option, broker, topic or record at fault and never
-contain secrets (see :func:`spark_groups.secrets.redact`).
+contain secrets (see :func:`spark_groups.kafka.secrets.redact`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # offsets imports this module
+    from spark_groups.offsets import TopicPartition
 
 
 class SparkGroupsError(Exception):
@@ -41,33 +47,35 @@ class StaleGenerationError(CommitError):
     """Kafka refused an offset commit because this member's generation (classic protocol) or
     member epoch (KIP-848) is no longer current.
 
-    ``code`` is Kafka's error name. ``ILLEGAL_GENERATION``, ``REBALANCE_IN_PROGRESS`` and
-    ``STALE_MEMBER_EPOCH`` from a member that is still in the group mean a rebalance moved on
-    while the commit was in flight (:attr:`transient`); the others (``UNKNOWN_MEMBER_ID``,
-    ``FENCED_MEMBER_EPOCH``, ``FENCED_INSTANCE_ID``) mean the member was fenced.
+    ``generation`` is the member's generation the commit went out under, ``partitions`` those
+    it tried to commit, and ``code`` the Kafka error code of the refusal (None when unknown).
+    ``ILLEGAL_GENERATION``, ``REBALANCE_IN_PROGRESS`` and ``STALE_MEMBER_EPOCH`` from a member
+    that is still in the group mean a rebalance moved on while the commit was in flight
+    (:attr:`transient`); the others (``UNKNOWN_MEMBER_ID``, ``FENCED_MEMBER_EPOCH``,
+    ``FENCED_INSTANCE_ID``) mean the member was fenced.
     """
 
-    #: Kafka's answers that mean "a rebalance moved on", not "you were fenced".
-    TRANSIENT_CODES = frozenset(
-        {"ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS", "STALE_MEMBER_EPOCH"}
-    )
+    #: Kafka's error codes that mean "a rebalance moved on", not "you were fenced":
+    #: ILLEGAL_GENERATION (22), REBALANCE_IN_PROGRESS (27), STALE_MEMBER_EPOCH (113).
+    TRANSIENT_CODES = frozenset({22, 27, 113})
 
-    def __init__(self, message: str, *, code: str = "", generation: int = -1) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        generation: int = -1,
+        partitions: Iterable[TopicPartition] = (),
+        code: int | None = None,
+    ) -> None:
         super().__init__(message)
-        self.code = code
         self.generation = generation
+        self.partitions = frozenset(partitions)
+        self.code = code
 
     @property
     def transient(self) -> bool:
         """True when the member may commit again once it has the group's new generation."""
         return self.code in self.TRANSIENT_CODES
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_stale_generation, (str(self), self.code, self.generation))
-
-
-def _stale_generation(message: str, code: str, generation: int) -> StaleGenerationError:
-    return StaleGenerationError(message, code=code, generation=generation)
 
 
 class LedgerError(SparkGroupsError):
@@ -78,7 +86,23 @@ class LedgerError(SparkGroupsError):
 
 
 class DataLossError(SparkGroupsError):
-    """Records in a planned offset range can no longer be read (deleted, or the log moved)."""
+    """Records in a planned offset range can no longer be read (deleted, or the log moved).
+
+    ``partition`` and ``[from_offset, until_offset)`` are the records lost, when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        partition: TopicPartition | None = None,
+        from_offset: int | None = None,
+        until_offset: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.partition = partition
+        self.from_offset = from_offset
+        self.until_offset = until_offset
 
 
 class SinkError(SparkGroupsError):
@@ -90,7 +114,16 @@ class SinkError(SparkGroupsError):
 
 class SinkGapError(SinkError):
     """A batch starts past the offset the sink table expects for a partition: committing it
-    would leave records that were never written (a gap) in the table."""
+    would leave records that were never written (a gap) in the table.
+
+    ``gaps`` maps each such partition to its missing offsets ``(table's next, batch's from)``.
+    """
+
+    def __init__(
+        self, message: str, *, gaps: Mapping[TopicPartition, tuple[int, int]] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.gaps = dict(gaps or {})
 
 
 class GroupActiveError(SparkGroupsError):

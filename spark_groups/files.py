@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pyarrow.fs as pafs
@@ -60,3 +61,13 @@ def table_uri(path: str) -> str:
     if parsed.scheme == "file":
         return os.path.abspath(unquote(parsed.path))
     return path
+
+
+def local_path(path: str) -> Path | None:
+    """The local file-system path of ``path``, or ``None`` for a remote URI."""
+    parsed = urlparse(path)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    if parsed.scheme and len(parsed.scheme) > 1:  # not a Windows drive letter
+        return None
+    return Path(path)

@@ -19,15 +19,29 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from spark_groups.offsets import TopicPartition, positions_to_json
 
-if TYPE_CHECKING:  # stream imports this module
-    from spark_groups.stream import StreamMetrics
-
 #: The key of ``sources[].latestOffset`` holding the coordinator metrics.
 METRICS_KEY = "@coordinator"
+
+
+@dataclass
+class StreamMetrics:
+    """Counters an operator watches (also logged), kept by the driver's ``GroupStream``."""
+
+    batches_planned: int = 0
+    batches_committed: int = 0
+    failed_commits: int = 0
+    revocations: int = 0
+    last_barrier_wait_s: float = 0.0
+    barrier_timeouts: int = 0
+    lost_partitions: int = 0
+    last_commit_ms: float = 0.0
+    last_rebalance_at: float | None = None  # time.time() of the last assignment
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def snapshot(
@@ -43,7 +57,7 @@ def snapshot(
 ) -> dict[str, Any]:
     """The coordinator metrics of one member, as a JSON-ready dict.
 
-    ``counters`` is the stream's ``StreamMetrics``; ``log_ends`` are the log end offsets seen
+    ``counters`` is the stream's :class:`StreamMetrics`; ``log_ends`` are the log end offsets seen
     at the last plan and ``committed`` the committed offsets (next offset to read): ``lag`` is
     the records between the two, over owned partitions with a committed offset (as
     ``kafka-consumer-groups.sh`` shows no lag for a partition the group never committed).

@@ -309,7 +309,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     ledger_path = ours.get("offsets.table", "").strip() or None
     history = ours.get("rebalances.table", "").strip() or None
     if history is None and ledger_path is not None:
-        from spark_groups.history import history_path
+        from spark_groups.group.history import history_path
 
         history = history_path(ledger_path)
     return SourceOptions(
@@ -380,12 +380,6 @@ def validate_client_config(options: SourceOptions) -> None:
 
     Raises :class:`OptionError` naming the ``kafka.`` key librdkafka rejected.
     """
-    from confluent_kafka import Consumer, KafkaException
+    from spark_groups.kafka.client import validate_config
 
-    from spark_groups.member import config_error
-
-    config = {k: v for k, v in options.member_config().items() if k != "bootstrap.servers"}
-    try:
-        Consumer(config).close()
-    except KafkaException as exc:
-        raise config_error(exc) from None
+    validate_config(options.member_config())

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from spark_groups.embedded import EmbeddedBroker
-from spark_groups.kafka_broker import KafkaBroker
+from spark_groups.tools.kafka_broker import KafkaBroker
 
 from broker_support import TEST_BROKER, broker_kind, create_topic
 

@@ -12,7 +12,7 @@ from confluent_kafka import Producer
 #: Group settings that make joins fast on the embedded broker (it waits ~half the session
 #: timeout before completing a join) and a lost member's partitions move soon on any broker.
 #: KIP-848 (group.protocol=consumer) takes both from the broker, which the tests' Kafka sets
-#: alike (spark_groups.kafka_broker).
+#: alike (spark_groups.tools.kafka_broker).
 FAST_GROUP = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "500"}
 
 #: The ways a group assigns partitions that the tests run through: the classic protocol's

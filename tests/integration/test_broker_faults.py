@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from test_sink import table_ids
 
 from spark_groups.embedded import EmbeddedBroker, free_port
-from spark_groups.kafka_broker import KafkaBroker
+from spark_groups.tools.kafka_broker import KafkaBroker
 
 from helpers import FlowingProducer, group_options, produce_ids, unique, wait_until
 

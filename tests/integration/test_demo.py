@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from spark_groups.cli import main
-from spark_groups.timeline import timeline
+from spark_groups.tools.cli import main
+from spark_groups.tools.timeline import timeline
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_groups.history import history_path, read_history
+from spark_groups.group.history import history_path, read_history
 from spark_groups.ledger import OffsetLedger
 
 from broker_support import broker_kind

@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from spark_groups.group.member import GroupMember
 from spark_groups.ledger import OffsetLedger
-from spark_groups.member import GroupMember
 from spark_groups.offsets import TopicPartition as OurTopicPartition
 
 from broker_support import broker_kind

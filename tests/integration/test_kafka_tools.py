@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
-from spark_groups.kafka_broker import run_kafka_tool
+from spark_groups.tools.kafka_broker import run_kafka_tool
 
 from broker_support import broker_kind
 from helpers import group_options, produce_ids, unique, wait_until

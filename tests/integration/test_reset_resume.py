@@ -11,10 +11,10 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from spark_groups.cli import main
 from spark_groups.ledger import LedgerRow, OffsetLedger
 from spark_groups.offsets import TopicPartition
-from spark_groups.timeline import timeline
+from spark_groups.tools.cli import main
+from spark_groups.tools.timeline import timeline
 
 from helpers import group_options, produce_ids, unique
 

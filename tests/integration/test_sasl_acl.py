@@ -7,7 +7,7 @@ authenticates ``alice`` and whose StandardAuthorizer denies what no ACL allows. 
 sets ACLs through its plaintext listener (a super user) with confluent-kafka's AdminClient,
 as an operator would, and produces through it too.
 
-Where each failure shows up (see ``spark_groups.auth``): a wrong password in the driver's
+Where each failure shows up (see ``spark_groups.kafka.auth``): a wrong password in the driver's
 member at start (librdkafka's error callback, ~1 s); no ACL on the topic in the member's
 first metadata request; DESCRIBE but no READ on the topic in the executors' first fetch; no
 ACL on the group in the member's first poll after subscribing (FindCoordinator).
@@ -36,12 +36,12 @@ from test_security import run_and_search
 from test_sink import ids_source, run_into_sink, table_ids
 
 from spark_groups.errors import AuthenticationError, AuthorizationError, SparkGroupsError
-from spark_groups.kafka_broker import KafkaBroker
+from spark_groups.group.member import GroupMember
+from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.ledger import OffsetLedger
-from spark_groups.member import GroupMember
 from spark_groups.offsets import OffsetRange, TopicPartition
-from spark_groups.reader import close_cached_consumers, read_range
-from spark_groups.watermarks import EndOffsetResolver
+from spark_groups.read.reader import close_cached_consumers, read_range
+from spark_groups.tools.kafka_broker import KafkaBroker
 
 from broker_support import create_topic
 from helpers import group_options, produce_ids, unique

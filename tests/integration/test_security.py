@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 from test_sink import MEMBER_SCRIPT, REPO_ROOT, table_ids
 
-from spark_groups.cli import main as cli
+from spark_groups.tools.cli import main as cli
 
 from broker_support import create_topic
 from helpers import group_options, produce_ids, unique

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
-from spark_groups.sink_spark import read_delta
+from spark_groups.sink.spark import read_delta
 
 from helpers import group_options, produce_ids, unique, wait_until
 

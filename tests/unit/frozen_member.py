@@ -23,10 +23,10 @@ import time
 from typing import Any
 
 from spark_groups.errors import CommitError
-from spark_groups.member import GroupMember
+from spark_groups.group.member import GroupMember
+from spark_groups.group.stream import GroupStream
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.options import parse_options
-from spark_groups.stream import GroupStream
 
 
 def group_settings(protocol: str) -> dict[str, str]:

@@ -9,8 +9,8 @@ import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 
 from spark_groups.offsets import OffsetRange
-from spark_groups.sink_plan import BatchPlan
-from spark_groups.sink_writer import DataFile, TaskFileWriter
+from spark_groups.sink.plan import BatchPlan
+from spark_groups.sink.writer import DataFile, TaskFileWriter
 
 #: The query schema of most tests: the source's Kafka columns and a payload.
 SCHEMA = pa.schema(

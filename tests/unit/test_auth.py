@@ -6,8 +6,8 @@ import pickle
 
 from confluent_kafka import KafkaError
 
-from spark_groups import auth
 from spark_groups.errors import AuthenticationError, AuthorizationError, SparkGroupsError
+from spark_groups.kafka import auth
 
 PASSWORD = "pw-never-shown-9c1"
 CONFIG = {

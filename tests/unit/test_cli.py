@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from spark_groups.cli import main
 from spark_groups.ledger import LedgerRow, OffsetLedger
+from spark_groups.tools.cli import main
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,7 +90,7 @@ def test_broker_runs_in_the_foreground_producing_orders_until_ctrl_c() -> None:
     port = free_port()
     process = subprocess.Popen(
         [
-            *(sys.executable, "-c", "from spark_groups.cli import main; main()", "broker"),
+            *(sys.executable, "-c", "from spark_groups.tools.cli import main; main()", "broker"),
             *("--port", str(port), "--topic", "walk", "--partitions", "2", "--rate", "50"),
         ],
         stdout=subprocess.PIPE,

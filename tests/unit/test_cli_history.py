@@ -9,11 +9,11 @@ import pyarrow as pa
 from click.testing import CliRunner
 from deltalake import write_deltalake
 
-from spark_groups.cli import EXIT_BAD_OPTION, main
-from spark_groups.history import HISTORY_SCHEMA, history_path
+from spark_groups.group.history import HISTORY_SCHEMA, history_path
 from spark_groups.ledger import CATCH_UP_BATCH, RESET_BATCH, LedgerRow, OffsetLedger
 from spark_groups.offsets import TopicPartition
-from spark_groups.timeline import timeline
+from spark_groups.tools.cli import EXIT_BAD_OPTION, main
+from spark_groups.tools.timeline import timeline
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 

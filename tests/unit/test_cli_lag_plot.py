@@ -10,10 +10,10 @@ from pathlib import Path
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
-from spark_groups.cli import main
-from spark_groups.lag_plot import lag_series
 from spark_groups.ledger import RESET_BATCH, LedgerRow, OffsetLedger
 from spark_groups.offsets import TopicPartition
+from spark_groups.tools.cli import main
+from spark_groups.tools.lag_plot import lag_series
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -15,11 +15,11 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
-from spark_groups.cli import EXIT_BAD_OPTION, EXIT_GROUP_ACTIVE, main
 from spark_groups.errors import OptionError
 from spark_groups.ledger import RESET_BATCH, LedgerRow, OffsetLedger
 from spark_groups.offsets import TopicPartition
-from spark_groups.reset import ResetTarget, parse_target
+from spark_groups.tools.cli import EXIT_BAD_OPTION, EXIT_GROUP_ACTIVE, main
+from spark_groups.tools.reset import ResetTarget, parse_target
 
 GROUP_SETTINGS = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
 

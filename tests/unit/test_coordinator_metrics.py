@@ -6,13 +6,13 @@ import json
 
 from spark_groups.metrics import (
     METRICS_KEY,
+    StreamMetrics,
     coordinator_metrics,
     latest_offset_json,
     log_end_offsets,
     snapshot,
 )
 from spark_groups.offsets import TopicPartition
-from spark_groups.stream import StreamMetrics
 
 A, B, C = TopicPartition("orders", 0), TopicPartition("orders", 1), TopicPartition("orders", 2)
 

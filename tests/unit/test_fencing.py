@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from spark_groups.group.member import GroupMember
 from spark_groups.ledger import OffsetLedger
-from spark_groups.member import GroupMember
 from spark_groups.offsets import TopicPartition
 
 from broker_support import broker_kind

@@ -17,7 +17,6 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
-from spark_groups import ledger as ledger_module
 from spark_groups.errors import LedgerError, OptionError
 from spark_groups.ledger import (
     GROUP_ID_KEY,
@@ -27,6 +26,8 @@ from spark_groups.ledger import (
     OffsetLedger,
     positions_over_time,
 )
+from spark_groups.ledger import table as ledger_module
+from spark_groups.ledger.maintenance import maintain as maintain_ledger
 from spark_groups.offsets import TopicPartition
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -483,7 +484,8 @@ def test_concurrent_maintenance_in_one_process_does_not_duplicate_rows(tmp_path:
 
     def maintain(ledger: OffsetLedger) -> None:
         start.wait()
-        ledger._maintain()
+        assert ledger._table is not None
+        maintain_ledger(ledger._table, ledger.path, {GROUP_ID_KEY: "g"})
 
     threads = [threading.Thread(target=maintain, args=(ledger,)) for ledger in ledgers]
     for thread in threads:

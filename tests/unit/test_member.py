@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 from spark_groups.errors import BrokerUnreachableError, OptionError, TopicNotFoundError
-from spark_groups.member import GroupMember, parse_generation
+from spark_groups.group.member import GroupMember, parse_generation
 from spark_groups.offsets import TopicPartition
 
 FAST_GROUP = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}

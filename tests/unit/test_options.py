@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from spark_groups.errors import OptionError
+from spark_groups.kafka.secrets import is_secret, redact, scrub
 from spark_groups.offsets import TopicPartition
 from spark_groups.options import EARLIEST, LATEST, parse_options, validate_client_config
-from spark_groups.secrets import is_secret, redact, scrub
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders", "group.id": "etl"}
 
@@ -282,7 +282,7 @@ SINK_BASE = {"path": "/t", "group.id": "g", "checkpointlocation": "/cp"}
     ],
 )
 def test_bad_sink_input_table(changes: dict[str, str | None], option: str, words: str) -> None:
-    from spark_groups.sink_options import parse_sink_options
+    from spark_groups.sink.options import parse_sink_options
 
     opts = {**SINK_BASE, **changes}
     for key in [k for k, v in opts.items() if v is None]:

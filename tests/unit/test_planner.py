@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from spark_groups.errors import SparkGroupsError
+from spark_groups.group.planner import plan_ranges
 from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition
-from spark_groups.planner import plan_ranges
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
 

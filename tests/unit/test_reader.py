@@ -18,12 +18,13 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Message, Producer
 
-from spark_groups import reader
 from spark_groups.embedded import free_port
 from spark_groups.errors import BrokerUnreachableError, DataLossError, SparkGroupsError
+from spark_groups.kafka import client as kafka_client
 from spark_groups.offsets import OffsetRange
-from spark_groups.reader import read_range
-from spark_groups.schema import arrow_schema
+from spark_groups.read import reader
+from spark_groups.read.reader import read_range
+from spark_groups.read.schema import arrow_schema
 
 SECRET = "hunter2-do-not-show"
 
@@ -198,7 +199,7 @@ def test_empty_range_creates_no_consumer(bootstrap_servers, monkeypatch):
     def no_consumer(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("an empty range must not create a consumer")
 
-    monkeypatch.setattr(reader, "Consumer", no_consumer)
+    monkeypatch.setattr(kafka_client, "Consumer", no_consumer)
     assert read_all(bootstrap_servers, OffsetRange("any", 0, 5, 5)) == []
     assert read_all(bootstrap_servers, OffsetRange("any", 0, 7, 5)) == []
 
@@ -232,7 +233,7 @@ def test_range_beyond_the_log_end_raises_data_loss_after_the_poll_timeout(
 def test_range_beyond_the_log_end_without_fail_on_data_loss(bootstrap_servers, make_topic, caplog):
     topic = make_topic(partitions=1)
     produce_batches(bootstrap_servers, topic, [10])
-    with caplog.at_level(logging.WARNING, logger="spark_groups.reader"):
+    with caplog.at_level(logging.WARNING, logger="spark_groups.read.reader"):
         rows = rows_of(
             read_all(
                 bootstrap_servers,
@@ -323,13 +324,13 @@ def test_range_ending_in_a_transaction_marker_terminates(mock_servers):
 
 def test_consumers_are_pooled_per_configuration(bootstrap_servers, make_topic, monkeypatch):
     created: list[dict[str, Any]] = []
-    real = reader.Consumer
+    real = kafka_client.Consumer
 
     def counting(config: dict[str, Any]) -> Any:
         created.append(config)
         return real(config)
 
-    monkeypatch.setattr(reader, "Consumer", counting)
+    monkeypatch.setattr(kafka_client, "Consumer", counting)
     topic = make_topic(partitions=2)
     produce_batches(bootstrap_servers, topic, [20], partition=0)
     produce_batches(bootstrap_servers, topic, [20], partition=1)
@@ -358,7 +359,7 @@ def test_consumers_are_pooled_per_configuration(bootstrap_servers, make_topic, m
 
 
 def test_user_config_wins_over_defaults_but_not_over_requirements(caplog):
-    with caplog.at_level(logging.DEBUG, logger="spark_groups.reader"):
+    with caplog.at_level(logging.DEBUG, logger="spark_groups"):
         config = reader.reader_config(
             {
                 "bootstrap.servers": "b:9092",

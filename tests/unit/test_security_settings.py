@@ -8,7 +8,7 @@ import time
 import pytest
 
 from spark_groups.errors import AuthenticationError, BrokerUnreachableError, SparkGroupsError
-from spark_groups.member import GroupMember
+from spark_groups.group.member import GroupMember
 from spark_groups.options import parse_options
 
 SECRET = "pa55-never-show-7f3a"

@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 
 from spark_groups.errors import SinkError, SinkGapError
 from spark_groups.offsets import OffsetRange, TopicPartition
-from spark_groups.sink import COMMIT_INFO_KEYS, DeltaSink, app_id, committed_positions
+from spark_groups.sink.commit import COMMIT_INFO_KEYS, DeltaSink, app_id, committed_positions
 
 from sink_support import (
     SCHEMA,
@@ -112,8 +112,9 @@ def test_a_batch_that_would_leave_a_gap_is_refused(tmp_path: Path) -> None:
     version = DeltaTable(str(table)).version()
     files = write_task(table, [rows(0, range(12, 20))]) + write_task(table, [rows(1, range(3))])
 
-    with pytest.raises(SinkGapError, match=r"orders-0: the table holds offsets up to 10.*12"):
+    with pytest.raises(SinkGapError, match=r"orders-0: the table holds offsets up to 10.*12") as e:
         sink(table).commit(plan(1, {0: (12, 20), 1: (0, 3)}), files, SCHEMA)
+    assert e.value.gaps == {TopicPartition(TOPIC, 0): (10, 12)}  # the error carries its data
 
     assert DeltaTable(str(table)).version() == version  # not even p1 was written
     assert offsets_in(table, 0) == list(range(10))

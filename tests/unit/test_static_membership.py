@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Producer
 
-from spark_groups.member import GroupMember
+from spark_groups.group.member import GroupMember
 
 from broker_support import broker_kind
 

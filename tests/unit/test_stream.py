@@ -16,11 +16,12 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer
 from confluent_kafka.admin import AdminClient
 
+from spark_groups.group.member import GroupMember
+from spark_groups.group.partitions import Status
+from spark_groups.group.stream import GroupStream
 from spark_groups.ledger import OffsetLedger
-from spark_groups.member import GroupMember
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.options import parse_options
-from spark_groups.stream import GroupStream
 
 FAST = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "500"}
 
@@ -62,6 +63,12 @@ def make_stream(
     stream = GroupStream(parse_options(opts))
     streams.append(stream)
     return stream
+
+
+def revoking(stream: GroupStream, tp: TopicPartition) -> bool:
+    """Whether the stream has begun revoking ``tp``."""
+    state = stream._partitions.get(tp)
+    return state is not None and state.status is Status.REVOKING
 
 
 def test_plan_then_commit_at_the_next_call(
@@ -322,7 +329,7 @@ def test_subscribe_pattern_reads_every_matching_topic(
 def test_rebalance_history_records_assignments_and_revocations(
     bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path
 ) -> None:
-    from spark_groups.history import history_path, read_history
+    from spark_groups.group.history import history_path, read_history
 
     topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
     produce(bootstrap_servers, topic, 5, 2)
@@ -337,7 +344,7 @@ def test_rebalance_history_records_assignments_and_revocations(
     )
     revocation.start()
     deadline = time.monotonic() + 10
-    while TopicPartition(topic, 1) in stream._positions:  # the revocation has begun
+    while not revoking(stream, TopicPartition(topic, 1)):  # the revocation has begun
         assert time.monotonic() < deadline
         time.sleep(0.01)
     stream.latest_offset(planned, None)

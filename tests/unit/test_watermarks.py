@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from spark_groups import watermarks
 from spark_groups.embedded import free_port
 from spark_groups.errors import (
     BrokerUnreachableError,
@@ -20,8 +19,9 @@ from spark_groups.errors import (
     SparkGroupsError,
     TopicNotFoundError,
 )
+from spark_groups.kafka import client as kafka_client
+from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.offsets import TopicPartition
-from spark_groups.watermarks import EndOffsetResolver
 
 from broker_support import broker_kind, create_topic
 
@@ -135,7 +135,7 @@ def test_lazy_until_first_call(monkeypatch):
     def no_consumer(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("no consumer before the first call")
 
-    monkeypatch.setattr(watermarks, "Consumer", no_consumer)
+    monkeypatch.setattr(kafka_client, "Consumer", no_consumer)
     resolver = EndOffsetResolver({"bootstrap.servers": "127.0.0.1:1"})
     resolver.close()
     assert "127.0.0.1:1" in repr(resolver)

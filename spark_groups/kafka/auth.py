@@ -26,7 +26,7 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from spark_groups.errors import AuthenticationError, AuthorizationError
-from spark_groups.secrets import scrub
+from spark_groups.kafka.secrets import scrub
 
 #: Codes that mean the brokers refused the client's credentials.
 AUTHENTICATION_CODES = frozenset(

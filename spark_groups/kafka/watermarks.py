@@ -43,19 +43,28 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
-from confluent_kafka import TopicPartition as KafkaTopicPartition
-
-from spark_groups import auth
 from spark_groups.errors import (
     BrokerUnreachableError,
     OptionError,
     SparkGroupsError,
     TopicNotFoundError,
 )
+from spark_groups.kafka import auth
+from spark_groups.kafka.client import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    KafkaTopicPartition,
+    create_consumer,
+)
+from spark_groups.kafka.config import bootstrap_servers_of, layered
+from spark_groups.kafka.errors import (
+    LEADERSHIP_MOVED_CODES,
+    NO_ANSWER_CODES,
+    UNKNOWN_TOPIC_CODES,
+)
+from spark_groups.kafka.secrets import scrub
 from spark_groups.offsets import TopicPartition
-from spark_groups.reader import bootstrap_servers_of
-from spark_groups.secrets import scrub
 
 log = logging.getLogger(__name__)
 
@@ -85,42 +94,12 @@ RESOLVER_REQUIRED: dict[str, str] = {
 _LATEST = -1
 _EARLIEST = -2
 
-_UNKNOWN_CODES = frozenset(
-    {KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART}
-)
-#: Answers that say "ask again after a metadata refresh": leadership moved or is moving (a
-#: broker that was frozen or restarted comes back with a newer leader epoch).
-_LEADERSHIP_CODES = frozenset(
-    {
-        KafkaError.FENCED_LEADER_EPOCH,
-        KafkaError.UNKNOWN_LEADER_EPOCH,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.OFFSET_NOT_AVAILABLE,
-        KafkaError.REPLICA_NOT_AVAILABLE,
-    }
-)
-#: Pause between two ListOffsets tries after a leadership answer.
+#: Pause between two ListOffsets tries after an answer that leadership moved.
 _RETRY_BACKOFF_S = 0.1
-
-_UNREACHABLE_CODES = frozenset(
-    {
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError._TRANSPORT,
-        KafkaError._TIMED_OUT,
-        KafkaError._RESOLVE,
-        KafkaError.REQUEST_TIMED_OUT,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-    }
-)
 
 
 def _resolver_config(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
-    config: dict[str, Any] = dict(RESOLVER_DEFAULTS)
-    config.update({str(k): v for k, v in consumer_config.items()})
-    config.update(RESOLVER_REQUIRED)
-    return config
+    return layered(RESOLVER_DEFAULTS, consumer_config, RESOLVER_REQUIRED)
 
 
 def _names(tps: list[TopicPartition], most: int = 5) -> str:
@@ -318,13 +297,7 @@ class EndOffsetResolver:
 
     def _get_consumer(self) -> Consumer:
         if self._consumer is None:
-            try:
-                self._consumer = Consumer(self._config)
-            except KafkaException as exc:
-                raise SparkGroupsError(
-                    f"cannot create a Kafka consumer for {self._servers()}: "
-                    f"{scrub(str(exc), self._config)}"
-                ) from None
+            self._consumer = create_consumer(self._config)
         return self._consumer
 
     def _unreachable(self, what: str, err: KafkaError | None) -> BrokerUnreachableError:
@@ -350,34 +323,33 @@ class EndOffsetResolver:
             except KafkaException as exc:
                 err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
                 code = err.code() if err is not None else None
-                if code in _UNKNOWN_CODES and not refreshed:
+                if code in UNKNOWN_TOPIC_CODES and not refreshed:
                     # The consumer's metadata may predate the topic: look again, once.
                     refreshed = True
                     self._refresh_metadata(tps, deadline)
                     continue
-                if code in _UNKNOWN_CODES:
+                if code in UNKNOWN_TOPIC_CODES:
                     raise TopicNotFoundError(
                         f"unknown topic or partition on {self._servers()}: {_names(tps)}"
                     ) from None
-                if code in _LEADERSHIP_CODES:
+                if code in LEADERSHIP_MOVED_CODES and err is not None:
                     self._await_new_leaders(tps, err, deadline)
                     continue
-                if code == auth.TOPIC_DENIED:
+                if code == auth.TOPIC_DENIED and err is not None:
                     topics = ", ".join(sorted({tp.topic for tp in tps}))
                     raise auth.topic_denied(topics, self._config, err) from None
-                if code is None or code in _UNREACHABLE_CODES:
+                if code is None or code in NO_ANSWER_CODES:
                     raise self._unreachable(what, err) from None
+                assert err is not None  # a code came from it
                 raise SparkGroupsError(
                     f"ListOffsets on {self._servers()} failed {what}: "
                     f"{err.name()}: {scrub(err.str(), self._config)}"
                 ) from None
             by_tp = {TopicPartition(got.topic, got.partition): got for got in answer}
             moving = [
-                by_tp[tp].error
-                for tp in tps
-                if tp in by_tp
-                and by_tp[tp].error is not None
-                and by_tp[tp].error.code() in _LEADERSHIP_CODES
+                error
+                for error in (by_tp[tp].error for tp in tps if tp in by_tp)
+                if error is not None and error.code() in LEADERSHIP_MOVED_CODES
             ]
             if moving:
                 self._await_new_leaders(tps, moving[0], deadline)
@@ -390,7 +362,7 @@ class EndOffsetResolver:
                 if got.error is not None:
                     if got.error.code() == auth.TOPIC_DENIED:
                         raise auth.topic_denied(tp.topic, self._config, got.error)
-                    if got.error.code() in _UNKNOWN_CODES:
+                    if got.error.code() in UNKNOWN_TOPIC_CODES:
                         raise TopicNotFoundError(
                             f"unknown topic or partition {tp} on {self._servers()}"
                         )
@@ -465,15 +437,15 @@ class EndOffsetResolver:
                 for msg in [first, *consumer.consume(1000, 0)]:
                     err = msg.error()
                     if err is None or err.code() == KafkaError._PARTITION_EOF:
-                        waiting.discard(TopicPartition(msg.topic(), msg.partition()))
+                        waiting.discard(TopicPartition(msg.topic(), msg.partition()))  # type: ignore[arg-type]
                     elif err.code() == auth.GROUP_DENIED:
                         continue  # the coordinator of a group this consumer never joins
                     elif err.code() == auth.TOPIC_DENIED:
                         raise auth.topic_denied(msg.topic() or "?", self._config, err)
                     elif err.fatal() or not (
                         err.retriable()
-                        or err.code() in _UNREACHABLE_CODES
-                        or err.code() in _UNKNOWN_CODES
+                        or err.code() in NO_ANSWER_CODES
+                        or err.code() in UNKNOWN_TOPIC_CODES
                     ):
                         raise SparkGroupsError(
                             f"fetching from {self._servers()} failed: {err.name()}: "

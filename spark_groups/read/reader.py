@@ -51,14 +51,22 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message
-from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from spark_groups import auth
 from spark_groups.errors import BrokerUnreachableError, DataLossError, SparkGroupsError
+from spark_groups.kafka import auth
+from spark_groups.kafka.client import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    KafkaTopicPartition,
+    Message,
+    create_consumer,
+)
+from spark_groups.kafka.config import bootstrap_servers_of, layered
+from spark_groups.kafka.errors import TRANSIENT_FETCH_CODES, UNREACHABLE_CODES, error_text
+from spark_groups.kafka.secrets import scrub
 from spark_groups.offsets import OffsetRange
-from spark_groups.schema import HEADER_TYPE, arrow_schema
-from spark_groups.secrets import scrub
+from spark_groups.read.schema import HEADER_TYPE, arrow_schema
 
 log = logging.getLogger(__name__)
 
@@ -116,39 +124,6 @@ _msg_headers = Message.headers
 _first = itemgetter(0)
 _second = itemgetter(1)
 
-_TRANSIENT_CODES = frozenset(
-    {
-        KafkaError._TRANSPORT,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError._TIMED_OUT,
-        KafkaError._RESOLVE,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError._UNKNOWN_PARTITION,
-        KafkaError._UNKNOWN_TOPIC,
-        KafkaError.FENCED_LEADER_EPOCH,
-        KafkaError.UNKNOWN_LEADER_EPOCH,
-        KafkaError.OFFSET_NOT_AVAILABLE,
-        KafkaError.REPLICA_NOT_AVAILABLE,
-        KafkaError.KAFKA_STORAGE_ERROR,
-    }
-)
-_UNREACHABLE_CODES = frozenset(
-    {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
-)
-
-
-def bootstrap_servers_of(config: Mapping[str, Any]) -> str:
-    """The bootstrap servers named in ``config`` (the only config value errors may show)."""
-    return str(config.get("bootstrap.servers") or config.get("metadata.broker.list") or "?")
-
-
-def _error_text(exc: KafkaException) -> str:
-    err = exc.args[0] if exc.args else None
-    return err.str() if isinstance(err, KafkaError) else str(exc)
-
-
 # --------------------------------------------------------------------------- consumer pool
 
 
@@ -196,16 +171,9 @@ if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def reader_config(consumer_config: Mapping[str, Any]) -> dict[str, str]:
+def reader_config(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
     """The configuration a read-path consumer is created with (defaults < caller < required)."""
-    config: dict[str, str] = dict(READER_DEFAULTS)
-    config.update({str(k): v for k, v in consumer_config.items()})
-    for key, value in READER_REQUIRED.items():
-        given = config.get(key)
-        if given is not None and str(given).lower() != value:
-            log.debug("consumer option %s is ignored by the read path (always %s)", key, value)
-        config[key] = value
-    return config
+    return layered(READER_DEFAULTS, consumer_config, READER_REQUIRED)
 
 
 def _checkout(config: dict[str, str]) -> _PooledConsumer:
@@ -219,13 +187,7 @@ def _checkout(config: dict[str, str]) -> _PooledConsumer:
         if idle:
             return idle.pop()
     entry = _PooledConsumer(key=key)
-    try:
-        entry.consumer = Consumer({**config, "error_cb": entry.on_error})
-    except KafkaException as exc:
-        raise SparkGroupsError(
-            f"cannot create a Kafka consumer for {bootstrap_servers_of(config)}: "
-            f"{scrub(str(exc), config)}"
-        ) from None
+    entry.consumer = create_consumer({**config, "error_cb": entry.on_error})
     log.debug("created a read-path consumer for %s", bootstrap_servers_of(config))
     return entry
 
@@ -375,7 +337,7 @@ def read_range(
     """Yield the records ``[rng.from_offset, rng.until_offset)`` as Arrow record batches.
 
     Batches have at most ``max_batch_rows`` rows and the schema
-    :func:`spark_groups.schema.arrow_schema` (``include_headers``). An empty range yields
+    :func:`spark_groups.read.schema.arrow_schema` (``include_headers``). An empty range yields
     nothing and creates no consumer. The consumer comes from (and goes back to) a pool kept per
     worker process and configuration; it is unassigned when the range is done, also when the
     caller stops iterating early.
@@ -552,7 +514,7 @@ class _RangeRead:
                 continue
             if code == auth.TOPIC_DENIED:
                 raise auth.topic_denied(self.rng.topic, self.config, err)
-            if err.fatal() or not (err.retriable() or code in _TRANSIENT_CODES):
+            if err.fatal() or not (err.retriable() or code in TRANSIENT_FETCH_CODES):
                 raise SparkGroupsError(
                     f"reading {self.rng.topic_partition} [{self.rng.from_offset}, "
                     f"{self.rng.until_offset}) from {bootstrap_servers_of(self.config)} failed: "
@@ -575,7 +537,7 @@ class _RangeRead:
             raise BrokerUnreachableError(
                 f"cannot reach {bootstrap_servers_of(self.config)} to read "
                 f"{self.rng.topic_partition} [{self.rng.from_offset}, {self.rng.until_offset}): "
-                f"{scrub(_error_text(exc), self.config)}"
+                f"{scrub(error_text(exc), self.config)}"
             ) from None
 
     def _lost(self, lost_from: int, lost_until: int, why: str) -> None:
@@ -585,7 +547,12 @@ class _RangeRead:
             f"[{rng.from_offset}, {rng.until_offset})) cannot be read: {why}"
         )
         if self.fail_on_data_loss:
-            raise DataLossError(text + "; set failOnDataLoss=false to skip them")
+            raise DataLossError(
+                text + "; set failOnDataLoss=false to skip them",
+                partition=rng.topic_partition,
+                from_offset=lost_from,
+                until_offset=lost_until,
+            )
         log.warning("%s; skipping them (failOnDataLoss=false)", text)
 
     def _out_of_range(self) -> None:
@@ -605,7 +572,7 @@ class _RangeRead:
     def _stalled(self) -> None:
         low, _ = self._watermarks()  # raises BrokerUnreachableError when nothing answers
         last = self.entry.last_error
-        if last is not None and last.code() in _UNREACHABLE_CODES:
+        if last is not None and last.code() in UNREACHABLE_CODES:
             # Metadata answered just now, but fetches kept failing on the transport.
             raise BrokerUnreachableError(
                 f"no progress reading {self.rng.topic_partition} from "

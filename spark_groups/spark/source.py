@@ -25,7 +25,7 @@ from pyspark.sql.streaming.datasource import (
 
 from spark_groups.offsets import BatchOffset, OffsetRange
 from spark_groups.options import SourceOptions, parse_options, validate_client_config
-from spark_groups.schema import spark_ddl
+from spark_groups.read.schema import spark_ddl
 
 SHORT_NAME = "kafka-group"
 
@@ -54,7 +54,7 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def _driver(self) -> Any:
         if self._stream is None:
-            from spark_groups.stream import GroupStream  # driver-only dependencies
+            from spark_groups.group.stream import GroupStream  # driver-only dependencies
 
             self._stream = GroupStream(self.options)
         return self._stream
@@ -98,7 +98,7 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """Executor side: read exactly the task's range as Arrow record batches."""
-        from spark_groups.reader import read_range
+        from spark_groups.read.reader import read_range
 
         assert isinstance(partition, RangePartition)
         return read_range(

@@ -24,22 +24,28 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
-import pyarrow as pa
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from spark_groups.embedded import EmbeddedBroker
+from spark_groups.delta import open_table, query
 from spark_groups.errors import SparkGroupsError
+from spark_groups.kafka.client import (
+    AdminClient,
+    ConsumerGroupTopicPartitions,
+    NewTopic,
+    Producer,
+)
+from spark_groups.kafka.client import KafkaTopicPartition as TopicPartition
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition as TP
-from spark_groups.sink import committed_positions
+from spark_groups.sink.commit import committed_positions
+from spark_groups.tools.embedded import EmbeddedBroker
 
 
 def source_root() -> Path:
     """Where ``jobs/`` and ``conf/`` are: ``$SPARK_GROUPS_HOME``, else beside this package."""
-    return Path(os.environ.get("SPARK_GROUPS_HOME") or Path(__file__).resolve().parent.parent)
+    return Path(os.environ.get("SPARK_GROUPS_HOME") or Path(__file__).resolve().parents[2])
 
 
 WORK = Path("/tmp/spark-groups-demo")
@@ -48,7 +54,7 @@ TOPIC, GROUP, PARTITIONS, ORDERS = "orders", "orders-etl", 3, 3000
 
 def sample_order(i: int) -> tuple[bytes, bytes]:
     """The key (customer) and JSON value of sample order number ``i``."""
-    order = {"order_id": i, "customer": f"c{i % 97}", "amount": 5 + (i * 7) % 300}
+    order: dict[str, Any] = {"order_id": i, "customer": f"c{i % 97}", "amount": 5 + (i * 7) % 300}
     return order["customer"].encode(), json.dumps(order).encode()
 
 
@@ -149,13 +155,13 @@ def run_job(servers: str, submit: str, job: Path, conf: Path) -> None:
 
 def report(servers: str, produced: dict[int, int], work: Path = WORK) -> None:
     """Print what landed and where the group's offsets are."""
-    from deltalake import DeltaTable, QueryBuilder
-
     path = work / "tables" / "orders"
-    query = QueryBuilder().register("orders", DeltaTable(str(path)))
+    table = open_table(str(path))
+    if table is None:
+        raise SparkGroupsError(f"the ingest job wrote no table at {path}")
 
     def sql(text: str) -> list[dict]:
-        return pa.table(query.execute(text).read_all()).to_pylist()
+        return query(table, "orders", text).to_pylist()
 
     total = sql("SELECT count(*) AS n FROM orders")[0]["n"]
     click.echo(f"\n=== landed in the Delta table {path}")

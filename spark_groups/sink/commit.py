@@ -1,7 +1,7 @@
 """The exactly-once Delta sink, driver side: one Delta commit per batch, fenced per partition.
 
-A ``delta-group`` batch arrives here as the files its tasks wrote (``spark_groups.sink_writer``,
-one per Kafka partition) and the batch's plan (``spark_groups.sink_plan``: ``[from, until)``
+A ``delta-group`` batch arrives here as the files its tasks wrote (``spark_groups.sink.writer``,
+one per Kafka partition) and the batch's plan (``spark_groups.sink.plan``: ``[from, until)``
 per Kafka partition, from Spark's checkpoint). :meth:`DeltaSink.commit` turns them into **one**
 Delta commit that adds the files and sets one Delta transaction id per Kafka partition, in
 the spirit of delta-io/kafka-delta-ingest::
@@ -35,7 +35,7 @@ files deleted, and dropped or rewritten files are deleted after the commit. A co
 fails in an unclear way (an error after the log entry may have been written) is resolved by
 reading the table back: files are deleted only when they are certainly not in the table.
 
-Nothing here imports Spark: ``spark_groups.sink_spark`` adapts it to Spark's Python data
+Nothing here imports Spark: ``spark_groups.sink.spark`` adapts it to Spark's Python data
 source API, and everything is tested without a JVM.
 """
 
@@ -47,16 +47,16 @@ import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
+from spark_groups.delta import create_table, open_table
 from spark_groups.errors import SinkError, SinkGapError
 from spark_groups.files import location, table_uri
 from spark_groups.offsets import OffsetRange, TopicPartition
-from spark_groups.sink_plan import BatchPlan
-from spark_groups.sink_writer import DataFile, check_schema, remove_files, rewrite_from
+from spark_groups.sink.plan import BatchPlan
+from spark_groups.sink.writer import DataFile, check_schema, remove_files, rewrite_from
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -110,13 +110,8 @@ def committed_positions(
 
 def _load(uri: str, storage_options: dict[str, str] | None) -> DeltaTable | None:
     """The table at ``uri`` at its newest version, or None when there is none."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
     try:
-        return DeltaTable(uri, storage_options=storage_options)
-    except TableNotFoundError:
-        return None
+        return open_table(uri, storage_options)
     except Exception as exc:
         raise SinkError(f"sink table {uri}: cannot open it: {type(exc).__name__}: {exc}") from exc
 
@@ -124,7 +119,7 @@ def _load(uri: str, storage_options: dict[str, str] | None) -> DeltaTable | None
 def _versions(
     table: DeltaTable, group_id: str, partitions: Iterable[TopicPartition]
 ) -> dict[TopicPartition, int]:
-    table_id = table.metadata().id
+    table_id = str(table.metadata().id)
     out: dict[TopicPartition, int] = {}
     for tp in partitions:
         version = table.transaction_version(app_id(table_id, group_id, tp))
@@ -406,31 +401,20 @@ class DeltaSink:
         return table
 
     def _create(self, schema: pa.Schema, partition_by: tuple[str, ...]) -> DeltaTable:
-        from deltalake import CommitProperties, DeltaTable
-
-        where = location(self.uri)
         nullable = pa.schema([f.with_nullable(True) for f in schema])
-        error: Exception | None = None
-        try:
-            if isinstance(where.fs, pafs.LocalFileSystem):
-                where.fs.create_dir(where.path, recursive=True)
-            DeltaTable.create(
-                self.uri,
-                nullable,
-                mode="error",
-                partition_by=list(partition_by) or None,
-                description="written by the spark_groups delta-group sink",
-                storage_options=self.storage_options,
-                # Losing a creation race must fail (and adopt the winner's table), not be
-                # rebased into a second CREATE TABLE on top of it.
-                commit_properties=CommitProperties(max_commit_retries=0),
-            )
+        error = create_table(
+            self.uri,
+            nullable,
+            partition_by=partition_by,
+            description="written by the spark_groups delta-group sink",
+            storage_options=self.storage_options,
+        )
+        if error is None:
             log.info(
                 "sink %s: created the table (partitioned by %s)", self.path, list(partition_by)
             )
-        except Exception as exc:
-            error = exc
-            log.info("sink %s: create failed (%s); opening the table there", self.path, exc)
+        else:
+            log.info("sink %s: create failed (%s); opening the table there", self.path, error)
         table = _load(self.uri, self.storage_options)
         if table is None:
             raise SinkError(f"sink {self.path}: could not create the Delta table: {error}")
@@ -519,7 +503,8 @@ class DeltaSink:
                     f"sink {self.path}: batch {plan.batch_id} would leave a gap: {text}. Records "
                     "between were read but never written to this table (were offsets committed "
                     "elsewhere, e.g. by a plain consumer of the group, or lost to retention?). "
-                    "Nothing was committed; set the sink option failOnGap=false to write anyway"
+                    "Nothing was committed; set the sink option failOnGap=false to write anyway",
+                    gaps={tp: (v, r.from_offset) for tp, v, r in gaps},
                 )
             log.warning(
                 "sink %s: batch %d leaves a gap (failOnGap=false): %s",
@@ -571,19 +556,19 @@ class DeltaSink:
         decision: _Decision,
         schema: pa.Schema,
         partition_by: tuple[str, ...],
-    ) -> str:
+    ) -> Literal["ok", "conflict"]:
         """Commit on the snapshot the decision was made on: "ok", or "conflict" when a
         concurrent commit got in the way. Raises SinkError when the commit certainly failed."""
         from deltalake import CommitProperties, Transaction
         from deltalake.exceptions import CommitFailedError
         from deltalake.transaction import AddAction
 
-        table_id = table.metadata().id
+        table_id = str(table.metadata().id)
         txns = [
             Transaction(app_id(table_id, self.group_id, tp), until)
             for tp, until in sorted(decision.txns.items())
         ]
-        adds = [
+        adds: list[Any] = [
             AddAction(f.path, f.size, dict(f.partition_values), f.modification_time, True, f.stats)
             for f in decision.keep
         ]
@@ -624,13 +609,10 @@ class DeltaSink:
         return "ok"
 
     def _commit_info(self, plan: BatchPlan, decision: _Decision) -> dict[str, str]:
-        member = self.member
-        if plan.member:
-            member = f"{member} (group member {plan.member})" if member else plan.member
         info = {
             "spark_groups.batch": str(plan.batch_id),
             "spark_groups.group": self.group_id,
-            "spark_groups.member": member,
+            "spark_groups.member": self.member,
             "spark_groups.ranges": json.dumps(
                 {
                     topic: {p: [r.from_offset, r.until_offset] for p, r in parts.items()}
@@ -640,8 +622,6 @@ class DeltaSink:
             ),
             "spark_groups.dropped": json.dumps([str(tp) for tp in decision.dropped]),
         }
-        if plan.generation is not None:
-            info["spark_groups.generation"] = str(plan.generation)
         return info
 
     def _landed(self, decision: _Decision) -> bool | None:

@@ -29,20 +29,23 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException
-from confluent_kafka import TopicPartition as KafkaTopicPartition
-
 from spark_groups.errors import (
     BrokerUnreachableError,
     CommitError,
     GroupActiveError,
     OptionError,
 )
-from spark_groups.group_state import GroupState, admin_client, describe_group
+from spark_groups.kafka.client import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    KafkaTopicPartition,
+)
+from spark_groups.kafka.secrets import scrub
+from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition
-from spark_groups.secrets import scrub
-from spark_groups.watermarks import EndOffsetResolver
+from spark_groups.tools.describe import GroupState, admin_client, describe_group
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +233,8 @@ def apply_reset(
         read_back = admin.list_consumer_group_offsets([check])[group].result(timeout_s)
     except KafkaException as exc:
         error = exc.args[0] if exc.args else None
-        name = error.name() if hasattr(error, "name") else ""
+        name_of = getattr(error, "name", None)
+        name = name_of() if callable(name_of) else ""
         message = f"Kafka refused the new offsets of group {group!r}: {scrub(str(exc), config)}"
         if name in ("GROUP_NOT_EMPTY", "UNKNOWN_MEMBER_ID", "REBALANCE_IN_PROGRESS"):
             raise GroupActiveError(message + " (is a member active?)") from None

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_groups.errors import OptionError
-from spark_groups.history import history_path, read_history
+from spark_groups.group.history import history_path, read_history
 from spark_groups.ledger import CATCH_UP_BATCH, RESET_BATCH, OffsetLedger
 from spark_groups.offsets import TopicPartition
 
@@ -80,7 +80,7 @@ def timeline(
 ) -> list[TimelineEvent]:
     """The group's events in time order, filtered by partition and ``since <= at < until``;
     with ``limit``, only the newest ``limit`` events. ``rebalances_path`` defaults to the
-    ledger's sibling (:func:`~spark_groups.history.history_path`)."""
+    ledger's sibling (:func:`~spark_groups.group.history.history_path`)."""
     wanted = None if partitions is None else set(partitions)
     ledger = OffsetLedger(ledger_path, group).history(wanted, since=since, until=until)
     events = [_from_ledger(row) for row in ledger.to_pylist()]

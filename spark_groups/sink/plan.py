@@ -30,16 +30,10 @@ from spark_groups.offsets import FORMAT_VERSION, BatchOffset, OffsetRange, Topic
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """The Kafka offset ranges of one Spark micro-batch (``batch_id``), one per partition.
-
-    ``member`` and ``generation`` are the group member that planned it, when the source
-    records them in its offset (they are shown in the sink's commit info); otherwise None.
-    """
+    """The Kafka offset ranges of one Spark micro-batch (``batch_id``), one per partition."""
 
     batch_id: int
     ranges: Mapping[TopicPartition, OffsetRange] = field(default_factory=dict)
-    member: str | None = None
-    generation: int | None = None
 
     @classmethod
     def of(cls, batch_id: int, ranges: list[OffsetRange] | tuple[OffsetRange, ...]) -> BatchPlan:
@@ -63,8 +57,6 @@ def parse_offset_log(text: str, batch_id: int, where: str = "the offset log") ->
     if len(lines) < 2 or not lines[0].startswith("v"):
         raise SinkError(f"{where}: not a Spark offset log file (it starts with {lines[:1]!r})")
     ranges: list[OffsetRange] = []
-    member: str | None = None
-    generation: int | None = None
     found = False
     for line in lines[2:]:
         value = _ours(line)
@@ -76,17 +68,12 @@ def parse_offset_log(text: str, batch_id: int, where: str = "the offset log") ->
             raise SinkError(f"{where}: unreadable kafka-group offset: {exc}") from exc
         found = True
         ranges.extend(offset.ranges)
-        if isinstance(value.get("member"), str):
-            member = value["member"]
-        if isinstance(value.get("generation"), int):
-            generation = value["generation"]
     if not found:
         raise SinkError(
             f"{where}: batch {batch_id} has no kafka-group source offset: the delta-group "
             "sink only takes queries that read a kafka-group source"
         )
-    plan = BatchPlan.of(batch_id, ranges)
-    return BatchPlan(plan.batch_id, plan.ranges, member, generation)
+    return BatchPlan.of(batch_id, ranges)
 
 
 def _ours(line: str) -> dict[str, Any] | None:

@@ -21,51 +21,9 @@ key through ``DeltaTable.create(..., raise_if_key_not_exists=False)``; ``write_d
 rejects it). Opening a table of another group, a Delta table with another schema, or a
 directory holding files but no Delta log raises :class:`~spark_groups.errors.LedgerError`.
 
-**Maintenance.** A ledger appended once per micro-batch gathers one tiny Parquet file and one
-log entry per commit, and every commit and read gets slower. The append whose commit *is*
-table version ``n * compact_every`` (the count comes from the table itself, so it survives
-restarts and is shared by all writers of the table) does the maintenance, right after its
-commit and before returning:
-
-1. compacts small files (``optimize.compact`` with a bounded :data:`COMPACT_TARGET_SIZE`, so
-   one compaction never rewrites more than about that many bytes once the table is large);
-2. vacuums, in delta-rs' default *lite* mode: only files that a commit removed (tombstones)
-   and that were removed longer ago than ``delta.deletedFileRetentionDuration`` are deleted.
-   Files that no commit mentions (a concurrent writer's not yet committed Parquet file) are
-   never touched. The table is created with a retention of :data:`DELETED_FILE_RETENTION`
-   (1 hour): a reader (a CLI, a notebook, another ledger) that reads the files within an
-   hour of loading its snapshot finds every one of them, even if the snapshot's files were
-   compacted away meanwhile; and the directory does not keep a week of tiny files, as
-   Delta's default of 7 days would. Time travel further back than that is not
-   needed: the ledger's history lives in its rows, not in old table versions;
-3. writes a checkpoint of the compacted state, so that opening the table reads one small
-   Parquet checkpoint instead of replaying thousands of JSON commits;
-4. deletes log entries older than ``delta.logRetentionDuration`` (:data:`LOG_RETENTION`,
-   1 day) that lie before a checkpoint (Delta's own rule, so every kept version stays
-   loadable).
-
-Exactly one append holds a given version, so exactly one writer maintains per period. This
-matters: delta-rs 1.6.6 does **not** detect two concurrent ``optimize.compact`` runs (both
-commit, each re-adding the same rows: duplicated data; ``app_transactions`` passed to
-``compact`` are not even recorded). Deciding by "my commit crossed a multiple since the
-version I last saw" instead elected several writers at once in the tests and duplicated rows.
-Within one process, a lock per table path also keeps ledger objects from compacting at the
-same time (a writer finding it taken skips its turn). Across processes, two compactions can
-still overlap only if ``compact_every`` commits land while one runs (it takes tens to a few
-hundred milliseconds), so keep ``compact_every`` large (default 200) when several processes
-write one table. Duplicated rows would not change :meth:`OffsetLedger.latest_positions` or
-:meth:`OffsetLedger.last_batch` (maxima since a marker), only :meth:`OffsetLedger.history`. If a
-maintenance commit happens to hold the multiple, that period is skipped and the next one
-compacts twice as many files.
-
-Maintenance failures are logged as warnings and do not fail the append (its rows are
-already committed; raising would invite the caller to append them twice). Because the
-retention settings are table properties, Spark's Delta ``VACUUM`` and other delta-rs
-writers respect them too. Appends keep delta-rs' own checkpoint every
-``delta.checkpointInterval`` (100) commits, also when ``compact_every`` is 0, but turn off
-its expired-log cleanup after every commit: that hook lists the whole log each time (about
-10 ms per commit with a thousand log entries, and growing); step 4 does the same job once
-per period. So with ``compact_every=0`` nothing is ever deleted.
+**Maintenance** (compaction, vacuum, checkpoints, log clean-up) is in
+:mod:`spark_groups.ledger.maintenance`: the append whose commit is table version
+``n * compact_every`` runs it, right after its commit.
 
 **Concurrent writers.** Appends never conflict logically. delta-rs rebases a commit onto
 newer versions itself (``max_commit_retries``, 15 by default); when it still gives up with
@@ -92,14 +50,15 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_groups.delta import create_table, open_table, query
 from spark_groups.errors import LedgerError, OptionError
+from spark_groups.files import local_path
+from spark_groups.ledger.maintenance import DELETED_FILE_RETENTION, LOG_RETENTION, maintain
 from spark_groups.offsets import TopicPartition
 
 if TYPE_CHECKING:
@@ -113,12 +72,6 @@ GROUP_ID_KEY = "spark_groups.group_id"
 FORMAT_KEY = "spark_groups.ledger_format"
 #: The ledger format this module writes and reads.
 LEDGER_FORMAT = "1"
-#: How long files removed by compaction are kept before vacuum may delete them.
-DELETED_FILE_RETENTION = "interval 1 hours"
-#: How long Delta log entries are kept (only those before a checkpoint are ever deleted).
-LOG_RETENTION = "interval 1 days"
-#: Target size of compacted files; files this large are not rewritten again.
-COMPACT_TARGET_SIZE = 16 * 1024 * 1024
 #: How many times :meth:`OffsetLedger.append` tries a commit that delta-rs gave up on.
 MAX_COMMIT_ATTEMPTS = 8
 
@@ -241,7 +194,10 @@ class OffsetLedger:
                 "ledger %s: appended %d row(s) as version %d", self.path, len(rows), version
             )
             if self.compact_every and version % self.compact_every == 0:
-                self._maintain()
+                table = self._table
+                info = {GROUP_ID_KEY: self.group_id}
+                if table is not None and not maintain(table, self.path, info):
+                    self._table = None  # reload from storage next time
 
     def latest_positions(
         self, partitions: Iterable[TopicPartition] | None = None
@@ -388,9 +344,6 @@ class OffsetLedger:
 
     def _load(self) -> DeltaTable | None:
         """The table at its newest version, validated; ``None`` if it does not exist yet."""
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
         if self._table is not None:
             try:
                 self._table.update_incremental()
@@ -402,11 +355,10 @@ class OffsetLedger:
                 self._validate(self._table)
                 return self._table
         with self._wrapped("opening the table"):
-            try:
-                table = DeltaTable(self.path, storage_options=self.storage_options)
-            except TableNotFoundError:
-                self._check_can_create()
-                return None
+            table = open_table(self.path, self.storage_options)
+        if table is None:
+            self._check_can_create()
+            return None
         self._validate(table)
         self._table = table
         return table
@@ -444,7 +396,7 @@ class OffsetLedger:
 
     def _check_can_create(self) -> None:
         """Refuse to create a ledger inside a local directory that holds other files."""
-        local = _local_path(self.path)
+        local = local_path(self.path)
         if local is None or not local.exists():
             return
         if not local.is_dir():
@@ -464,8 +416,6 @@ class OffsetLedger:
 
     def _create(self) -> DeltaTable:
         """Create the table (or adopt one created concurrently) and return it validated."""
-        from deltalake import CommitProperties, DeltaTable
-
         # _load() just ran _check_can_create(); running it again here would refuse a table
         # that another writer created in between (its _delta_log is then not empty).
         configuration = {
@@ -474,30 +424,21 @@ class OffsetLedger:
             "delta.deletedFileRetentionDuration": DELETED_FILE_RETENTION,
             "delta.logRetentionDuration": LOG_RETENTION,
         }
-        local = _local_path(self.path)
-        create_error: Exception | None = None
-        try:
-            if local is not None:
-                local.mkdir(parents=True, exist_ok=True)
-            DeltaTable.create(
-                self.path,
-                LEDGER_SCHEMA,
-                mode="error",
-                name="spark_groups_offsets_ledger",
-                description=f"spark_groups offsets ledger of consumer group {self.group_id!r}",
-                configuration=configuration,
-                storage_options=self.storage_options,
-                raise_if_key_not_exists=False,
-                # Without this, a writer losing the race to create the table is rebased
-                # and commits a second CREATE TABLE (new metadata) on top of the winner's
-                # table (seen with deltalake 1.6.6); with it, it fails and adopts the table.
-                commit_properties=CommitProperties(max_commit_retries=0),
-            )
+        create_error = create_table(
+            self.path,
+            LEDGER_SCHEMA,
+            name="spark_groups_offsets_ledger",
+            description=f"spark_groups offsets ledger of consumer group {self.group_id!r}",
+            configuration=configuration,
+            storage_options=self.storage_options,
+        )
+        if create_error is None:
             logger.info("ledger %s: created for group %r", self.path, self.group_id)
-        except Exception as exc:
+        else:
             # Most likely another writer created it first: adopt it if it is valid.
-            create_error = exc
-            logger.info("ledger %s: create failed (%s); opening the table there", self.path, exc)
+            logger.info(
+                "ledger %s: create failed (%s); opening the table there", self.path, create_error
+            )
         table = self._load()
         if table is None:
             raise LedgerError(
@@ -588,62 +529,6 @@ class OffsetLedger:
                 return table.version()
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _maintain(self) -> None:
-        """Compact, vacuum, checkpoint and clean up the log; log (never raise) failures."""
-        lock = _maintenance_lock(self.path)
-        if not lock.acquire(blocking=False):
-            # Another ledger object of this process is maintaining this table right now: a
-            # second, overlapping compaction would duplicate rows (see the module docs).
-            logger.info("ledger %s: maintenance already running in this process", self.path)
-            return
-        try:
-            self._maintain_locked()
-        finally:
-            lock.release()
-
-    def _maintain_locked(self) -> None:
-        table = self._table
-        if table is None:
-            return
-        from deltalake import CommitProperties
-
-        started = time.perf_counter()
-        step = "refreshing"
-        try:
-            table.update_incremental()  # include a compaction that just finished elsewhere
-            step = "compacting"
-            metrics = table.optimize.compact(
-                target_size=COMPACT_TARGET_SIZE,
-                commit_properties=CommitProperties(custom_metadata={GROUP_ID_KEY: self.group_id}),
-            )
-            step = "vacuuming"
-            vacuumed = table.vacuum(dry_run=False)
-            step = "checkpointing"
-            table.update_incremental()
-            table.create_checkpoint()
-            step = "cleaning up the log"
-            table.cleanup_metadata()
-        except Exception as exc:
-            logger.warning(
-                "ledger %s: maintenance failed while %s (the append itself succeeded): %s: %s",
-                self.path,
-                step,
-                type(exc).__name__,
-                exc,
-            )
-            self._table = None
-            return
-        logger.info(
-            "ledger %s: maintenance at version %d in %.0f ms: %s file(s) compacted into %s, "
-            "%d old file(s) vacuumed, checkpoint written",
-            self.path,
-            table.version(),
-            (time.perf_counter() - started) * 1000,
-            metrics.get("numFilesRemoved"),
-            metrics.get("numFilesAdded"),
-            len(vacuumed),
-        )
-
     # ------------------------------------------------------------------ reading
 
     def _where(self) -> str:
@@ -652,15 +537,12 @@ class OffsetLedger:
 
     def _query(self, sql: str) -> pa.Table | None:
         """Run ``sql`` against the newest version; ``None`` when the table does not exist."""
-        from deltalake import QueryBuilder
-
         with self._lock:
             table = self._load()
             if table is None:
                 return None
             with self._wrapped("reading"):
-                reader = QueryBuilder().register(_SQL_TABLE, table).execute(sql)
-                return pa.table(reader.read_all())
+                return query(table, _SQL_TABLE, sql)
 
 
 def positions_over_time(history: pa.Table) -> dict[TopicPartition, list[tuple[datetime, int]]]:
@@ -707,18 +589,6 @@ def _row_problem(row: LedgerRow) -> str | None:
     return None
 
 
-_MAINTENANCE_LOCKS: dict[str, threading.Lock] = {}
-_MAINTENANCE_LOCKS_GUARD = threading.Lock()
-
-
-def _maintenance_lock(path: str) -> threading.Lock:
-    """The process-wide lock that serialises maintenance of the table at ``path``."""
-    local = _local_path(path)
-    key = str(local.resolve()) if local is not None else path.rstrip("/")
-    with _MAINTENANCE_LOCKS_GUARD:
-        return _MAINTENANCE_LOCKS.setdefault(key, threading.Lock())
-
-
 def _partition_mask(table: pa.Table, partitions: set[TopicPartition]) -> pa.ChunkedArray:
     """A boolean mask of the rows of ``table`` that belong to ``partitions``."""
     by_topic: dict[str, list[int]] = {}
@@ -740,13 +610,3 @@ def _sql_string(value: str) -> str:
 def _schema_text(schema: pa.Schema) -> str:
     """A one-line ``name type, ...`` form of ``schema``."""
     return ", ".join(f"{f.name} {f.type}" for f in schema)
-
-
-def _local_path(path: str) -> Path | None:
-    """The local file-system path of ``path``, or ``None`` for a remote URI."""
-    parsed = urlparse(path)
-    if parsed.scheme == "file":
-        return Path(unquote(parsed.path))
-    if parsed.scheme and len(parsed.scheme) > 1:  # not a Windows drive letter
-        return None
-    return Path(path)

@@ -19,15 +19,19 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Literal, get_args
 
 import pyarrow as pa
 
+from spark_groups.delta import append, open_table, query
 from spark_groups.errors import LedgerError
 from spark_groups.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
 
-EVENTS = ("assigned", "revoked", "lost")
+#: What happened to a member's partitions.
+Event = Literal["assigned", "revoked", "lost"]
+EVENTS: tuple[Event, ...] = get_args(Event)
 
 HISTORY_SCHEMA = pa.schema(
     [
@@ -53,7 +57,7 @@ def history_path(ledger_path: str) -> str:
 class RebalanceEvent:
     """One assignment change of one member."""
 
-    event: str
+    event: Event
     partitions: frozenset[TopicPartition]
     generation: int
     member_id: str
@@ -73,7 +77,7 @@ class RebalanceHistory:
 
     def record(
         self,
-        event: str,
+        event: Event,
         partitions: Iterable[TopicPartition],
         generation: int,
         member_id: str,
@@ -118,10 +122,8 @@ class RebalanceHistory:
             for e in events
             for tp in sorted(e.partitions)
         ]
-        from deltalake import write_deltalake
-
         try:
-            write_deltalake(self.path, pa.Table.from_pylist(rows, HISTORY_SCHEMA), mode="append")
+            append(self.path, pa.Table.from_pylist(rows, HISTORY_SCHEMA))
         except Exception as exc:  # keep streaming; retry with the next flush
             log.warning("could not write %d rebalance events to %s: %s", len(rows), self.path, exc)
             with self._lock:
@@ -132,16 +134,10 @@ class RebalanceHistory:
 
 def read_history(path: str) -> pa.Table:
     """All rows of a rebalance-history table, oldest first (empty when it does not exist)."""
-    from deltalake import DeltaTable, QueryBuilder
-    from deltalake.exceptions import TableNotFoundError
-
     try:
-        table = DeltaTable(path)
-    except TableNotFoundError:
-        return HISTORY_SCHEMA.empty_table()
+        table = open_table(path)
     except Exception as exc:
         raise LedgerError(f"{path}: cannot read the rebalance history: {exc}") from exc
-    reader = (
-        QueryBuilder().register("h", table).execute("SELECT * FROM h ORDER BY at, topic, partition")
-    )
-    return pa.table(reader.read_all()).cast(HISTORY_SCHEMA)
+    if table is None:
+        return HISTORY_SCHEMA.empty_table()
+    return query(table, "h", "SELECT * FROM h ORDER BY at, topic, partition").cast(HISTORY_SCHEMA)

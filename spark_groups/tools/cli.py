@@ -24,8 +24,8 @@ from rich.console import Console
 from rich.table import Table
 
 from spark_groups.errors import GroupActiveError, OptionError, SparkGroupsError
-from spark_groups.group_state import PartitionState, describe_group
-from spark_groups.secrets import scrub
+from spark_groups.kafka.secrets import scrub
+from spark_groups.tools.describe import PartitionState, describe_group
 
 __all__ = ["PartitionState", "main"]
 
@@ -81,7 +81,7 @@ def kafka_options(command: Callable) -> Callable:
 
 
 def _time(value: str | None, option: str) -> datetime | None:
-    from spark_groups.reset import parse_timestamp
+    from spark_groups.tools.reset import parse_timestamp
 
     return None if value is None else parse_timestamp(value, option)
 
@@ -152,7 +152,7 @@ def history(
     limit: int | None,
 ) -> None:
     """Committed batches and rebalances of GROUP in time order: who processed what, when."""
-    from spark_groups.timeline import parse_partition, timeline
+    from spark_groups.tools.timeline import parse_partition, timeline
 
     with clean_errors():
         wanted = [parse_partition(p) for p in partitions] or None
@@ -191,7 +191,7 @@ def reset(
     dry_run: bool,
 ) -> None:
     """Set GROUP's position in Kafka and in the ledger. The group must have no members."""
-    from spark_groups.reset import apply_reset, parse_target, plan_reset
+    from spark_groups.tools.reset import apply_reset, parse_target, plan_reset
 
     config = client_config(bootstrap_servers, settings)
     with clean_errors(config):
@@ -233,11 +233,11 @@ def lag_plot(
     partitions: tuple[str, ...],
 ) -> None:
     """Plot GROUP's committed position and records behind the current log end, over time."""
-    from spark_groups.lag_plot import draw, lag_series
+    from spark_groups.kafka.watermarks import EndOffsetResolver
     from spark_groups.ledger import OffsetLedger
     from spark_groups.offsets import TopicPartition
-    from spark_groups.timeline import parse_partition
-    from spark_groups.watermarks import EndOffsetResolver
+    from spark_groups.tools.lag_plot import draw, lag_series
+    from spark_groups.tools.timeline import parse_partition
 
     config = client_config(bootstrap_servers, settings)
     with clean_errors(config):
@@ -265,7 +265,7 @@ def demo(work_dir: str | None) -> None:
     """README command one: embedded broker, sample orders, the ingest job, what landed."""
     from pathlib import Path
 
-    from spark_groups.demo import run_demo
+    from spark_groups.tools.demo import run_demo
 
     with clean_errors():
         run_demo(Path(work_dir) if work_dir else None)
@@ -284,7 +284,7 @@ def demo(work_dir: str | None) -> None:
 )
 def broker(port: int, topic: str, partitions: int, rate: int) -> None:
     """Run the embedded broker in the foreground until Ctrl-C (or SIGTERM), producing orders."""
-    from spark_groups.demo import serve_broker
+    from spark_groups.tools.demo import serve_broker
 
     with clean_errors():
         serve_broker(port, topic, partitions, rate)

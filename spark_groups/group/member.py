@@ -22,42 +22,25 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
-import confluent_kafka
-from confluent_kafka import Consumer, KafkaError, KafkaException
-
-from spark_groups import auth
 from spark_groups.errors import (
     AuthenticationError,
     AuthorizationError,
     BrokerUnreachableError,
     CommitError,
     GroupMembershipError,
-    OptionError,
     StaleGenerationError,
     TopicNotFoundError,
 )
+from spark_groups.kafka import auth
+from spark_groups.kafka.client import Consumer, KafkaError, KafkaException, KafkaTopicPartition
+from spark_groups.kafka.errors import FENCED_CODES, config_error
 from spark_groups.offsets import TopicPartition
-from spark_groups.secrets import is_secret
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-#: librdkafka errors that mean this member's generation or membership is no longer valid.
-#: Kafka's answers to a commit from a member that is no longer the one it was: the classic
-#: protocol's generation checks, and KIP-848's member epochs.
-_FENCED_CODES = {
-    KafkaError.ILLEGAL_GENERATION,
-    KafkaError.UNKNOWN_MEMBER_ID,
-    KafkaError.FENCED_INSTANCE_ID,
-    KafkaError.REBALANCE_IN_PROGRESS,
-    KafkaError._ASSIGNMENT_LOST,
-    KafkaError.FENCED_MEMBER_EPOCH,
-    KafkaError.STALE_MEMBER_EPOCH,
-    KafkaError._FENCED,
-}
 
 
 class RebalanceListener(Protocol):
@@ -89,16 +72,16 @@ def parse_generation(group_metadata: object) -> int:
     return -1
 
 
-def _to_ours(partitions: Iterable[confluent_kafka.TopicPartition]) -> frozenset[TopicPartition]:
+def _to_ours(partitions: Iterable[KafkaTopicPartition]) -> frozenset[TopicPartition]:
     return frozenset(TopicPartition(p.topic, p.partition) for p in partitions)
 
 
 def _to_kafka(
     partitions: Iterable[TopicPartition], offsets: Mapping[TopicPartition, int] | None = None
-) -> list[confluent_kafka.TopicPartition]:
+) -> list[KafkaTopicPartition]:
     if offsets is None:
-        return [confluent_kafka.TopicPartition(p.topic, p.partition) for p in partitions]
-    return [confluent_kafka.TopicPartition(p.topic, p.partition, offsets[p]) for p in partitions]
+        return [KafkaTopicPartition(p.topic, p.partition) for p in partitions]
+    return [KafkaTopicPartition(p.topic, p.partition, offsets[p]) for p in partitions]
 
 
 class _NoListener:
@@ -253,7 +236,7 @@ class GroupMember:
         if not wanted:
             return {}
 
-        def fetch(consumer: Consumer) -> list[confluent_kafka.TopicPartition]:
+        def fetch(consumer: Consumer) -> list[KafkaTopicPartition]:
             return consumer.committed(wanted, timeout=timeout_s)
 
         try:
@@ -296,7 +279,7 @@ class GroupMember:
         done: set[TopicPartition] = set()
         sent_under: list[int] = []  # the generation the commit went out under
 
-        def commit(consumer: Consumer) -> list[confluent_kafka.TopicPartition] | None:
+        def commit(consumer: Consumer) -> list[KafkaTopicPartition] | None:
             kept = dict(offsets)
             if owned_only:
                 if not self._in_callback:
@@ -317,13 +300,14 @@ class GroupMember:
             denied = self._denied(error, topics)
             if denied is not None:  # retrying cannot help: the query must stop, not go on
                 raise denied from None
-            if code in _FENCED_CODES:
+            if code in FENCED_CODES:
                 generation = sent_under[0] if sent_under else self._generation
                 raise StaleGenerationError(
                     f"Kafka refused the offset commit of {len(offsets)} partitions for generation "
                     f"{generation}: {error}",
-                    code=error.name() if isinstance(error, KafkaError) else "",
                     generation=generation,
+                    partitions=offsets,
+                    code=code,
                 ) from exc
             raise CommitError(f"offset commit failed: {exc}") from exc
         failed = [p for p in (result or []) if p.error is not None]
@@ -332,13 +316,14 @@ class GroupMember:
             denied = self._denied(first.error, first.topic)
             if denied is not None:
                 raise denied
-            if first.error.code() in _FENCED_CODES:
+            if first.error.code() in FENCED_CODES:  # type: ignore[union-attr]
                 generation = sent_under[0] if sent_under else self._generation
                 raise StaleGenerationError(
                     f"Kafka refused the offset commit of {first.topic}-{first.partition} for "
                     f"generation {generation}: {first.error}",
-                    code=first.error.name(),
                     generation=generation,
+                    partitions=[TopicPartition(p.topic, p.partition) for p in failed],
+                    code=first.error.code(),  # type: ignore[union-attr]
                 )
             raise CommitError(
                 f"offset commit failed for {first.topic}-{first.partition}: {first.error}"
@@ -380,7 +365,7 @@ class GroupMember:
         if not future.set_running_or_notify_cancel():
             return
         try:
-            future.set_result(fn(self._consumer))
+            future.set_result(fn(cast(Consumer, self._consumer)))
         except BaseException as exc:  # handed to the caller's thread
             future.set_exception(exc)
 
@@ -528,11 +513,11 @@ class GroupMember:
             log.info("group member: %s", error.str())
 
     def _counted(
-        self, callback: Callable[[Consumer, list[confluent_kafka.TopicPartition]], None]
-    ) -> Callable[[Consumer, list[confluent_kafka.TopicPartition]], None]:
+        self, callback: Callable[[Consumer, list[KafkaTopicPartition]], None]
+    ) -> Callable[[Consumer, list[KafkaTopicPartition]], None]:
         """``callback`` marking that a rebalance callback runs (no poll may nest in it)."""
 
-        def run(consumer: Consumer, partitions: list[confluent_kafka.TopicPartition]) -> None:
+        def run(consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
             self._in_callback += 1
             try:
                 callback(consumer, partitions)
@@ -549,7 +534,7 @@ class GroupMember:
             pass
 
     def _on_assign(
-        self, consumer: Consumer, partitions: list[confluent_kafka.TopicPartition]
+        self, consumer: Consumer, partitions: list[KafkaTopicPartition]
     ) -> None:
         cooperative = self._cooperative
         if cooperative:
@@ -576,7 +561,7 @@ class GroupMember:
             self._first_assignment.set()
 
     def _on_revoke(
-        self, consumer: Consumer, partitions: list[confluent_kafka.TopicPartition]
+        self, consumer: Consumer, partitions: list[KafkaTopicPartition]
     ) -> None:
         revoked = _to_ours(partitions)
         self._refresh_identity(consumer)  # a cooperative revocation comes with a new generation
@@ -588,7 +573,7 @@ class GroupMember:
             self._assignment = self._assignment - revoked
 
     def _on_lost(
-        self, consumer: Consumer, partitions: list[confluent_kafka.TopicPartition]
+        self, consumer: Consumer, partitions: list[KafkaTopicPartition]
     ) -> None:
         lost = _to_ours(partitions)
         self._assignment = self._assignment - lost
@@ -626,14 +611,3 @@ class GroupMember:
                     self._failure or GroupMembershipError("the group member is closed")
                 )
 
-
-def config_error(exc: KafkaException) -> OptionError:
-    """Turn librdkafka's config complaint into an OptionError naming the ``kafka.`` key."""
-    text = str(exc.args[0].str() if exc.args and isinstance(exc.args[0], KafkaError) else exc)
-    match = re.search(r'property[: "]+([A-Za-z0-9._]+)', text) or re.search(
-        r'"([A-Za-z0-9._]+)"', text
-    )
-    key = f"kafka.{match.group(1)}" if match else "kafka.*"
-    if is_secret(key):
-        text = "invalid value (not shown: secret)"
-    return OptionError(key, f"rejected by the Kafka client: {text}")

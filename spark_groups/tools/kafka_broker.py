@@ -293,7 +293,7 @@ class KafkaBroker:
             )
 
     def _wait_until_serving(self) -> None:
-        from confluent_kafka.admin import AdminClient
+        from spark_groups.kafka.client import AdminClient
 
         admin: AdminClient | None = None  # made after the first connect: it would log refusals
         deadline = time.monotonic() + self.start_timeout_s

@@ -14,7 +14,7 @@ Where each piece runs (Spark's Python data source API):
   checked there, so a pipeline without the ``topic``/``partition``/``offset`` columns fails
   its first batch with a clear :class:`~spark_groups.errors.SinkError`.
 * ``DeltaGroupStreamWriter.write()``: on executors, one call per task: the task's rows are
-  written as Parquet files, one per Kafka partition (``spark_groups.sink_writer``); a
+  written as Parquet files, one per Kafka partition (``spark_groups.sink.writer``); a
   :class:`SinkTaskMessage` describing them goes back to the driver.
 * ``commit()`` / ``abort()``: in a Python worker on the driver (``python_streaming_sink_runner``)
   once all tasks finished (or one failed): the batch's plan is read from the checkpoint and
@@ -47,10 +47,10 @@ from pyspark.sql.datasource import (
 
 from spark_groups.errors import SinkError
 from spark_groups.files import table_uri
-from spark_groups.sink import DeltaSink
-from spark_groups.sink_options import SINK_FORMAT, SinkOptions, parse_sink_options
-from spark_groups.sink_plan import read_batch_plan
-from spark_groups.sink_writer import (
+from spark_groups.sink.commit import DeltaSink
+from spark_groups.sink.options import SINK_FORMAT, SinkOptions, parse_sink_options
+from spark_groups.sink.plan import read_batch_plan
+from spark_groups.sink.writer import (
     NULL_PARTITION,
     DataFile,
     TaskFileWriter,

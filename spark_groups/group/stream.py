@@ -3,19 +3,23 @@
 :class:`GroupStream` lives in Spark's long-lived reader process on the driver
 (``python_streaming_source_runner``). Spark calls it from that process's main thread; the
 group member calls it back (assignment changes) from the member's owner thread. It knows
-nothing about Spark: ``source.py`` adapts it.
+nothing about Spark: ``spark_groups.spark.source`` adapts it.
 
 The life of a partition here:
 
 1. The group assigns it (owner thread): it becomes *owned* but has no position yet.
-2. The next ``latest_offset`` resolves where it resumes: the furthest of the ledger's last
-   ``until`` and the group's committed offset in Kafka; with neither, ``startingOffsets``.
+2. The next ``latest_offset`` resolves where it resumes (``resume``): the furthest of the
+   ledger's last ``until`` and the group's committed offset in Kafka; with neither,
+   ``startingOffsets``.
 3. Each ``latest_offset`` plans one range per owned partition with new records.
 4. ``latest_offset(start)`` is the *safe point*: every batch up to ``start`` has finished
    and is in Spark's commit log, so ``start``'s ranges are committed (ledger, then Kafka).
 5. When the group revokes it, planning stops at once and the revocation waits (the
    barrier) until the last batch that read it has been committed, so the next owner starts
    exactly where this member stopped. Lost partitions are dropped and never committed.
+
+Each partition's state and its transitions are in ``partitions`` (:class:`PartitionTable`);
+this module is the sequence of the protocol's steps.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,32 +41,19 @@ from spark_groups.errors import (
     StaleGenerationError,
     TopicNotFoundError,
 )
-from spark_groups.history import RebalanceHistory
+from spark_groups.group import resume
+from spark_groups.group.history import RebalanceHistory
+from spark_groups.group.member import GroupMember
+from spark_groups.group.partitions import PartitionTable
+from spark_groups.group.planner import plan_ranges
+from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.ledger import CATCH_UP_BATCH, LedgerRow, OffsetLedger
-from spark_groups.member import GroupMember
+from spark_groups.metrics import StreamMetrics
 from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition, positions_to_json
-from spark_groups.options import EARLIEST, LATEST, SourceOptions
-from spark_groups.planner import plan_ranges
-from spark_groups.watermarks import EndOffsetResolver
+from spark_groups.options import LATEST, SourceOptions
 from spark_groups.worker_logging import log_to_stderr
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class StreamMetrics:
-    """Counters an operator watches (also logged)."""
-
-    batches_planned: int = 0
-    batches_committed: int = 0
-    failed_commits: int = 0
-    revocations: int = 0
-    last_barrier_wait_s: float = 0.0
-    barrier_timeouts: int = 0
-    lost_partitions: int = 0
-    last_commit_ms: float = 0.0
-    last_rebalance_at: float | None = None  # time.time() of the last assignment
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class GroupStream:
@@ -86,13 +76,8 @@ class GroupStream:
         )
         # When each batch was planned in this process (for replays and slow-batch warnings).
         self._planned_at: dict[int, float] = {}
-        # Owned partitions with a planning position (next offset to plan).
-        self._positions: dict[TopicPartition, int] = {}
-        # Highest offset known committed per partition (ledger or Kafka); never go below it.
-        self._committed: dict[TopicPartition, int] = {}
-        # The last planned batch that read each partition (for the barrier).
-        self._last_batch_of: dict[TopicPartition, int] = {}
-        self._revoking: frozenset[TopicPartition] = frozenset()
+        # Every owned partition's state (guarded by _lock).
+        self._partitions = PartitionTable()
         self._committed_batch = -1
         self._targets: dict[TopicPartition, int] | None = None
         self._latest_ends: dict[TopicPartition, int] = {}
@@ -100,9 +85,6 @@ class GroupStream:
         # Partitions assigned after the first plan with no committed offset anywhere are new
         # partitions (a topic grew, a pattern matched a new topic): they start at earliest.
         self._first_plan_done = False
-        # Per partition, the last batch planned before it was lost, or before its revocation
-        # ended: those batches may no longer commit it (another member may have moved on).
-        self._gave_up_through: dict[TopicPartition, int] = {}
         self._highest_batch = -1  # the highest batch number this stream has seen
         max_poll = int(options.kafka.get("max.poll.interval.ms", "300000"))
         self._barrier_timeout_s = max(1.0, max_poll / 1000.0 - 5.0)
@@ -186,31 +168,25 @@ class GroupStream:
         if self._history is not None:
             self._history.flush()
         with self._lock:
-            positions = {
-                tp: pos
-                for tp, pos in self._positions.items()
-                if tp in member.assignment and tp not in self._revoking
-            }
+            positions = self._partitions.plannable(member.assignment)
         ends = self._end_offsets(positions)
         plan = plan_ranges(positions, ends, max_records)
         for tp, position, end in plan.went_backwards:
             self._log_went_backwards(tp, position, end)
         with self._lock:
             # Planning and the barrier meet here: a revocation that began while the ends were
-            # fetched has removed its partitions from _positions, so they are left out; one
-            # that begins after this block sees this batch in _last_batch_of and waits for it.
+            # fetched has made its partitions REVOKING, so they are left out; one that begins
+            # after this block sees this batch as their last batch and waits for it.
             ranges = [
                 r
                 for r in plan.ranges
-                if self._positions.get(r.topic_partition) == r.from_offset
+                if self._partitions.is_at(r.topic_partition, r.from_offset)
                 and r.topic_partition in member.assignment
             ]
             batch = BatchOffset.of(start.batch + 1, ranges) if ranges else None
             if batch is not None:
                 self._highest_batch = max(self._highest_batch, batch.batch)
-                for r in batch.ranges:
-                    self._positions[r.topic_partition] = r.until_offset
-                    self._last_batch_of[r.topic_partition] = batch.batch
+                self._partitions.planned(batch.batch, batch.ranges)
         if batch is None:
             if self._targets is not None:
                 log.info(
@@ -266,7 +242,7 @@ class GroupStream:
         if member is None:
             return None
         with self._lock:
-            committed = dict(self._committed)
+            committed = self._partitions.committed_offsets()
         counters = coordinator_metrics.snapshot(
             self.metrics,
             member_id=member.member_id,
@@ -315,60 +291,46 @@ class GroupStream:
             "(was the topic recreated or the broker's data lost?)"
         )
         if self.options.fail_on_data_loss:
-            raise DataLossError(message + "; set failOnDataLoss=false to continue from the end")
+            raise DataLossError(
+                message + "; set failOnDataLoss=false to continue from the end",
+                partition=tp,
+                from_offset=end,
+                until_offset=position,
+            )
         log.warning("%s; failOnDataLoss=false: continuing from %d", message, end)
         with self._lock:
-            self._positions[tp] = end
-            self._committed[tp] = min(self._committed.get(tp, end), end)
+            self._partitions.moved_to_end(tp, end)
 
     def _resolve_new_partitions(self, member: GroupMember, start: BatchOffset) -> None:
-        """Find where newly assigned partitions resume: ledger, Kafka, else startingOffsets."""
+        """Find where newly assigned partitions resume: ledger, Kafka, sink, else the
+        checkpoint or startingOffsets (see ``spark_groups.group.resume``)."""
         with self._lock:
-            new = sorted(
-                tp
-                for tp in member.assignment
-                if tp not in self._positions and tp not in self._revoking
-            )
+            new = self._partitions.needs_resume(member.assignment)
         if not new:
             return
         # A partition assigned anew may have a new log (broker restarted, topic recreated):
         # confirm its end afresh, so a log that went backwards is seen.
         assert self._resolver is not None
         self._resolver.forget(new)
-        known: dict[TopicPartition, int] = {}
-        if self._ledger is not None:
-            known.update(self._ledger.latest_positions(new))
-        for tp, offset in member.committed(new).items():
-            known[tp] = max(offset, known.get(tp, offset))
+        known = resume.committed_positions(new, self._ledger, member)
         if self.options.sink_path is not None:
             self._catch_up_with_sink(member, new, known)
-        # With no commit anywhere, a partition the checkpoint's last batch read continues
-        # after that batch (as Spark's kafka source would); others use startingOffsets at the
-        # query's first plan, and earliest later (partitions created while it runs, as Spark's
-        # kafka source does).
         replayed = start.ends()
         discovered_later, self._first_plan_done = self._first_plan_done, True
-        starts = self._starting_offsets(
-            [tp for tp in new if tp not in known and tp not in replayed], discovered_later
-        )
-        self._pin(
-            member,
-            {tp: v for tp, v in starts.items() if self._start_rule(tp, discovered_later) == LATEST},
-        )
-        sources: dict[str, tuple[int, str]] = {}
+        rules = {
+            tp: resume.start_rule(self.options.starting_offsets, tp, discovered_later)
+            for tp in new
+            if tp not in known and tp not in replayed
+        }
+        starts = resume.starting_offsets(rules, self._resolver) if rules else {}
+        self._pin(member, {tp: v for tp, v in starts.items() if rules[tp] == LATEST})
+        chosen = resume.choose(new, known, replayed, starts, discovered_later)
+        sources: dict[str, tuple[int | None, str]] = {}
         with self._lock:
-            for tp in new:
-                if tp in known:
-                    self._committed[tp] = max(known[tp], self._committed.get(tp, known[tp]))
-                    self._positions[tp] = self._committed[tp]
-                    sources[str(tp)] = (self._positions[tp], "committed")
-                elif tp in replayed:
-                    self._positions[tp] = replayed[tp]
-                    sources[str(tp)] = (replayed[tp], "checkpoint")
-                else:
-                    self._positions[tp] = starts[tp]
-                    how = "earliest: a new partition" if discovered_later else "startingOffsets"
-                    sources[str(tp)] = (starts[tp], how)
+            for tp, first in chosen.items():
+                committed = first.offset if first.origin == "committed" else None
+                position = self._partitions.resume(tp, first.offset, committed)
+                sources[str(tp)] = (position, first.origin)
         log.info("resuming %d partitions (offset, from): %s", len(new), sources)
 
     def _catch_up_with_sink(
@@ -381,11 +343,8 @@ class GroupStream:
         ledger and Kafka, and bring both up to its position. The sink commits a batch before
         the source's safe point does, so after a crash it can be one batch ahead; without this
         the next owner would re-read that batch only for the sink to drop it."""
-        from spark_groups.sink import committed_positions
-
         assert self.options.sink_path is not None
-        sink = committed_positions(self.options.sink_path, self.options.group_id, partitions)
-        ahead = {tp: v for tp, v in sink.items() if v > known.get(tp, -1)}
+        ahead = resume.sink_ahead(self.options.sink_path, self.options.group_id, partitions, known)
         if not ahead:
             return
         log.info("the sink %s is ahead; resuming from it: %s", self.options.sink_path, ahead)
@@ -424,13 +383,6 @@ class GroupStream:
             ]
         )
 
-    def _start_rule(self, tp: TopicPartition, discovered_later: bool) -> int:
-        """A real offset, or EARLIEST / LATEST: where ``tp`` starts without any commit."""
-        starting = self.options.starting_offsets
-        if discovered_later:
-            return starting.per_partition.get(tp, EARLIEST)
-        return starting.for_partition(tp)
-
     def _pin(self, member: GroupMember, starts: Mapping[TopicPartition, int]) -> None:
         """Commit where partitions that started at ``latest`` start (to Kafka, like a plain
         consumer's first commit after ``auto.offset.reset``), so the group agrees on it: a
@@ -442,22 +394,6 @@ class GroupStream:
             member.commit(starts)
         except CommitError as exc:
             log.warning("could not commit the starting offsets %s: %s", dict(starts), exc)
-
-    def _starting_offsets(
-        self, partitions: list[TopicPartition], discovered_later: bool = False
-    ) -> dict[TopicPartition, int]:
-        if not partitions:
-            return {}
-        assert self._resolver is not None
-        wanted = {tp: self._start_rule(tp, discovered_later) for tp in partitions}
-        need_earliest = [tp for tp, v in wanted.items() if v == EARLIEST]
-        need_latest = [tp for tp, v in wanted.items() if v == LATEST]
-        earliest = self._resolver.start_offsets(need_earliest) if need_earliest else {}
-        latest = self._resolver.end_offsets(need_latest) if need_latest else {}
-        return {
-            tp: earliest[tp] if v == EARLIEST else latest[tp] if v == LATEST else v
-            for tp, v in wanted.items()
-        }
 
     def commit_durable(self, batch: BatchOffset) -> None:
         """Commit a batch Spark has finished: Kafka (OffsetCommit), then one ledger row per range.
@@ -478,11 +414,8 @@ class GroupStream:
         if ranges:
             self._record_in_ledger(member, ranges, batch.batch)
         with self._lock:
-            for tp, until in offsets.items():
-                self._committed[tp] = max(until, self._committed.get(tp, until))
-                # A replayed batch moves a freshly resumed position past what it read.
-                if tp in self._positions:
-                    self._positions[tp] = max(self._positions[tp], until)
+            # A replayed batch moves a freshly resumed position past what it read.
+            self._partitions.record_commit(offsets)
         with self._lock:
             self._committed_batch = max(self._committed_batch, batch.batch)
             self._lock.notify_all()
@@ -495,26 +428,14 @@ class GroupStream:
             self.metrics.last_commit_ms,
         )
 
-    def _committable(self, member: GroupMember, batch: BatchOffset) -> list[OffsetRange]:
-        """The ranges of ``batch`` this member may commit: partitions it owns, has not given up
-        since the batch was planned, and whose known commit is below the range's end."""
-        owned = member.assignment
-        with self._lock:
-            return [
-                r
-                for r in batch.ranges
-                if r.topic_partition in owned
-                and batch.batch > self._gave_up_through.get(r.topic_partition, -1)
-                and r.until_offset > self._committed.get(r.topic_partition, -1)
-            ]
-
     def _commit_to_kafka(
         self, member: GroupMember, batch: BatchOffset
     ) -> tuple[list[OffsetRange], dict[TopicPartition, int]]:
         """Commit ``batch`` to Kafka; return the ranges the ledger records and the offsets
         now known committed.
 
-        1. Take the committable ranges (:meth:`_committable`).
+        1. Take the committable ranges (``PartitionStates.committable``: owned, not given up
+           since the batch was planned, past what is known committed).
         2. Commit them on the member's thread, only partitions still owned there.
         3. A refusal that means "a rebalance moved on while the commit was in flight"
            (``ILLEGAL_GENERATION`` from a member that is still in the group, typically between
@@ -528,7 +449,9 @@ class GroupStream:
         """
         deadline = time.monotonic() + self.options.broker_timeout_ms / 1000.0
         while True:
-            ranges = self._committable(member, batch)
+            owned = member.assignment
+            with self._lock:
+                ranges = self._partitions.committable(batch.batch, batch.ranges, owned)
             if not ranges:
                 return [], {}
             offsets = {r.topic_partition: r.until_offset for r in ranges}
@@ -592,10 +515,7 @@ class GroupStream:
         committed (bounded by the rebalance timeout, ``max.poll.interval.ms``)."""
         started = time.monotonic()
         with self._lock:
-            self._revoking = self._revoking | partitions
-            for tp in partitions:
-                self._positions.pop(tp, None)
-            wait_for = max((self._last_batch_of.get(tp, -1) for tp in partitions), default=-1)
+            wait_for = self._partitions.begin_revoke(partitions)
         if self.options.at_most_once:
             wait_for = -1  # offsets were committed when the batch was planned
         self.metrics.revocations += 1
@@ -617,12 +537,8 @@ class GroupStream:
                 serve(0.05)
         finally:
             with self._lock:
-                self._revoking = self._revoking - partitions
-                for tp in partitions:
-                    self._committed.pop(tp, None)
-                    self._last_batch_of.pop(tp, None)
-                    # After the barrier: a batch that outlived it must not commit these.
-                    self._gave_up_through[tp] = self._highest_batch
+                # After the barrier: a batch that outlived it must not commit these.
+                self._partitions.give_up(partitions, self._highest_batch)
         self.metrics.last_barrier_wait_s = time.monotonic() - started
         if self._history is not None:
             generation = self._member.generation if self._member is not None else -1
@@ -644,11 +560,7 @@ class GroupStream:
     def on_lost(self, partitions: frozenset[TopicPartition]) -> None:
         """Lost partitions are dropped and never committed (another member owns them)."""
         with self._lock:
-            for tp in partitions:
-                self._positions.pop(tp, None)
-                self._committed.pop(tp, None)
-                self._last_batch_of.pop(tp, None)
-                self._gave_up_through[tp] = self._highest_batch
+            self._partitions.give_up(partitions, self._highest_batch)
         self.metrics.lost_partitions += len(partitions)
         if self._history is not None:
             generation = self._member.generation if self._member is not None else -1

@@ -11,14 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
-from confluent_kafka.admin import AdminClient
-
 from spark_groups.errors import BrokerUnreachableError, OptionError, TopicNotFoundError
+from spark_groups.kafka.client import AdminClient, ConsumerGroupTopicPartitions, KafkaException
+from spark_groups.kafka.secrets import scrub
+from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition
-from spark_groups.secrets import scrub
-from spark_groups.watermarks import EndOffsetResolver
 
 #: Group states in which no member is active (a reset is allowed).
 IDLE_STATES = ("EMPTY", "DEAD")

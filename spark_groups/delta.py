@@ -1,0 +1,91 @@
+"""Opening, creating, appending to and querying Delta tables (delta-rs), for every table
+spark_groups keeps: the offsets ledger, the rebalance history and the sink's table.
+
+Creating a table is a race when several writers start at once. :func:`create_table` never
+retries its commit: a writer that loses the race fails (instead of being rebased into a
+second CREATE TABLE on top of the winner's table, seen with deltalake 1.6.6) and then
+*adopts* the table the winner made by opening it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from spark_groups.files import local_path
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+log = logging.getLogger(__name__)
+
+
+def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> DeltaTable | None:
+    """The Delta table at ``uri`` at its newest version, or None when there is none (other
+    errors propagate)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(uri, storage_options=dict(storage_options) if storage_options else None)
+    except TableNotFoundError:
+        return None
+
+
+def create_table(
+    uri: str,
+    schema: pa.Schema,
+    *,
+    description: str,
+    storage_options: Mapping[str, str] | None = None,
+    partition_by: Sequence[str] = (),
+    name: str | None = None,
+    configuration: Mapping[str, str] | None = None,
+) -> Exception | None:
+    """Create the table at ``uri`` (a local directory is made first); return None when this
+    call created it, or the error when it did not (most likely another writer created it
+    first: open it and check it is the table wanted)."""
+    from deltalake import CommitProperties, DeltaTable
+
+    extra: dict[str, Any] = {}
+    if name is not None:
+        extra["name"] = name
+    if configuration is not None:
+        # delta-rs accepts a non-``delta.*`` key only this way.
+        extra.update(configuration=dict(configuration), raise_if_key_not_exists=False)
+    try:
+        local = local_path(uri)
+        if local is not None:
+            local.mkdir(parents=True, exist_ok=True)
+        DeltaTable.create(
+            uri,
+            schema,
+            mode="error",
+            partition_by=list(partition_by) or None,
+            description=description,
+            storage_options=dict(storage_options) if storage_options else None,
+            # Losing a creation race must fail (and adopt the winner's table), not be
+            # rebased into a second CREATE TABLE on top of it.
+            commit_properties=CommitProperties(max_commit_retries=0),
+            **extra,
+        )
+    except Exception as exc:
+        return exc
+    return None
+
+
+def append(uri: str, data: pa.Table) -> None:
+    """Append ``data`` to the table at ``uri`` in one commit (creating the table if missing)."""
+    from deltalake import write_deltalake
+
+    write_deltalake(uri, data, mode="append")
+
+
+def query(table: DeltaTable, name: str, sql: str) -> pa.Table:
+    """Run ``sql`` against ``table`` registered as ``name`` (delta-rs' DataFusion)."""
+    from deltalake import QueryBuilder
+
+    return pa.table(QueryBuilder().register(name, table).execute(sql).read_all())

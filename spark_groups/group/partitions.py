@@ -1,0 +1,212 @@
+"""The driver's state of every partition it owns: one object per partition, with a status.
+
+A partition the group assigned to this member goes through these states (the model is
+aiokafka's ``consumer/subscription_state.py``)::
+
+    (not in the table) --resume--> ACTIVE --begin_revoke--> REVOKING --give_up--> (gone)
+           |   ^                    |  ^ planned / committed / moved_to_end
+           |   |                    +--+
+           |   +------------------- give_up (lost) -------------------------------+
+           +--committed--> AWAITING_RESUME --resume--> ACTIVE
+
+* ``AWAITING_RESUME``: owned, no planning position yet, but a commit of a batch that read it
+  has been seen (a replay committed before the next plan resolved where it resumes).
+* ``ACTIVE``: owned, with a *position* (the next offset to plan); planned in every batch.
+* ``REVOKING``: the group is taking it away; never planned again; the revocation barrier
+  waits for :attr:`PartitionState.last_batch` to be committed.
+* Given up (lost, or its revocation finished): the state is dropped, and the last batch this
+  member had planned by then is remembered: batches up to it may never commit the partition
+  again (another member may have moved on), also after it is assigned here again.
+
+The two invariants of the offsets live here and are unit-tested without a broker:
+
+1. never commit below what is known committed (:meth:`PartitionTable.committable`);
+2. never commit a partition that was given up, by a batch planned before it was given up.
+
+Not thread-safe on its own: the caller (``GroupStream``) holds its lock around every call.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from spark_groups.offsets import OffsetRange, TopicPartition
+
+
+class Status(enum.Enum):
+    """Where a partition owned by this member stands (see the module documentation)."""
+
+    AWAITING_RESUME = "awaiting-resume"
+    ACTIVE = "active"
+    REVOKING = "revoking"
+
+
+@dataclass
+class PartitionState:
+    """What the driver knows about one owned partition."""
+
+    status: Status
+    #: The next offset to plan (ACTIVE only).
+    position: int | None = None
+    #: The highest offset known committed (ledger or Kafka); commits never go below it.
+    committed: int | None = None
+    #: The last planned batch that read this partition (-1: none); the barrier waits for it.
+    last_batch: int = -1
+
+
+class PartitionTable:
+    """Every owned partition's :class:`PartitionState`, and the partitions given up."""
+
+    def __init__(self) -> None:
+        self._states: dict[TopicPartition, PartitionState] = {}
+        # Per partition, the last batch planned before it was given up.
+        self._gave_up_through: dict[TopicPartition, int] = {}
+
+    def get(self, tp: TopicPartition) -> PartitionState | None:
+        """The state of ``tp``, or None when it is not owned (or not known yet)."""
+        return self._states.get(tp)
+
+    # ------------------------------------------------------------------ queries
+
+    def needs_resume(self, assignment: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """The partitions of ``assignment`` without a position that are not being revoked,
+        sorted: where they resume must be found before they are planned."""
+        out = []
+        for tp in assignment:
+            state = self._states.get(tp)
+            if state is None or state.status is Status.AWAITING_RESUME:
+                out.append(tp)
+        return sorted(out)
+
+    def plannable(self, assignment: frozenset[TopicPartition]) -> dict[TopicPartition, int]:
+        """Position of every ACTIVE partition that is still in ``assignment``."""
+        return {
+            tp: s.position
+            for tp, s in self._states.items()
+            if s.status is Status.ACTIVE and s.position is not None and tp in assignment
+        }
+
+    def is_at(self, tp: TopicPartition, position: int) -> bool:
+        """True when ``tp`` is ACTIVE at ``position`` (a plan made from it is still valid)."""
+        state = self._states.get(tp)
+        return state is not None and state.status is Status.ACTIVE and state.position == position
+
+    def committed_offsets(self) -> dict[TopicPartition, int]:
+        """The highest known committed offset of every owned partition that has one."""
+        return {tp: s.committed for tp, s in self._states.items() if s.committed is not None}
+
+    def committable(
+        self, batch: int, ranges: Sequence[OffsetRange], owned: frozenset[TopicPartition]
+    ) -> list[OffsetRange]:
+        """The ranges of ``batch`` that may be committed: their partition is in ``owned``, was
+        not given up after ``batch`` was planned, and the range ends past what is committed.
+
+        Caller: ``GroupStream.commit_durable``, before committing. Affects: nothing.
+        """
+        kept = []
+        for r in ranges:
+            tp = r.topic_partition
+            state = self._states.get(tp)
+            committed = state.committed if state is not None and state.committed is not None else -1
+            if (
+                tp in owned
+                and batch > self._gave_up_through.get(tp, -1)
+                and r.until_offset > committed
+            ):
+                kept.append(r)
+        return kept
+
+    # ------------------------------------------------------------------ transitions
+
+    def resume(
+        self, tp: TopicPartition, position: int, committed: int | None = None
+    ) -> int | None:
+        """Give ``tp`` its first position; return it (None: ``tp`` is being revoked, and
+        keeps no position).
+
+        With ``committed`` (where the ledger, Kafka or the sink say the group stands) the
+        position is the furthest of it and any commit already seen here.
+        Caller: ``GroupStream`` resolving new partitions. Affects: absent or AWAITING_RESUME
+        -> ACTIVE.
+        """
+        state = self._states.get(tp)
+        if state is None:
+            state = self._states[tp] = PartitionState(Status.AWAITING_RESUME)
+        elif state.status is not Status.AWAITING_RESUME:
+            return None
+        if committed is not None:
+            seen = state.committed
+            state.committed = max(committed, seen) if seen is not None else committed
+            position = state.committed
+        state.status = Status.ACTIVE
+        state.position = position
+        return position
+
+    def planned(self, batch: int, ranges: Iterable[OffsetRange]) -> None:
+        """``batch`` reads ``ranges``: their partitions' positions move to the ranges' ends.
+
+        Caller: ``GroupStream.latest_offset`` (under the lock that also checked
+        :meth:`is_at`). Affects: ``position`` and ``last_batch`` of ACTIVE partitions.
+        """
+        for r in ranges:
+            state = self._states[r.topic_partition]
+            state.position = r.until_offset
+            state.last_batch = batch
+
+    def record_commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """``offsets`` (next offsets to read) were committed.
+
+        A commit never moves ``committed`` back, and moves an ACTIVE partition's position
+        past what the commit covered (a replayed batch after a restart).
+        Caller: ``GroupStream.commit_durable``. Affects: ``committed`` (an owned partition not
+        resumed yet becomes AWAITING_RESUME), ``position``.
+        """
+        for tp, until in offsets.items():
+            state = self._states.get(tp)
+            if state is None:
+                state = self._states[tp] = PartitionState(Status.AWAITING_RESUME)
+            state.committed = max(until, state.committed if state.committed is not None else until)
+            if state.status is Status.ACTIVE and state.position is not None:
+                state.position = max(state.position, until)
+
+    def moved_to_end(self, tp: TopicPartition, end: int) -> None:
+        """The log of ``tp`` now ends below its position (failOnDataLoss=false): continue
+        from ``end``, and let commits go down to it.
+
+        Caller: ``GroupStream`` after planning. Affects: an ACTIVE partition's ``position``
+        and ``committed``; other states are left alone.
+        """
+        state = self._states.get(tp)
+        if state is None or state.status is not Status.ACTIVE:
+            return
+        state.position = end
+        state.committed = min(state.committed if state.committed is not None else end, end)
+
+    def begin_revoke(self, partitions: Iterable[TopicPartition]) -> int:
+        """Stop planning ``partitions``; return the batch the revocation must wait for (the
+        last batch that read any of them; -1 for none).
+
+        Caller: ``GroupStream.on_revoked`` (owner thread). Affects: -> REVOKING.
+        """
+        wait_for = -1
+        for tp in partitions:
+            state = self._states.get(tp)
+            if state is None:
+                state = self._states[tp] = PartitionState(Status.REVOKING)
+            state.status = Status.REVOKING
+            state.position = None
+            wait_for = max(wait_for, state.last_batch)
+        return wait_for
+
+    def give_up(self, partitions: Iterable[TopicPartition], through_batch: int) -> None:
+        """``partitions`` are no longer this member's (lost, or revoked after the barrier):
+        drop their state; batches up to ``through_batch`` may never commit them.
+
+        Caller: ``GroupStream.on_revoked`` (after the barrier) and ``on_lost``.
+        Affects: the state is removed.
+        """
+        for tp in partitions:
+            self._states.pop(tp, None)
+            self._gave_up_through[tp] = through_batch

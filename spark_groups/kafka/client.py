@@ -1,0 +1,63 @@
+"""Creating librdkafka clients, and the client types the rest of the library uses.
+
+Other modules import ``Consumer``, ``KafkaError`` and friends from here, never from
+``confluent_kafka`` itself, so this package stays the one place that talks to librdkafka.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+)
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from spark_groups.errors import SparkGroupsError
+from spark_groups.kafka.config import bootstrap_servers_of
+from spark_groups.kafka.errors import config_error
+from spark_groups.kafka.secrets import scrub
+
+__all__ = [
+    "AdminClient",
+    "Consumer",
+    "ConsumerGroupTopicPartitions",
+    "KafkaError",
+    "KafkaException",
+    "KafkaTopicPartition",
+    "Message",
+    "NewTopic",
+    "Producer",
+    "create_consumer",
+    "validate_config",
+]
+
+
+def create_consumer(config: Mapping[str, Any]) -> Consumer:
+    """A ``Consumer`` for ``config``; a setting librdkafka rejects raises
+    :class:`SparkGroupsError` naming the bootstrap servers, with secrets scrubbed."""
+    try:
+        return Consumer(dict(config))
+    except KafkaException as exc:
+        raise SparkGroupsError(
+            f"cannot create a Kafka consumer for {bootstrap_servers_of(config)}: "
+            f"{scrub(str(exc), config)}"
+        ) from None
+
+
+def validate_config(config: Mapping[str, Any]) -> None:
+    """Let librdkafka check ``config`` now, without connecting anywhere (bootstrap servers
+    are left out). Raises :class:`~spark_groups.errors.OptionError` naming the ``kafka.``
+    key librdkafka rejected."""
+    checked = {k: v for k, v in config.items() if k != "bootstrap.servers"}
+    try:
+        Consumer(checked).close()
+    except KafkaException as exc:
+        raise config_error(exc) from None

@@ -1,0 +1,25 @@
+"""The Delta offsets ledger: which offset ranges a consumer group has processed.
+
+* :mod:`~spark_groups.ledger.table`: :class:`OffsetLedger`, appends and reads of the table;
+* :mod:`~spark_groups.ledger.maintenance`: compaction, vacuum, checkpoints, log clean-up.
+"""
+
+from spark_groups.ledger.table import (
+    CATCH_UP_BATCH,
+    GROUP_ID_KEY,
+    LEDGER_SCHEMA,
+    RESET_BATCH,
+    LedgerRow,
+    OffsetLedger,
+    positions_over_time,
+)
+
+__all__ = [
+    "CATCH_UP_BATCH",
+    "GROUP_ID_KEY",
+    "LEDGER_SCHEMA",
+    "RESET_BATCH",
+    "LedgerRow",
+    "OffsetLedger",
+    "positions_over_time",
+]

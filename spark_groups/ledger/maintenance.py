@@ -1,0 +1,141 @@
+"""Keeping the offsets ledger small: compaction, vacuum, checkpoints and log clean-up.
+
+A ledger appended once per micro-batch gathers one tiny Parquet file and one
+log entry per commit, and every commit and read gets slower. The append whose commit *is*
+table version ``n * compact_every`` (the count comes from the table itself, so it survives
+restarts and is shared by all writers of the table) calls :func:`maintain`, right after its
+commit and before returning. It:
+
+1. compacts small files (``optimize.compact`` with a bounded :data:`COMPACT_TARGET_SIZE`, so
+   one compaction never rewrites more than about that many bytes once the table is large);
+2. vacuums, in delta-rs' default *lite* mode: only files that a commit removed (tombstones)
+   and that were removed longer ago than ``delta.deletedFileRetentionDuration`` are deleted.
+   Files that no commit mentions (a concurrent writer's not yet committed Parquet file) are
+   never touched. The table is created with a retention of :data:`DELETED_FILE_RETENTION`
+   (1 hour): a reader (a CLI, a notebook, another ledger) that reads the files within an
+   hour of loading its snapshot finds every one of them, even if the snapshot's files were
+   compacted away meanwhile; and the directory does not keep a week of tiny files, as
+   Delta's default of 7 days would. Time travel further back than that is not
+   needed: the ledger's history lives in its rows, not in old table versions;
+3. writes a checkpoint of the compacted state, so that opening the table reads one small
+   Parquet checkpoint instead of replaying thousands of JSON commits;
+4. deletes log entries older than ``delta.logRetentionDuration`` (:data:`LOG_RETENTION`,
+   1 day) that lie before a checkpoint (Delta's own rule, so every kept version stays
+   loadable).
+
+Exactly one append holds a given version, so exactly one writer maintains per period. This
+matters: delta-rs 1.6.6 does **not** detect two concurrent ``optimize.compact`` runs (both
+commit, each re-adding the same rows: duplicated data; ``app_transactions`` passed to
+``compact`` are not even recorded). Deciding by "my commit crossed a multiple since the
+version I last saw" instead elected several writers at once in the tests and duplicated rows.
+Within one process, a lock per table path also keeps ledger objects from compacting at the
+same time (a writer finding it taken skips its turn). Across processes, two compactions can
+still overlap only if ``compact_every`` commits land while one runs (it takes tens to a few
+hundred milliseconds), so keep ``compact_every`` large (default 200) when several processes
+write one table. Duplicated rows would not change ``OffsetLedger.latest_positions`` or
+``OffsetLedger.last_batch`` (maxima since a marker), only ``OffsetLedger.history``. If a
+maintenance commit happens to hold the multiple, that period is skipped and the next one
+compacts twice as many files.
+
+Maintenance failures are logged as warnings and do not fail the append (its rows are
+already committed; raising would invite the caller to append them twice). Because the
+retention settings are table properties, Spark's Delta ``VACUUM`` and other delta-rs
+writers respect them too. Appends keep delta-rs' own checkpoint every
+``delta.checkpointInterval`` (100) commits, also when ``compact_every`` is 0, but turn off
+its expired-log cleanup after every commit: that hook lists the whole log each time (about
+10 ms per commit with a thousand log entries, and growing); step 4 does the same job once
+per period. So with ``compact_every=0`` nothing is ever deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from spark_groups.files import local_path
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+logger = logging.getLogger(__name__)
+
+#: How long files removed by compaction are kept before vacuum may delete them.
+DELETED_FILE_RETENTION = "interval 1 hours"
+#: How long Delta log entries are kept (only those before a checkpoint are ever deleted).
+LOG_RETENTION = "interval 1 days"
+#: Target size of compacted files; files this large are not rewritten again.
+COMPACT_TARGET_SIZE = 16 * 1024 * 1024
+
+
+def maintain(table: DeltaTable, path: str, commit_info: dict[str, str]) -> bool:
+    """Compact, vacuum, checkpoint and clean up the log of the ledger ``table`` at ``path``;
+    the compaction's commit carries ``commit_info``.
+
+    Never raises: a failure is logged as a warning and returns False (the caller should load
+    the table afresh). Returns True when done, or skipped because another ledger object of this
+    process is maintaining the same table right now (a second, overlapping compaction would
+    duplicate rows).
+    """
+    lock = _maintenance_lock(path)
+    if not lock.acquire(blocking=False):
+        logger.info("ledger %s: maintenance already running in this process", path)
+        return True
+    try:
+        return _maintain_locked(table, path, commit_info)
+    finally:
+        lock.release()
+
+
+def _maintain_locked(table: DeltaTable, path: str, commit_info: dict[str, str]) -> bool:
+    from deltalake import CommitProperties
+
+    started = time.perf_counter()
+    step = "refreshing"
+    try:
+        table.update_incremental()  # include a compaction that just finished elsewhere
+        step = "compacting"
+        metrics = table.optimize.compact(
+            target_size=COMPACT_TARGET_SIZE,
+            commit_properties=CommitProperties(custom_metadata=dict(commit_info)),
+        )
+        step = "vacuuming"
+        vacuumed = table.vacuum(dry_run=False)
+        step = "checkpointing"
+        table.update_incremental()
+        table.create_checkpoint()
+        step = "cleaning up the log"
+        table.cleanup_metadata()
+    except Exception as exc:
+        logger.warning(
+            "ledger %s: maintenance failed while %s (the append itself succeeded): %s: %s",
+            path,
+            step,
+            type(exc).__name__,
+            exc,
+        )
+        return False
+    logger.info(
+        "ledger %s: maintenance at version %d in %.0f ms: %s file(s) compacted into %s, "
+        "%d old file(s) vacuumed, checkpoint written",
+        path,
+        table.version(),
+        (time.perf_counter() - started) * 1000,
+        metrics.get("numFilesRemoved"),
+        metrics.get("numFilesAdded"),
+        len(vacuumed),
+    )
+    return True
+
+
+_MAINTENANCE_LOCKS: dict[str, threading.Lock] = {}
+_MAINTENANCE_LOCKS_GUARD = threading.Lock()
+
+
+def _maintenance_lock(path: str) -> threading.Lock:
+    """The process-wide lock that serialises maintenance of the table at ``path``."""
+    local = local_path(path)
+    key = str(local.resolve()) if local is not None else path.rstrip("/")
+    with _MAINTENANCE_LOCKS_GUARD:
+        return _MAINTENANCE_LOCKS.setdefault(key, threading.Lock())
