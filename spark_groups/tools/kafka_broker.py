@@ -93,7 +93,7 @@ def kafka_jars_dir() -> Path:
     configured = os.environ.get("SPARK_GROUPS_KAFKA_JARS")
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[1] / ".cache" / "jars" / "kafka"
+    return Path(__file__).resolve().parents[2] / ".cache" / "jars" / "kafka"
 
 
 def _classpath() -> str:
