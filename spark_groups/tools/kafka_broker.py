@@ -261,6 +261,7 @@ class KafkaBroker:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl-C in a terminal reaches us, not the broker
+            preexec_fn=_die_with_parent,
         )
         out.close()
         self._wait_until_serving()
@@ -372,6 +373,18 @@ class KafkaBroker:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: ask Linux to send SIGTERM when the thread that started the
+    broker ends (start brokers from a thread that outlives them, as the main thread does), so
+    a test run killed from outside leaves no broker behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: stop() is the only way out
+        pass
 
 
 def _cluster_id() -> str:
