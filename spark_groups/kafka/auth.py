@@ -26,6 +26,7 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from spark_groups.errors import AuthenticationError, AuthorizationError
+from spark_groups.kafka.config import bootstrap_servers_of
 from spark_groups.kafka.secrets import scrub
 
 #: Codes that mean the brokers refused the client's credentials.
@@ -34,10 +35,6 @@ AUTHENTICATION_CODES = frozenset(
 )
 TOPIC_DENIED = KafkaError.TOPIC_AUTHORIZATION_FAILED
 GROUP_DENIED = KafkaError.GROUP_AUTHORIZATION_FAILED
-
-
-def _servers(config: Mapping[str, Any]) -> str:
-    return str(config.get("bootstrap.servers") or config.get("metadata.broker.list") or "?")
 
 
 def _detail(err: KafkaError | str, config: Mapping[str, Any]) -> str:
@@ -62,7 +59,7 @@ def authentication_error(err: KafkaError | str, config: Mapping[str, Any]) -> Au
     """The :class:`AuthenticationError` of a client created with ``config``."""
     mechanism = config.get("sasl.mechanism") or config.get("sasl.mechanisms") or "GSSAPI"
     return AuthenticationError(
-        servers=_servers(config),
+        servers=bootstrap_servers_of(config),
         username=str(config.get("sasl.username") or "(none)"),
         mechanism=str(mechanism),
         detail=_detail(err, config),
@@ -74,7 +71,7 @@ def topic_denied(
 ) -> AuthorizationError:
     """``topic`` may not be read (or not even described) by this client."""
     return AuthorizationError(
-        "topic", topic, operation, principal_of(config), _servers(config), _detail(err, config)
+        "topic", topic, operation, principal_of(config), bootstrap_servers_of(config), _detail(err, config)
     )
 
 
@@ -83,7 +80,7 @@ def group_denied(
 ) -> AuthorizationError:
     """Consumer group ``group`` may not be used by this client."""
     return AuthorizationError(
-        "group", group, "READ", principal_of(config), _servers(config), _detail(err, config)
+        "group", group, "READ", principal_of(config), bootstrap_servers_of(config), _detail(err, config)
     )
 
 
