@@ -71,7 +71,12 @@ def topic_denied(
 ) -> AuthorizationError:
     """``topic`` may not be read (or not even described) by this client."""
     return AuthorizationError(
-        "topic", topic, operation, principal_of(config), bootstrap_servers_of(config), _detail(err, config)
+        "topic",
+        topic,
+        operation,
+        principal_of(config),
+        bootstrap_servers_of(config),
+        _detail(err, config),
     )
 
 
@@ -80,7 +85,12 @@ def group_denied(
 ) -> AuthorizationError:
     """Consumer group ``group`` may not be used by this client."""
     return AuthorizationError(
-        "group", group, "READ", principal_of(config), bootstrap_servers_of(config), _detail(err, config)
+        "group",
+        group,
+        "READ",
+        principal_of(config),
+        bootstrap_servers_of(config),
+        _detail(err, config),
     )
 
 
