@@ -24,9 +24,11 @@ NO_LEADER_CODES = frozenset(
     {KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION}
 )
 #: "Ask again after a metadata refresh": leadership moved or is moving (a broker that was
-#: frozen or restarted comes back with a newer leader epoch).
+#: frozen or restarted comes back with a newer leader epoch; librdkafka replaces the handle
+#: of a broker that vanished from metadata, failing its requests with _DESTROY_BROKER).
 LEADERSHIP_MOVED_CODES = NO_LEADER_CODES | frozenset(
     {
+        KafkaError._DESTROY_BROKER,
         KafkaError.FENCED_LEADER_EPOCH,
         KafkaError.UNKNOWN_LEADER_EPOCH,
         KafkaError.OFFSET_NOT_AVAILABLE,

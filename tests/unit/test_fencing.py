@@ -3,9 +3,13 @@ protocols.
 
 Two defences stand between a fenced member and a stale commit, and each test shows one:
 
-- Kafka's own: a commit under the old generation (classic) or member epoch (KIP-848) is
-  refused by the group coordinator (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
-  FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH).
+- Kafka's own: a commit under the old generation is refused by the group coordinator
+  (ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID). Shown with the classic protocol, where the
+  member cannot rejoin before the commit leaves (a new generation needs a whole rebalance).
+  With KIP-848 the client can be a member again within one heartbeat of thawing, so whether
+  the coordinator sees the commit under the old member epoch (and refuses it with
+  UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH) or under the new one (and accepts it) is a race:
+  both were seen on Kafka 4.3.
 - spark_groups': the safe point commits only partitions the member still owns, checked on
   the member's thread together with the commit. Kafka checks the generation, not ownership:
   a member that has already rejoined (a new generation or epoch) may commit any partition,
@@ -37,8 +41,7 @@ from broker_support import broker_kind
 
 PROTOCOLS = ["classic", "consumer"]
 #: What Kafka answers a commit from a member it has fenced.
-FENCED_BY_KAFKA = {"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "FENCED_MEMBER_EPOCH",
-                   "STALE_MEMBER_EPOCH"}  # fmt: skip
+FENCED_BY_KAFKA = {"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID"}
 
 
 def member_config(servers: str, group: str, protocol: str) -> dict[str, str]:
@@ -108,10 +111,10 @@ def one_partition_topic(bootstrap_servers: str, make_topic: Callable[..., str]) 
     return topic
 
 
-@pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_kafka_refuses_the_commit_of_a_fenced_member(
-    bootstrap_servers: str, one_partition_topic: str, protocol: str
+    bootstrap_servers: str, one_partition_topic: str
 ) -> None:
+    protocol = "classic"
     if broker_kind() == "tansu":
         pytest.skip("Tansu accepts commits from expired members (docs/brokers.md)")
     topic, group = one_partition_topic, f"g-{uuid.uuid4().hex[:8]}"
