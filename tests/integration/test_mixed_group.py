@@ -196,3 +196,77 @@ def test_a_plain_consumer_handing_partitions_back_and_forth_loses_and_duplicates
     logs_text = a.log_text() + b.log_text()
     assert "SinkGapError" not in logs_text
     assert "Holding" not in logs_text
+
+
+def test_an_unexplained_gap_holds_the_partition_until_accept_gap_and_fails_no_member(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    """A gap nothing accounts for (here: the group reset forward past records the table
+    never got) does not fail the query: the partition is held, the others are read, describe
+    shows the gap, and ``spark-groups accept-gap`` releases it."""
+    from click.testing import CliRunner
+    from test_sink import ids_source, run_into_sink
+
+    from spark_groups.metrics import coordinator_metrics
+    from spark_groups.offsets import TopicPartition
+    from spark_groups.sink import committed_positions
+    from spark_groups.tools.cli import main
+
+    from helpers import group_options, produce_ids
+
+    topic, group = make_topic(2), unique("held")
+    table, ledger = tmp_path / "table", str(tmp_path / "ledger")
+    p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    opts = group_options(bootstrap_servers, topic, group, ledger, **{"sink.table": str(table)})
+    produce_ids(bootstrap_servers, topic, range(100), 2)
+    error = run_into_sink(spark, ids_source(spark, opts), table, tmp_path / "cp1", group)
+    assert error is None, error
+    assert committed_positions(str(table), group, [p0, p1]) == {p0: 50, p1: 50}
+    produce_ids(bootstrap_servers, topic, range(100, 200), 2)
+    # An operator skips p0's records [50, 70): neither the table nor anyone else has them.
+    runner = CliRunner()
+    target = f'offsets-json:{{"{topic}": {{"0": 70}}}}'
+    reset = runner.invoke(
+        main, ["reset", group, "-b", bootstrap_servers, "--offsets-table", ledger, "--to", target]
+    )
+    assert reset.exit_code == 0, reset.output
+
+    query = (
+        ids_source(spark, opts)
+        .writeStream.format("delta-group")
+        .option("group.id", group)
+        .option("checkpointLocation", str(tmp_path / "cp2"))
+        .trigger(processingTime="1 second")
+        .start(str(table))
+    )
+    try:
+        # p1 goes on; p0 is held: not read, not failed.
+        wait_until(lambda: committed_positions(str(table), group, [p1]).get(p1) == 100, 120,
+                   "p1 to be read on")  # fmt: skip
+        wait_until(
+            lambda: any(m.get("held_partitions") == 1
+                        for m in coordinator_metrics(query.lastProgress)),
+            60, "the held partition in the metrics",
+        )  # fmt: skip
+        assert query.exception() is None and query.isActive
+        assert committed_positions(str(table), group, [p0]) == {p0: 50}
+        described = runner.invoke(main, ["describe", group, "-b", bootstrap_servers,
+                                         "--offsets-table", ledger,
+                                         "--sink-table", str(table)])  # fmt: skip
+        assert described.exit_code == 0, described.output
+        assert "sink gap [50, 70)" in described.output
+
+        accepted = runner.invoke(main, ["accept-gap", group, "--sink-table", str(table),
+                                        "--partition", f"{topic}:0", "--until", "70",
+                                        "--offsets-table", ledger])  # fmt: skip
+        assert accepted.exit_code == 0, accepted.output
+        wait_until(lambda: committed_positions(str(table), group, [p0]).get(p0) == 100, 120,
+                   "p0 to be read on after accept-gap")  # fmt: skip
+        assert query.exception() is None
+    finally:
+        query.stop()
+    ids = table_ids(table)
+    assert len(ids) == len(set(ids))
+    skipped = {i for i in range(100, 200) if i % 2 == 0}
+    skipped = set(sorted(skipped)[:20])  # p0's offsets 50..69 are ids 100, 102, ..., 138
+    assert set(ids) == set(range(200)) - skipped
