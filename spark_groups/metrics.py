@@ -84,6 +84,7 @@ def snapshot(
         "batches_committed": counters.batches_committed,
         "last_commit_ms": round(counters.last_commit_ms, 1),
         "slow_batches": counters.extra.get("slow_batches", 0),
+        "held_partitions": counters.extra.get("held_partitions", 0),
         "lag": lag,
     }
 

@@ -5,9 +5,14 @@ batch reads, the half-open range ``[from, until)``. Spark writes it to the check
 offset log, so replaying a batch after a crash reads exactly the same records, whatever the
 group's assignment is by then. The JSON form is::
 
-    {"v": 1, "batch": 7, "ranges": {"orders": {"0": [100, 250], "3": [80, 90]}}}
+    {"v": 1, "batch": 7, "ranges": {"orders": {"0": [100, 250], "3": [80, 90]}},
+     "outside": {"orders": {"3": [40, 80, "another consumer of the group (...)"]}}}
 
 ``batch`` is the source's own sequence number of planned batches (-1 before the first).
+``outside`` (only present when needed) lists, for a range that starts where another consumer
+of the group committed, the :class:`Handover`: ``[since, until, by]``, where ``since`` (or
+``null``) is where spark_groups itself last stood and ``until`` is the range's start. The
+exactly-once sink accepts the gap ``[since, until)`` it explains (``spark_groups.sink``).
 """
 
 from __future__ import annotations
@@ -52,12 +57,44 @@ class OffsetRange:
         return self.until_offset - self.from_offset
 
 
+@dataclass(frozen=True, order=True)
+class Handover:
+    """Offsets ``[since, until)`` of a partition committed in Kafka by another consumer of
+    the group (``by``: who, from the commit's metadata), not by spark_groups.
+
+    ``since`` is where spark_groups itself last stood (its ledger, or the exactly-once sink's
+    table), ``None`` when it knows of no position of its own; ``until`` is the offset the
+    other consumer committed, where the partition resumed. Built from what Kafka says is
+    committed (OffsetFetch, with metadata), which a stale spark_groups member cannot write.
+    """
+
+    topic: str
+    partition: int
+    since: int | None
+    until: int
+    by: str
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        """The partition this handover belongs to."""
+        return TopicPartition(self.topic, self.partition)
+
+    def explains(self, table_offset: int, range_start: int) -> bool:
+        """True when this handover accounts for every record a table holding offsets up to
+        ``table_offset`` misses before a range starting at ``range_start``: the other
+        consumer committed up to exactly ``range_start``, from no later than
+        ``table_offset``."""
+        return self.until == range_start and (self.since is None or self.since <= table_offset)
+
+
 @dataclass(frozen=True)
 class BatchOffset:
-    """The plan of one micro-batch: its sequence number and one range per partition read."""
+    """The plan of one micro-batch: its sequence number and one range per partition read,
+    and the :class:`Handover` of each range that starts where another consumer committed."""
 
     batch: int
     ranges: tuple[OffsetRange, ...] = field(default_factory=tuple)
+    outside: tuple[Handover, ...] = field(default_factory=tuple)
 
     @classmethod
     def initial(cls) -> BatchOffset:
@@ -65,16 +102,25 @@ class BatchOffset:
         return cls(batch=-1, ranges=())
 
     @classmethod
-    def of(cls, batch: int, ranges: Iterable[OffsetRange]) -> BatchOffset:
-        """Build a batch offset with its ranges in a canonical (sorted) order."""
-        return cls(batch=batch, ranges=tuple(sorted(ranges)))
+    def of(
+        cls, batch: int, ranges: Iterable[OffsetRange], outside: Iterable[Handover] = ()
+    ) -> BatchOffset:
+        """Build a batch offset with its ranges (and handovers) in a canonical (sorted)
+        order."""
+        return cls(batch=batch, ranges=tuple(sorted(ranges)), outside=tuple(sorted(outside)))
 
     def to_json(self) -> dict[str, Any]:
         """The dict Spark stores in its offset log."""
         topics: dict[str, dict[str, list[int]]] = {}
         for r in self.ranges:
             topics.setdefault(r.topic, {})[str(r.partition)] = [r.from_offset, r.until_offset]
-        return {"v": FORMAT_VERSION, "batch": self.batch, "ranges": topics}
+        value: dict[str, Any] = {"v": FORMAT_VERSION, "batch": self.batch, "ranges": topics}
+        if self.outside:
+            outside: dict[str, dict[str, list[Any]]] = {}
+            for h in self.outside:
+                outside.setdefault(h.topic, {})[str(h.partition)] = [h.since, h.until, h.by]
+            value["outside"] = outside
+        return value
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> BatchOffset:
@@ -87,7 +133,18 @@ class BatchOffset:
                 for topic, parts in value["ranges"].items()
                 for part, bounds in parts.items()
             ]
-            return cls.of(int(value["batch"]), ranges)
+            outside = [
+                Handover(
+                    topic,
+                    int(part),
+                    None if h[0] is None else int(h[0]),
+                    int(h[1]),
+                    str(h[2]),
+                )
+                for topic, parts in value.get("outside", {}).items()
+                for part, h in parts.items()
+            ]
+            return cls.of(int(value["batch"]), ranges, outside)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise SparkGroupsError(
                 f"not a spark_groups offset (was the checkpoint written by another source?): "

@@ -77,11 +77,18 @@ def _to_ours(partitions: Iterable[KafkaTopicPartition]) -> frozenset[TopicPartit
 
 
 def _to_kafka(
-    partitions: Iterable[TopicPartition], offsets: Mapping[TopicPartition, int] | None = None
+    partitions: Iterable[TopicPartition],
+    offsets: Mapping[TopicPartition, int] | None = None,
+    metadata: str | None = None,
 ) -> list[KafkaTopicPartition]:
     if offsets is None:
         return [KafkaTopicPartition(p.topic, p.partition) for p in partitions]
-    return [KafkaTopicPartition(p.topic, p.partition, offsets[p]) for p in partitions]
+    if metadata is None:
+        return [KafkaTopicPartition(p.topic, p.partition, offsets[p]) for p in partitions]
+    return [
+        KafkaTopicPartition(p.topic, p.partition, offsets[p], metadata=metadata)
+        for p in partitions
+    ]
 
 
 class _NoListener:
@@ -232,6 +239,14 @@ class GroupMember:
         self, partitions: Iterable[TopicPartition], timeout_s: float = 30.0
     ) -> dict[TopicPartition, int]:
         """The group's committed offsets in Kafka; partitions with none are left out."""
+        return {tp: o for tp, (o, _) in self.committed_with_metadata(partitions, timeout_s).items()}
+
+    def committed_with_metadata(
+        self, partitions: Iterable[TopicPartition], timeout_s: float = 30.0
+    ) -> dict[TopicPartition, tuple[int, str]]:
+        """The group's committed offsets in Kafka with each commit's metadata string (""
+        for none; see :mod:`spark_groups.commit_metadata`); partitions with none are left
+        out."""
         wanted = _to_kafka(partitions)
         if not wanted:
             return {}
@@ -251,7 +266,7 @@ class GroupMember:
             if denied is not None:
                 raise denied
         return {
-            TopicPartition(p.topic, p.partition): p.offset
+            TopicPartition(p.topic, p.partition): (p.offset, p.metadata or "")
             for p in result
             if p.error is None and p.offset >= 0
         }
@@ -262,9 +277,11 @@ class GroupMember:
         timeout_s: float = 30.0,
         *,
         owned_only: bool = False,
+        metadata: str | None = None,
     ) -> frozenset[TopicPartition]:
         """Commit ``offsets`` (next offset to read) to Kafka under the current generation;
-        return the partitions committed.
+        return the partitions committed. ``metadata`` is stored with every offset (who
+        committed: :func:`spark_groups.commit_metadata.make`).
 
         With ``owned_only``, the owner thread first handles the rebalance events librdkafka
         has queued (a session that expired while this process was frozen shows up as lost
@@ -289,7 +306,9 @@ class GroupMember:
             if not kept:
                 return []
             sent_under.append(self._generation)
-            return consumer.commit(offsets=_to_kafka(sorted(kept), kept), asynchronous=False)
+            return consumer.commit(
+                offsets=_to_kafka(sorted(kept), kept, metadata), asynchronous=False
+            )
 
         try:
             result = self.call(commit, timeout_s)

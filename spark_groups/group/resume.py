@@ -10,7 +10,13 @@ In order of precedence:
 3. **startingOffsets** at the query's first plan, and **earliest** for partitions that
    appear later (a topic grew, a pattern matched a new topic), as Spark's kafka source does.
 
-The decision (:func:`choose`) is pure; the look-ups take the clients they need.
+A partition whose Kafka commit was made by another consumer of the group (a plain consumer
+service: its commit metadata is not spark_groups', see :mod:`spark_groups.commit_metadata`)
+past where spark_groups itself last stood resumes there too; :func:`handovers` names those
+ranges so the exactly-once sink can tell them from loss.
+
+The decisions (:func:`choose`, :func:`handovers`) are pure; the look-ups take the clients
+they need.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from spark_groups.offsets import TopicPartition
+from spark_groups import commit_metadata
+from spark_groups.offsets import Handover, TopicPartition
 from spark_groups.options import EARLIEST, LATEST, StartingOffsets
 
 if TYPE_CHECKING:
@@ -46,30 +53,68 @@ def start_rule(starting: StartingOffsets, tp: TopicPartition, discovered_later: 
     return starting.for_partition(tp)
 
 
-def committed_positions(
+@dataclass(frozen=True)
+class Committed:
+    """What is committed for some partitions: ``kafka`` (offset and metadata per partition),
+    the ledger's positions (``ledger``: every row; ``ledger_own``: without offsets committed
+    outside spark_groups)."""
+
+    kafka: Mapping[TopicPartition, tuple[int, str]]
+    ledger: Mapping[TopicPartition, int]
+    ledger_own: Mapping[TopicPartition, int]
+
+    def known(self) -> dict[TopicPartition, int]:
+        """The furthest of the ledger's and Kafka's committed offset per partition;
+        partitions committed in neither are left out."""
+        return furthest(self.ledger, {tp: o for tp, (o, _) in self.kafka.items()})
+
+
+def furthest(*positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """The highest offset per partition over ``positions``."""
+    out: dict[TopicPartition, int] = {}
+    for each in positions:
+        for tp, offset in each.items():
+            out[tp] = max(offset, out.get(tp, offset))
+    return out
+
+
+def committed(
     partitions: Sequence[TopicPartition], ledger: OffsetLedger | None, member: GroupMember
+) -> Committed:
+    """Look up what Kafka (with commit metadata) and the ledger hold for ``partitions``."""
+    kafka = member.committed_with_metadata(partitions)
+    if ledger is None:
+        return Committed(kafka, {}, {})
+    return Committed(
+        kafka,
+        ledger.latest_positions(partitions),
+        ledger.latest_positions(partitions, own_only=True),
+    )
+
+
+def handovers(
+    kafka: Mapping[TopicPartition, tuple[int, str]], ours: Mapping[TopicPartition, int]
+) -> dict[TopicPartition, Handover]:
+    """The partitions whose Kafka commit (``kafka``: offset and metadata) another consumer
+    of the group made, past where spark_groups itself stood (``ours``: the ledger's own rows
+    and the sink's table; a partition missing there has no such position)."""
+    out: dict[TopicPartition, Handover] = {}
+    for tp, (offset, metadata) in sorted(kafka.items()):
+        who = commit_metadata.read(metadata)
+        since = ours.get(tp)
+        if who.ours or (since is not None and offset <= since):
+            continue
+        out[tp] = Handover(tp.topic, tp.partition, since, offset, who.text)
+    return out
+
+
+def sink_positions(
+    sink_path: str, group_id: str, partitions: Sequence[TopicPartition]
 ) -> dict[TopicPartition, int]:
-    """The furthest of the ledger's and Kafka's committed offset per partition; partitions
-    committed in neither are left out."""
-    known: dict[TopicPartition, int] = {}
-    if ledger is not None:
-        known.update(ledger.latest_positions(partitions))
-    for tp, offset in member.committed(partitions).items():
-        known[tp] = max(offset, known.get(tp, offset))
-    return known
+    """The exactly-once sink table's next offset per partition (absent: never written)."""
+    from spark_groups.sink.commit import committed_positions as positions
 
-
-def sink_ahead(
-    sink_path: str,
-    group_id: str,
-    partitions: Sequence[TopicPartition],
-    known: Mapping[TopicPartition, int],
-) -> dict[TopicPartition, int]:
-    """The sink table's positions where they are ahead of ``known``."""
-    from spark_groups.sink.commit import committed_positions as sink_positions
-
-    sink = sink_positions(sink_path, group_id, partitions)
-    return {tp: v for tp, v in sink.items() if v > known.get(tp, -1)}
+    return positions(sink_path, group_id, partitions)
 
 
 def starting_offsets(

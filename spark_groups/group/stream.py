@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from spark_groups import commit_metadata
 from spark_groups import metrics as coordinator_metrics
 from spark_groups.errors import (
     CommitError,
@@ -41,15 +42,21 @@ from spark_groups.errors import (
     StaleGenerationError,
     TopicNotFoundError,
 )
-from spark_groups.group import resume
+from spark_groups.group import gaps, resume
 from spark_groups.group.history import RebalanceHistory
 from spark_groups.group.member import GroupMember
 from spark_groups.group.partitions import PartitionTable
 from spark_groups.group.planner import plan_ranges
 from spark_groups.kafka.watermarks import EndOffsetResolver
-from spark_groups.ledger import CATCH_UP_BATCH, LedgerRow, OffsetLedger
+from spark_groups.ledger import CATCH_UP_BATCH, OUTSIDE_BATCH, LedgerRow, OffsetLedger
 from spark_groups.metrics import StreamMetrics
-from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition, positions_to_json
+from spark_groups.offsets import (
+    BatchOffset,
+    Handover,
+    OffsetRange,
+    TopicPartition,
+    positions_to_json,
+)
 from spark_groups.options import LATEST, SourceOptions
 from spark_groups.worker_logging import log_to_stderr
 
@@ -86,6 +93,12 @@ class GroupStream:
         # partitions (a topic grew, a pattern matched a new topic): they start at earliest.
         self._first_plan_done = False
         self._highest_batch = -1  # the highest batch number this stream has seen
+        # Ranges another consumer of the group committed, where partitions resumed (the
+        # first batch of each carries it for the sink), and partitions held back because the
+        # sink's table would get a gap nothing explains (group.gaps). Guarded by _lock.
+        self._handovers: dict[TopicPartition, Handover] = {}
+        self._held: dict[TopicPartition, gaps.Held] = {}
+        self._held_checked = 0.0
         max_poll = int(options.kafka.get("max.poll.interval.ms", "300000"))
         self._barrier_timeout_s = max(1.0, max_poll / 1000.0 - 5.0)
 
@@ -163,12 +176,14 @@ class GroupStream:
         self._wait_for_first_assignment(member)
         member.check()
         self._resolve_new_partitions(member, start)
+        self._recheck_held()
         self.commit_durable(start)
         self._warn_if_slow(start.batch)
         if self._history is not None:
             self._history.flush()
         with self._lock:
             positions = self._partitions.plannable(member.assignment)
+            positions = {tp: o for tp, o in positions.items() if tp not in self._held}
         ends = self._end_offsets(positions)
         plan = plan_ranges(positions, ends, max_records)
         for tp, position, end in plan.went_backwards:
@@ -183,7 +198,13 @@ class GroupStream:
                 if self._partitions.is_at(r.topic_partition, r.from_offset)
                 and r.topic_partition in member.assignment
             ]
-            batch = BatchOffset.of(start.batch + 1, ranges) if ranges else None
+            outside = [
+                self._handovers[r.topic_partition]
+                for r in ranges
+                if r.topic_partition in self._handovers
+                and self._handovers[r.topic_partition].until == r.from_offset
+            ]
+            batch = BatchOffset.of(start.batch + 1, ranges, outside) if ranges else None
             if batch is not None:
                 self._highest_batch = max(self._highest_batch, batch.batch)
                 self._partitions.planned(batch.batch, batch.ranges)
@@ -312,9 +333,14 @@ class GroupStream:
         # confirm its end afresh, so a log that went backwards is seen.
         assert self._resolver is not None
         self._resolver.forget(new)
-        known = resume.committed_positions(new, self._ledger, member)
+        committed = resume.committed(new, self._ledger, member)
+        known = committed.known()
+        sink: dict[TopicPartition, int] = {}
         if self.options.sink_path is not None:
-            self._catch_up_with_sink(member, new, known)
+            sink = resume.sink_positions(self.options.sink_path, self.options.group_id, new)
+            self._catch_up_with_sink(member, sink, known)
+        handovers = resume.handovers(committed.kafka, resume.furthest(committed.ledger_own, sink))
+        self._record_handovers(handovers, committed.ledger)
         replayed = start.ends()
         discovered_later, self._first_plan_done = self._first_plan_done, True
         rules = {
@@ -326,32 +352,105 @@ class GroupStream:
         self._pin(member, {tp: v for tp, v in starts.items() if rules[tp] == LATEST})
         chosen = resume.choose(new, known, replayed, starts, discovered_later)
         sources: dict[str, tuple[int | None, str]] = {}
+        resumed: dict[TopicPartition, int] = {}
         with self._lock:
             for tp, first in chosen.items():
-                committed = first.offset if first.origin == "committed" else None
-                position = self._partitions.resume(tp, first.offset, committed)
+                position = self._partitions.resume(
+                    tp, first.offset, first.offset if first.origin == "committed" else None
+                )
                 sources[str(tp)] = (position, first.origin)
+                if position is not None:
+                    resumed[tp] = position
+                self._handovers.pop(tp, None)
+                if tp in handovers:
+                    self._handovers[tp] = handovers[tp]
         log.info("resuming %d partitions (offset, from): %s", len(new), sources)
+        if self.options.sink_path is not None:
+            who = {tp: commit_metadata.read(md).text for tp, (_, md) in committed.kafka.items()}
+            self._hold(gaps.unexplained(resumed, sink, handovers, who))
+
+    def _record_handovers(
+        self, handovers: Mapping[TopicPartition, Handover], ledger: Mapping[TopicPartition, int]
+    ) -> None:
+        """Log the ranges other consumers of the group committed and record them in the
+        ledger (``batch`` :data:`OUTSIDE_BATCH`), once: a range the ledger already reaches
+        was recorded by an earlier owner."""
+        for h in handovers.values():
+            log.info(
+                "%s resumes at %d, committed by %s (spark_groups stood at %s): the range was "
+                "processed outside this query",
+                h.topic_partition,
+                h.until,
+                h.by,
+                h.since,
+            )
+        rows = [
+            LedgerRow(
+                topic=h.topic,
+                partition=h.partition,
+                from_offset=h.until if h.since is None else h.since,
+                until_offset=h.until,
+                member_id=h.by,
+                generation=-1,
+                batch=OUTSIDE_BATCH,
+                committed_at=datetime.now(UTC),
+            )
+            for tp, h in sorted(handovers.items())
+            if ledger.get(tp, -1) < h.until
+        ]
+        if self._ledger is not None and rows:
+            self._ledger.append(rows)
+
+    def _hold(self, held: Mapping[TopicPartition, gaps.Held]) -> None:
+        """Hold back partitions the sink's table would get an unexplained gap in."""
+        if not held:
+            return
+        assert self.options.sink_path is not None
+        with self._lock:
+            self._held.update(held)
+            self.metrics.extra["held_partitions"] = len(self._held)
+        for h in held.values():
+            log.error(
+                "%s",
+                h.message(self.options.group_id, self.options.sink_path, self.options.ledger_path),
+            )
+
+    def _recheck_held(self) -> None:
+        """Every few seconds, release the held partitions the sink's table has reached (an
+        operator ran ``spark-groups accept-gap``), and drop those no longer owned."""
+        with self._lock:
+            held = dict(self._held)
+        if not held or time.monotonic() - self._held_checked < gaps.RECHECK_S:
+            return
+        self._held_checked = time.monotonic()
+        assert self.options.sink_path is not None
+        table = resume.sink_positions(self.options.sink_path, self.options.group_id, list(held))
+        done = list(gaps.released(held, table))
+        with self._lock:
+            for tp in done:
+                self._held.pop(tp, None)
+            self.metrics.extra["held_partitions"] = len(self._held)
+        for tp in done:
+            log.info("%s: the sink table reaches %d now; reading it again", tp, table[tp])
 
     def _catch_up_with_sink(
         self,
         member: GroupMember,
-        partitions: list[TopicPartition],
+        sink: Mapping[TopicPartition, int],
         known: dict[TopicPartition, int],
     ) -> None:
         """Resume from the exactly-once sink (option ``sink.table``) where it is ahead of the
         ledger and Kafka, and bring both up to its position. The sink commits a batch before
         the source's safe point does, so after a crash it can be one batch ahead; without this
         the next owner would re-read that batch only for the sink to drop it."""
-        assert self.options.sink_path is not None
-        ahead = resume.sink_ahead(self.options.sink_path, self.options.group_id, partitions, known)
+        ahead = {tp: v for tp, v in sink.items() if v > known.get(tp, -1)}
         if not ahead:
             return
         log.info("the sink %s is ahead; resuming from it: %s", self.options.sink_path, ahead)
         prior = dict(known)
         known.update(ahead)
         try:
-            member.commit(ahead)
+            member.commit(ahead, metadata=self._commit_metadata(member, "sink catch-up"))
         except CommitError as exc:  # includes a stale generation: the next owner does this
             self.metrics.failed_commits += 1
             log.warning("could not bring Kafka up to the sink's offsets: %s", exc)
@@ -383,6 +482,10 @@ class GroupStream:
             ]
         )
 
+    def _commit_metadata(self, member: GroupMember, what: str) -> str:
+        """The metadata of this member's OffsetCommit for ``what`` (who committed)."""
+        return commit_metadata.make(member.member_id, what, self.options.kafka.get("client.id", ""))
+
     def _pin(self, member: GroupMember, starts: Mapping[TopicPartition, int]) -> None:
         """Commit where partitions that started at ``latest`` start (to Kafka, like a plain
         consumer's first commit after ``auto.offset.reset``), so the group agrees on it: a
@@ -391,7 +494,7 @@ class GroupStream:
         if not starts:
             return
         try:
-            member.commit(starts)
+            member.commit(starts, metadata=self._commit_metadata(member, "starting offset"))
         except CommitError as exc:
             log.warning("could not commit the starting offsets %s: %s", dict(starts), exc)
 
@@ -456,7 +559,11 @@ class GroupStream:
                 return [], {}
             offsets = {r.topic_partition: r.until_offset for r in ranges}
             try:
-                done = member.commit(offsets, owned_only=True)
+                done = member.commit(
+                    offsets,
+                    owned_only=True,
+                    metadata=self._commit_metadata(member, f"batch {batch.batch}"),
+                )
             except StaleGenerationError as exc:
                 if exc.transient and self._await_new_generation(member, exc.generation, deadline):
                     log.info(
@@ -539,6 +646,7 @@ class GroupStream:
             with self._lock:
                 # After the barrier: a batch that outlived it must not commit these.
                 self._partitions.give_up(partitions, self._highest_batch)
+                self._forget(partitions)
         self.metrics.last_barrier_wait_s = time.monotonic() - started
         if self._history is not None:
             generation = self._member.generation if self._member is not None else -1
@@ -557,10 +665,18 @@ class GroupStream:
             wait_for,
         )
 
+    def _forget(self, partitions: frozenset[TopicPartition]) -> None:
+        """Drop the handovers and holds of partitions given up (caller holds ``_lock``)."""
+        for tp in partitions:
+            self._handovers.pop(tp, None)
+            self._held.pop(tp, None)
+        self.metrics.extra["held_partitions"] = len(self._held)
+
     def on_lost(self, partitions: frozenset[TopicPartition]) -> None:
         """Lost partitions are dropped and never committed (another member owns them)."""
         with self._lock:
             self._partitions.give_up(partitions, self._highest_batch)
+            self._forget(partitions)
         self.metrics.lost_partitions += len(partitions)
         if self._history is not None:
             generation = self._member.generation if self._member is not None else -1

@@ -12,6 +12,11 @@ All columns are non-nullable. The table keeps the minimal Delta protocol (reader
 the group up to the exactly-once sink's offsets. ``batch = -2`` (:data:`RESET_BATCH`) is a
 *reset marker*, written by ``spark-groups reset``: an operator set the group's position to
 ``until_offset`` (it was at ``from_offset``; generation ``-1``; ``member_id`` names who reset).
+``batch = -3`` (:data:`OUTSIDE_BATCH`) records offsets committed *outside* spark_groups:
+``[from_offset, until_offset)`` was committed in Kafka by another consumer of the group (a
+plain consumer service; ``member_id`` says who, from the commit's metadata) or accepted by an
+operator (``spark-groups accept-gap``; ``member_id`` ``accept-gap:user@host``); generation
+``-1``.
 A partition's position (:meth:`OffsetLedger.latest_positions`) is the highest ``until_offset``
 since its last reset marker, the marker included: the maximum alone could never move back.
 
@@ -106,6 +111,9 @@ CATCH_UP_BATCH = -1
 #: reset``). Its ``from_offset`` is the position before the reset, its ``until_offset`` the
 #: new one (which may be lower: a reset marker is the only row whose range may run backwards).
 RESET_BATCH = -2
+#: The ``batch`` of a row recording offsets committed outside spark_groups (by another
+#: consumer of the group, or accepted by an operator with ``spark-groups accept-gap``).
+OUTSIDE_BATCH = -3
 
 
 @dataclass(frozen=True)
@@ -200,7 +208,7 @@ class OffsetLedger:
                     self._table = None  # reload from storage next time
 
     def latest_positions(
-        self, partitions: Iterable[TopicPartition] | None = None
+        self, partitions: Iterable[TopicPartition] | None = None, *, own_only: bool = False
     ) -> dict[TopicPartition, int]:
         """Where this group stands per partition: the highest ``until_offset`` recorded since
         the partition's last reset marker (:data:`RESET_BATCH`), the marker's own
@@ -208,7 +216,9 @@ class OffsetLedger:
 
         So a replayed, older range never moves the position back, and a reset does (see
         :meth:`record_reset`). Only ``partitions`` are looked up when given (partitions never
-        recorded are absent from the result). Returns ``{}`` when the table does not exist.
+        recorded are absent from the result). With ``own_only``, rows of offsets committed
+        outside spark_groups (:data:`OUTSIDE_BATCH`) are left out: where spark_groups itself
+        last stood. Returns ``{}`` when the table does not exist.
         """
         wanted = None if partitions is None else set(partitions)
         if wanted is not None and not wanted:
@@ -226,7 +236,8 @@ class OffsetLedger:
             f'ON "topic" = r_topic AND "partition" = r_partition '
             f'WHERE {where} AND (r_at IS NULL OR "committed_at" > r_at '
             f'OR ("batch" = {RESET_BATCH} AND "committed_at" = r_at)) '
-            f'GROUP BY "topic", "partition"'
+            + (f'AND "batch" <> {OUTSIDE_BATCH} ' if own_only else "")
+            + 'GROUP BY "topic", "partition"'
         )
         table = self._query(sql)
         if table is None:
@@ -577,8 +588,8 @@ def _row_problem(row: LedgerRow) -> str | None:
         return "partition must be in [0, 2**31)"
     if not -(2**31) <= row.generation <= _INT32_MAX:
         return "generation must fit in 32 bits"
-    if row.batch < RESET_BATCH:
-        return f"batch must be >= {RESET_BATCH}"
+    if row.batch < OUTSIDE_BATCH:
+        return f"batch must be >= {OUTSIDE_BATCH}"
     if row.batch == RESET_BATCH:
         if min(row.from_offset, row.until_offset) < 0:
             return "a reset marker's offsets must be >= 0"

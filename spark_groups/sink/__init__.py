@@ -4,6 +4,8 @@
 * :mod:`~spark_groups.sink.writer`: executor side, a task's rows as Parquet files;
 * :mod:`~spark_groups.sink.commit`: driver side, the one compare-and-set Delta commit per
   batch, and :func:`committed_positions` (where the table says each partition stands);
+* :mod:`~spark_groups.sink.gaps`: ``accept_gap``, an operator's decision to leave a
+  partition's missing records out of the table, recorded in it;
 * :mod:`~spark_groups.sink.options`: the sink's options;
 * :mod:`~spark_groups.sink.spark`: the Spark adapter (the only module here importing Spark).
 """

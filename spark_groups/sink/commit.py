@@ -18,8 +18,13 @@ committing, each partition of the batch is compared with that version ``v``:
   dropped, files straddling ``v`` are rewritten without those rows (read back from storage by
   the driver; this happens only when two members planned different ranges of a partition),
   and the transaction moves to ``until``.
-* ``v < from``: the records ``[v, from)`` would be missing: the batch is refused with
-  :class:`~spark_groups.errors.SinkGapError` (``failOnGap=false`` logs and writes instead).
+* ``v < from``: the records ``[v, from)`` are not in the table. When the batch's plan says
+  another consumer of the group committed them (a :class:`~spark_groups.offsets.Handover`
+  from ``since <= v`` up to exactly ``from``; the source builds it from Kafka's committed
+  offset and its metadata), the gap is accounted for: the partition is written and the
+  commit info records the range under ``spark_groups.outside``. Any other gap refuses the
+  batch with :class:`~spark_groups.errors.SinkGapError` (``failOnGap=false`` logs and writes
+  instead).
 * no ``v`` (the partition was never written by this group) or ``v == from``: written.
 
 **Compare-and-set.** The versions are read from one snapshot of the table and the commit is
@@ -47,14 +52,14 @@ import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pyarrow as pa
 
 from spark_groups.delta import create_table, open_table
 from spark_groups.errors import SinkError, SinkGapError
 from spark_groups.files import location, table_uri
-from spark_groups.offsets import OffsetRange, TopicPartition
+from spark_groups.offsets import Handover, OffsetRange, TopicPartition
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.writer import DataFile, check_schema, remove_files, rewrite_from
 
@@ -62,6 +67,7 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Prefix of the sink's Delta transaction (``txn``) app ids.
 APP_ID_PREFIX = "spark_groups"
@@ -74,6 +80,7 @@ COMMIT_INFO_KEYS = (
     "spark_groups.member",
     "spark_groups.ranges",
     "spark_groups.dropped",
+    "spark_groups.outside",
 )
 
 
@@ -160,6 +167,8 @@ class _Decision:
     written: dict[TopicPartition, OffsetRange] = field(default_factory=dict)
     dropped: list[TopicPartition] = field(default_factory=list)
     versions: dict[TopicPartition, int] = field(default_factory=dict)
+    # Gaps another consumer of the group accounts for: [table's v, from) and who.
+    outside: dict[TopicPartition, tuple[int, int, str]] = field(default_factory=dict)
 
 
 class DeltaSink:
@@ -484,26 +493,50 @@ class DeltaSink:
                 decision.dropped.append(tp)
                 continue
             start = planned.from_offset
+            handover = plan.outside.get(tp)
             if version is not None and version < planned.from_offset:
-                gaps.append((tp, version, planned))
+                if handover is not None and handover.explains(version, planned.from_offset):
+                    decision.outside[tp] = (version, planned.from_offset, handover.by)
+                else:
+                    gaps.append((tp, version, planned))
             elif version is not None and version > planned.from_offset:
                 start = version
                 mine = self._cut(mine, version, rewrites, made)
             decision.keep.extend(mine)
             decision.txns[tp] = planned.until_offset
             decision.written[tp] = OffsetRange(tp.topic, tp.partition, start, planned.until_offset)
+        for tp, (v, until, by) in decision.outside.items():
+            log.info(
+                "sink %s: batch %d: %s [%d, %d) was committed by %s, outside this table; "
+                "recorded as such",
+                self.path,
+                plan.batch_id,
+                tp,
+                v,
+                until,
+                by,
+            )
         if gaps:
             text = "; ".join(
-                f"{tp}: the table holds offsets up to {v} (next {v}), the batch starts at "
-                f"{r.from_offset}"
+                f"{tp}: the table holds offsets up to {v}, the batch starts at {r.from_offset}"
+                + _gap_origin(plan.outside.get(tp), v)
+                for tp, v, r in gaps
+            )
+            commands = "; ".join(
+                f"spark-groups accept-gap {self.group_id} --sink-table {self.path} "
+                f"--partition {tp.topic}:{tp.partition} --until {r.from_offset}"
                 for tp, v, r in gaps
             )
             if self.fail_on_gap:
                 raise SinkGapError(
-                    f"sink {self.path}: batch {plan.batch_id} would leave a gap: {text}. Records "
-                    "between were read but never written to this table (were offsets committed "
-                    "elsewhere, e.g. by a plain consumer of the group, or lost to retention?). "
-                    "Nothing was committed; set the sink option failOnGap=false to write anyway",
+                    f"sink {self.path}: batch {plan.batch_id} would leave a gap: {text}. No "
+                    "other consumer of the group is known to have committed those records "
+                    "(were they lost to retention, skipped by at-most-once, or was the table "
+                    "restored?). Nothing was committed, and every member would fail the same "
+                    "way: to leave the records out of the table, record that decision with "
+                    f"{commands} (then restart); to read them instead, reset the group to the "
+                    "table's offsets with spark-groups reset. The source option sink.table "
+                    "makes members hold such a partition instead of failing",
                     gaps={tp: (v, r.from_offset) for tp, v, r in gaps},
                 )
             log.warning(
@@ -621,6 +654,13 @@ class DeltaSink:
                 separators=(",", ":"),
             ),
             "spark_groups.dropped": json.dumps([str(tp) for tp in decision.dropped]),
+            "spark_groups.outside": json.dumps(
+                {
+                    topic: {p: [v, until, by] for p, (v, until, by) in parts.items()}
+                    for topic, parts in _by_topic(decision.outside).items()
+                },
+                separators=(",", ":"),
+            ),
         }
         return info
 
@@ -664,8 +704,18 @@ class DeltaSink:
             remove_files(self.uri, doomed)
 
 
-def _by_topic(ranges: Mapping[TopicPartition, OffsetRange]) -> dict[str, dict[str, OffsetRange]]:
-    out: dict[str, dict[str, OffsetRange]] = {}
+def _gap_origin(handover: Handover | None, table_offset: int) -> str:
+    """Why a handover in the plan does not explain a gap ('' without one)."""
+    if handover is None:
+        return ""
+    return (
+        f" ({handover.by} committed [{handover.since}, {handover.until}), but spark_groups had "
+        f"committed up to {handover.since}, past the table's {table_offset})"
+    )
+
+
+def _by_topic(ranges: Mapping[TopicPartition, T]) -> dict[str, dict[str, T]]:
+    out: dict[str, dict[str, T]] = {}
     for tp in sorted(ranges):
         out.setdefault(tp.topic, {})[str(tp.partition)] = ranges[tp]
     return out

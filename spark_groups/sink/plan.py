@@ -25,25 +25,40 @@ from typing import Any
 
 from spark_groups.errors import SinkError, SparkGroupsError
 from spark_groups.files import location
-from spark_groups.offsets import FORMAT_VERSION, BatchOffset, OffsetRange, TopicPartition
+from spark_groups.offsets import (
+    FORMAT_VERSION,
+    BatchOffset,
+    Handover,
+    OffsetRange,
+    TopicPartition,
+)
 
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """The Kafka offset ranges of one Spark micro-batch (``batch_id``), one per partition."""
+    """The Kafka offset ranges of one Spark micro-batch (``batch_id``), one per partition,
+    and the :class:`~spark_groups.offsets.Handover` of each range that starts where another
+    consumer of the group committed (``outside``)."""
 
     batch_id: int
     ranges: Mapping[TopicPartition, OffsetRange] = field(default_factory=dict)
+    outside: Mapping[TopicPartition, Handover] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, batch_id: int, ranges: list[OffsetRange] | tuple[OffsetRange, ...]) -> BatchPlan:
-        """A plan from a list of ranges (one per partition)."""
+    def of(
+        cls,
+        batch_id: int,
+        ranges: list[OffsetRange] | tuple[OffsetRange, ...],
+        outside: list[Handover] | tuple[Handover, ...] = (),
+    ) -> BatchPlan:
+        """A plan from a list of ranges (one per partition) and handovers."""
         by_tp: dict[TopicPartition, OffsetRange] = {}
         for r in ranges:
             if r.topic_partition in by_tp:
                 raise SinkError(f"batch {batch_id}: partition {r.topic_partition} planned twice")
             by_tp[r.topic_partition] = r
-        return cls(batch_id=batch_id, ranges=by_tp)
+        handed = {h.topic_partition: h for h in outside}
+        return cls(batch_id=batch_id, ranges=by_tp, outside=handed)
 
 
 def offset_log_path(checkpoint: str, batch_id: int) -> str:
@@ -57,6 +72,7 @@ def parse_offset_log(text: str, batch_id: int, where: str = "the offset log") ->
     if len(lines) < 2 or not lines[0].startswith("v"):
         raise SinkError(f"{where}: not a Spark offset log file (it starts with {lines[:1]!r})")
     ranges: list[OffsetRange] = []
+    outside: list[Handover] = []
     found = False
     for line in lines[2:]:
         value = _ours(line)
@@ -68,12 +84,13 @@ def parse_offset_log(text: str, batch_id: int, where: str = "the offset log") ->
             raise SinkError(f"{where}: unreadable kafka-group offset: {exc}") from exc
         found = True
         ranges.extend(offset.ranges)
+        outside.extend(offset.outside)
     if not found:
         raise SinkError(
             f"{where}: batch {batch_id} has no kafka-group source offset: the delta-group "
             "sink only takes queries that read a kafka-group source"
         )
-    return BatchPlan.of(batch_id, ranges)
+    return BatchPlan.of(batch_id, ranges, outside)
 
 
 def _ours(line: str) -> dict[str, Any] | None:

@@ -1,8 +1,9 @@
 """The ``spark-groups`` command: look at, and set, a consumer group the way operators do.
 
-    spark-groups describe GROUP -b HOST:PORT [--offsets-table PATH] [--topic T]
+    spark-groups describe GROUP -b HOST:PORT [--offsets-table PATH] [--sink-table PATH] [--topic T]
     spark-groups history  GROUP --offsets-table PATH [--partition T:P] [--since] [--until]
     spark-groups reset    GROUP -b HOST:PORT --topic T --to TARGET [--offsets-table] [--dry-run]
+    spark-groups accept-gap GROUP --sink-table PATH --partition T:P --until N [--offsets-table]
     spark-groups lag-plot GROUP -b HOST:PORT --offsets-table PATH --out lag.png
     spark-groups demo
 
@@ -109,27 +110,64 @@ def main() -> None:
 @click.argument("group")
 @kafka_options
 @click.option("--offsets-table", help="the group's Delta ledger (offsets.table)")
+@click.option("--sink-table", help="the group's delta-group sink table (shows its gaps)")
 @click.option("--topic", "topics", multiple=True, help="only these topics (default: all committed)")
 def describe(
     group: str,
     bootstrap_servers: str,
     settings: tuple[str, ...],
     offsets_table: str | None,
+    sink_table: str | None,
     topics: tuple[str, ...],
 ) -> None:
     """State of GROUP, and per partition: Kafka offset, ledger offset, log end, lag."""
     config = client_config(bootstrap_servers, settings)
     with clean_errors(config):
-        state = describe_group(config, group, list(topics), offsets_table)
+        state = describe_group(config, group, list(topics), offsets_table, sink_path=sink_table)
     table = Table(title=f"group {group} ({state.state})")
-    for column in ("topic", "partition", "kafka", "ledger", "log end", "lag", "note"):
+    columns = ["topic", "partition", "kafka", "ledger", *(["sink"] if sink_table else [])]
+    for column in (*columns, "log end", "lag", "note"):
         table.add_column(column, justify="left" if column in ("topic", "note") else "right")
     for row in state.partitions:
+        sink = [_show(row.sink)] if sink_table else []
         table.add_row(
             row.partition.topic, str(row.partition.partition), _show(row.kafka),
-            _show(row.ledger), str(row.log_end), _show(row.lag), row.disagreement,
+            _show(row.ledger), *sink, str(row.log_end), _show(row.lag), row.disagreement,
         )  # fmt: skip
-    Console(width=120).print(table)
+    Console(width=160).print(table)
+
+
+@main.command(name="accept-gap")
+@click.argument("group")
+@click.option("--sink-table", required=True, help="the group's delta-group sink table")
+@click.option("--partition", "partition", required=True, metavar="TOPIC:P", help="the partition")
+@click.option(
+    "--until", "until_offset", required=True, type=click.IntRange(min=0),
+    help="leave the records up to this offset (exclusive) out: the group's position",
+)  # fmt: skip
+@click.option("--offsets-table", help="the group's Delta ledger (the decision is recorded)")
+@click.option("--reason", default="", help="why (kept in the table's commit info)")
+def accept_gap(
+    group: str,
+    sink_table: str,
+    partition: str,
+    until_offset: int,
+    offsets_table: str | None,
+    reason: str,
+) -> None:
+    """Record that GROUP's records of a partition, from where the sink table ends up to
+    --until, are left out of the table; members holding the partition then read on."""
+    from spark_groups.tools.accept_gap import run_accept_gap
+
+    with clean_errors():
+        done = run_accept_gap(group, sink_table, partition, until_offset, offsets_table, reason)
+    if done.version is None:
+        click.echo(f"{done.partition}: the table already reaches {done.table_offset}; nothing done")
+    else:
+        click.echo(
+            f"{done.partition}: accepted the gap [{done.table_offset}, {done.until}) "
+            f"(table version {done.version})"
+        )
 
 
 @main.command()

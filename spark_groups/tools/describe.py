@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from spark_groups import commit_metadata
 from spark_groups.errors import BrokerUnreachableError, OptionError, TopicNotFoundError
 from spark_groups.kafka.client import AdminClient, ConsumerGroupTopicPartitions, KafkaException
 from spark_groups.kafka.secrets import scrub
@@ -24,12 +25,16 @@ IDLE_STATES = ("EMPTY", "DEAD")
 
 @dataclass(frozen=True)
 class PartitionState:
-    """What is known about one partition of a group."""
+    """What is known about one partition of a group: the offset committed in Kafka (and who
+    committed it, from the commit's metadata), the ledger's and the exactly-once sink
+    table's positions (None: unknown or not asked), the log end."""
 
     partition: TopicPartition
     kafka: int | None
     ledger: int | None
     log_end: int
+    sink: int | None = None
+    committed_by: str = ""
 
     @property
     def committed(self) -> int | None:
@@ -43,13 +48,30 @@ class PartitionState:
         return None if self.committed is None else max(0, self.log_end - self.committed)
 
     @property
+    def gap(self) -> tuple[int, int] | None:
+        """``[sink, committed)`` when the sink's table ends before the group's position: records
+        that are not in the table (a partition members hold, or that another consumer of the
+        group committed; see docs/sink.md)."""
+        committed = self.committed
+        if self.sink is None or committed is None or self.sink >= committed:
+            return None
+        return (self.sink, committed)
+
+    @property
     def disagreement(self) -> str:
-        """Why Kafka and the ledger differ, or ''."""
-        if self.ledger is None or self.kafka == self.ledger:
-            return ""
-        if self.kafka is None:
-            return "not in Kafka"
-        return "ledger ahead" if self.ledger > self.kafka else "Kafka ahead"
+        """Why Kafka, the ledger and the sink differ, or ''."""
+        notes = []
+        if self.ledger is not None and self.kafka != self.ledger:
+            if self.kafka is None:
+                notes.append("not in Kafka")
+            else:
+                notes.append("ledger ahead" if self.ledger > self.kafka else "Kafka ahead")
+        gap = self.gap
+        if gap is not None:
+            notes.append(f"sink gap [{gap[0]}, {gap[1]})")
+            if self.kafka is not None and self.committed_by:
+                notes.append(f"Kafka commit by {self.committed_by}")
+        return "; ".join(notes)
 
 
 @dataclass(frozen=True)
@@ -81,11 +103,13 @@ def describe_group(
     topics: list[str],
     ledger_path: str | None,
     timeout_s: float = 15,
+    sink_path: str | None = None,
 ) -> GroupState:
     """The group's state and its partitions (of ``topics``, or every topic it committed).
 
     ``config`` is the bootstrap servers, or librdkafka client settings (with
     ``bootstrap.servers`` and, for a secured cluster, its security settings).
+    ``sink_path`` is the group's exactly-once sink table (its positions and gaps are shown).
     """
     if isinstance(config, str):
         config = {"bootstrap.servers": config}
@@ -106,6 +130,11 @@ def describe_group(
         for p in committed.topic_partitions
         if p.offset >= 0
     }
+    who = {
+        TopicPartition(p.topic, p.partition): commit_metadata.read(p.metadata).text
+        for p in committed.topic_partitions
+        if p.offset >= 0
+    }
     names = topics or sorted({tp.topic for tp in in_kafka})
     missing = [t for t in names if t not in metadata.topics]
     if missing:
@@ -116,5 +145,15 @@ def describe_group(
     in_ledger = OffsetLedger(ledger_path, group).latest_positions(partitions) if ledger_path else {}
     with EndOffsetResolver(config) as resolver:
         ends = resolver.end_offsets(partitions)
-    rows = [PartitionState(tp, in_kafka.get(tp), in_ledger.get(tp), ends[tp]) for tp in partitions]
+    in_sink: dict[TopicPartition, int] = {}
+    if sink_path:
+        from spark_groups.sink.commit import committed_positions
+
+        in_sink = committed_positions(sink_path, group, partitions)
+    rows = [
+        PartitionState(
+            tp, in_kafka.get(tp), in_ledger.get(tp), ends[tp], in_sink.get(tp), who.get(tp, "")
+        )
+        for tp in partitions
+    ]
     return GroupState(described.state.name, len(described.members or []), rows)

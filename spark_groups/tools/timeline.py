@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from spark_groups.errors import OptionError
 from spark_groups.group.history import history_path, read_history
-from spark_groups.ledger import CATCH_UP_BATCH, RESET_BATCH, OffsetLedger
+from spark_groups.ledger import CATCH_UP_BATCH, OUTSIDE_BATCH, RESET_BATCH, OffsetLedger
 from spark_groups.offsets import TopicPartition
 
 
@@ -25,7 +25,9 @@ from spark_groups.offsets import TopicPartition
 class TimelineEvent:
     """One line of the timeline.
 
-    ``kind`` is ``batch``, ``catch-up``, ``reset``, ``assigned``, ``revoked`` or ``lost``;
+    ``kind`` is ``batch``, ``catch-up``, ``reset``, ``outside`` (offsets committed by another
+    consumer of the group, or a gap an operator accepted), ``assigned``, ``revoked`` or
+    ``lost``;
     ``batch`` the batch number (committed batches; for revocations the batch the barrier
     waited for, if any); ``offsets`` the ``[from, until)`` range (resets: old and new
     position); ``barrier_wait_ms`` how long a revocation's barrier held.
@@ -51,6 +53,9 @@ class TimelineEvent:
         if self.kind == "reset":
             lo, hi = self.offsets or (0, 0)
             return f"position reset {lo} -> {hi}"
+        if self.kind == "outside":
+            lo, hi = self.offsets or (0, 0)
+            return f"committed outside spark_groups: [{lo}, {hi}) by {self.member_id}"
         if self.kind == "revoked":
             if self.barrier_wait_ms is None:
                 return "revoked"
@@ -96,7 +101,8 @@ def timeline(
             )  # fmt: skip
             events.append(event)
     # Rebalance events first at equal times: a revocation's barrier precedes the handover.
-    events.sort(key=lambda e: (e.at, e.kind in ("batch", "catch-up", "reset"), e.partition))
+    ledger_kinds = ("batch", "catch-up", "reset", "outside")
+    events.sort(key=lambda e: (e.at, e.kind in ledger_kinds, e.partition))
     if limit is not None:
         events = events[-limit:] if limit > 0 else []
     return events
@@ -104,7 +110,9 @@ def timeline(
 
 def _from_ledger(row: dict) -> TimelineEvent:
     batch = row["batch"]
-    kind = {CATCH_UP_BATCH: "catch-up", RESET_BATCH: "reset"}.get(batch, "batch")
+    kind = {CATCH_UP_BATCH: "catch-up", RESET_BATCH: "reset", OUTSIDE_BATCH: "outside"}.get(
+        batch, "batch"
+    )
     return TimelineEvent(
         at=row["committed_at"], kind=kind,
         partition=TopicPartition(row["topic"], row["partition"]),

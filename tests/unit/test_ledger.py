@@ -21,6 +21,7 @@ from spark_groups.errors import LedgerError, OptionError
 from spark_groups.ledger import (
     GROUP_ID_KEY,
     LEDGER_SCHEMA,
+    OUTSIDE_BATCH,
     RESET_BATCH,
     LedgerRow,
     OffsetLedger,
@@ -633,8 +634,10 @@ def test_only_reset_markers_may_run_backwards(tmp_path: Path) -> None:
     ledger = OffsetLedger(str(tmp_path / "ledger"), "g")
     with pytest.raises(LedgerError, match="from_offset <= until_offset"):
         ledger.append(rows_of(0, {("a", 0): (9, 3)}))
-    with pytest.raises(LedgerError, match="batch must be >= -2"):
-        ledger.append(rows_of(-3, {("a", 0): (0, 3)}))
+    with pytest.raises(LedgerError, match="batch must be >= -3"):
+        ledger.append(rows_of(-4, {("a", 0): (0, 3)}))
+    with pytest.raises(LedgerError, match="from_offset <= until_offset"):  # outside rows
+        ledger.append(rows_of(OUTSIDE_BATCH, {("a", 0): (9, 3)}))
     ledger.append(rows_of(RESET_BATCH, {("a", 0): (9, 3)}))
     assert ledger.latest_positions() == {TopicPartition("a", 0): 3}
 

@@ -1,0 +1,65 @@
+"""Who committed an offset: the metadata string of every OffsetCommit the source makes.
+
+Kafka stores a free metadata string with each committed offset (OffsetCommit /
+OffsetFetch; ``offset.metadata.max.bytes``, 4096 by default). Every commit of the
+``kafka-group`` source carries a short JSON object there::
+
+    {"by":"spark_groups","member":"rdkafka-6b1c…","client":"orders-etl-a","what":"batch 7"}
+
+``member`` is the group member id of the query's driver (as ``kafka-consumer-groups
+--describe`` shows it), ``client`` its ``kafka.client.id`` when set, ``what`` the batch
+(``batch N``), ``sink catch-up`` or ``starting offset``. It holds no configuration value
+other than those two ids, so no secret.
+
+A commit whose metadata is not of this form was made by someone else: a plain consumer of
+the group (kafka-python and most clients send an empty string), a tool, or a spark_groups
+release older than this format. :func:`read` tells them apart; the source uses it to find
+ranges a partition's other consumers committed (``spark_groups.sink.gaps``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+#: The value of ``by`` in the metadata of every commit of this library.
+OURS = "spark_groups"
+#: How many characters of another client's metadata are kept (shown in logs and errors).
+SHOWN_CHARS = 80
+
+
+def make(member_id: str, what: str, client_id: str = "") -> str:
+    """The metadata string of a commit by ``member_id`` (and ``client_id``) for ``what``."""
+    value = {"by": OURS, "member": member_id, "what": what}
+    if client_id:
+        value["client"] = client_id
+    return json.dumps(value, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Committer:
+    """Who made a commit, as its metadata says. ``ours`` is True for this library's commits;
+    ``text`` is a short, printable description (``spark_groups member … (batch 7)``, or
+    ``another consumer (metadata '…')``)."""
+
+    ours: bool
+    text: str
+
+
+def read(metadata: str | None) -> Committer:
+    """Who made a commit whose metadata is ``metadata`` (None or "" for none)."""
+    if metadata:
+        try:
+            value = json.loads(metadata)
+        except ValueError:
+            value = None
+        if isinstance(value, dict) and value.get("by") == OURS:
+            who = f"spark_groups member {value.get('member', '?')}"
+            if value.get("client"):
+                who += f" (client {value['client']})"
+            return Committer(True, f"{who}, {value.get('what', '?')}")
+    if not metadata:
+        return Committer(False, "another consumer of the group (no commit metadata)")
+    shown = "".join(c if c.isprintable() else "?" for c in metadata[:SHOWN_CHARS])
+    more = "…" if len(metadata) > SHOWN_CHARS else ""
+    return Committer(False, f"another consumer of the group (commit metadata {shown!r}{more})")

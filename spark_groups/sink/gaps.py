@@ -1,0 +1,115 @@
+"""Accepting a gap: an operator's decision, recorded in the sink's table, that records of a
+partition are left out of it.
+
+``spark-groups accept-gap`` calls :func:`accept_gap` when a partition is held (or a batch
+refused) because the table ends before where the group resumes and nothing accounts for the
+records in between (docs/sink.md, "Gaps"). It makes one Delta commit with **no data
+files** that moves the partition's transaction version from the table's offset ``v`` to
+``until`` and says so in the commit info (``spark_groups.accepted_gap``:
+``{"topic": {"p": [v, until]}}``, ``spark_groups.member``: who, ``spark_groups.reason``).
+The commit is made on the snapshot ``v`` was read from, so a member that commits the
+partition in between wins and the decision is made again (compare-and-set on the
+transaction id, as every sink commit).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+from spark_groups.errors import OptionError, SinkError
+from spark_groups.files import table_uri
+from spark_groups.offsets import TopicPartition
+from spark_groups.sink.commit import _load, _versions, app_id
+
+log = logging.getLogger(__name__)
+
+#: How many characters of ``--reason`` are kept in the commit info.
+MAX_REASON_CHARS = 500
+
+
+@dataclass(frozen=True)
+class AcceptedGap:
+    """The outcome of :func:`accept_gap`: the table's offset before (``table_offset``),
+    ``until``, and the table version of the commit (None: nothing to do, the table already
+    reaches ``until``)."""
+
+    partition: TopicPartition
+    table_offset: int
+    until: int
+    version: int | None
+
+
+def accept_gap(
+    table_path: str,
+    group_id: str,
+    tp: TopicPartition,
+    until: int,
+    by: str,
+    reason: str = "",
+    storage_options: dict[str, str] | None = None,
+) -> AcceptedGap:
+    """Record in the sink table at ``table_path`` that ``group_id``'s records of ``tp``
+    from the table's current offset up to ``until`` are left out (see the module doc).
+
+    Raises :class:`~spark_groups.errors.SinkError` when the table does not exist, holds
+    nothing of ``tp`` for the group (no gap can arise there), or keeps changing under
+    concurrent commits; :class:`~spark_groups.errors.OptionError` for a negative ``until``.
+    """
+    from deltalake import CommitProperties, Transaction
+    from deltalake.exceptions import CommitFailedError
+
+    if until < 0:
+        raise OptionError("--until", f"must be an offset >= 0, got {until}")
+    uri = table_uri(table_path)
+    for _attempt in range(10):
+        table = _load(uri, storage_options)
+        if table is None:
+            raise SinkError(f"sink table {table_path}: there is no Delta table there")
+        offset = _versions(table, group_id, [tp]).get(tp)
+        if offset is None:
+            raise SinkError(
+                f"sink table {table_path}: group {group_id!r} has written nothing of {tp} "
+                "there, so it has no gap to accept (check --partition and the group)"
+            )
+        if offset >= until:
+            log.info("sink %s: %s already reaches %d (>= %d)", table_path, tp, offset, until)
+            return AcceptedGap(tp, offset, until, None)
+        info = {
+            "spark_groups.group": group_id,
+            "spark_groups.member": by,
+            "spark_groups.accepted_gap": json.dumps(
+                {tp.topic: {str(tp.partition): [offset, until]}}, separators=(",", ":")
+            ),
+            "spark_groups.reason": reason[:MAX_REASON_CHARS],
+        }
+        properties = CommitProperties(
+            app_transactions=[Transaction(app_id(str(table.metadata().id), group_id, tp), until)],
+            custom_metadata=info,
+        )
+        try:
+            table.create_write_transaction(
+                [],
+                "append",
+                table.schema(),
+                partition_by=list(table.metadata().partition_columns) or None,
+                commit_properties=properties,
+            )
+        except CommitFailedError:
+            continue  # a member committed meanwhile: decide again on the new snapshot
+        after = _load(uri, storage_options)
+        version = after.version() if after is not None else None
+        log.info(
+            "sink %s: %s: accepted the gap [%d, %d) (by %s) as version %s",
+            table_path,
+            tp,
+            offset,
+            until,
+            by,
+            version,
+        )
+        return AcceptedGap(tp, offset, until, version)
+    raise SinkError(
+        f"sink table {table_path}: {tp} kept changing under concurrent commits; run again"
+    )
