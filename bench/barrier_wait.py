@@ -121,7 +121,7 @@ def measure(triggers: list[float], modes: list[str]) -> list[dict]:
 
 
 def _s(x: float) -> str:
-    return "n/a" if math.isnan(x) else f"{x:.1f}"
+    return "n/a" if math.isnan(x) else f"{x:.2f}" if x < 10 else f"{x:.1f}"
 
 
 def section(results: list[dict]) -> str:
