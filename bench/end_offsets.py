@@ -86,12 +86,13 @@ def section(results: list[dict], partitions: int, rounds: int) -> str:
     return "\n".join(lines)
 
 
-def replace_section(page: Path, text: str) -> None:
-    """Put ``text`` between the markers of ``page`` (appended when they are missing)."""
+def replace_section(page: Path, text: str, markers: tuple[str, str] = (START, END)) -> None:
+    """Put ``text`` between the ``markers`` of ``page`` (appended when they are missing)."""
+    start, end = markers
     old = page.read_text() if page.exists() else ""
-    if START in old and END in old:
-        before, rest = old.split(START, 1)
-        after = rest.split(END, 1)[1]
+    if start in old and end in old:
+        before, rest = old.split(start, 1)
+        after = rest.split(end, 1)[1]
         page.write_text(before + text + after)
     else:
         page.write_text(old.rstrip("\n") + "\n\n" + text + "\n")

@@ -306,12 +306,14 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         )
     lines += ["", *_growth_notes(results), f"![cost growth]({plot.name})", ""]
     lines += _NOTES
-    # Sections other benchmarks keep in this page (bench.end_offsets) survive a rewrite.
-    from bench.end_offsets import END, START
+    # Sections other benchmarks keep in this page (bench.end_offsets, bench.barrier_wait)
+    # survive a rewrite.
+    from bench import barrier_wait, end_offsets
 
     old = path.read_text() if path.exists() else ""
-    if START in old and END in old:
-        lines += ["", START + old.split(START, 1)[1].split(END, 1)[0] + END]
+    for start, end in ((end_offsets.START, end_offsets.END), barrier_wait.MARKERS):
+        if start in old and end in old:
+            lines += ["", start + old.split(start, 1)[1].split(end, 1)[0] + end]
     path.write_text("\n".join(lines) + "\n")
 
 

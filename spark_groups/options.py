@@ -46,6 +46,7 @@ SOURCE_OPTIONS: dict[str, str | None] = {
     "offsets.table": None,
     "rebalances.table": None,
     "sink.table": None,
+    "checkpointLocation": None,
     "deliveryGuarantee": "at-least-once",
     "startingOffsets": "latest",
     "maxOffsetsPerTrigger": None,
@@ -99,6 +100,7 @@ class SourceOptions:
     ledger_path: str | None = None
     history_path: str | None = None
     sink_path: str | None = None
+    checkpoint: str | None = None
     at_most_once: bool = False
     starting_offsets: StartingOffsets = field(default_factory=StartingOffsets)
     max_offsets_per_trigger: int | None = None
@@ -323,6 +325,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         ledger_path=ledger_path,
         history_path=history,
         sink_path=ours.get("sink.table", "").strip() or None,
+        checkpoint=ours.get("checkpointLocation", "").strip() or None,
         at_most_once=guarantee == "at-most-once",
         starting_offsets=_starting_offsets(ours.get("startingOffsets", "latest")),
         max_offsets_per_trigger=(

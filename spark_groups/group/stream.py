@@ -16,7 +16,10 @@ The life of a partition here:
    and is in Spark's commit log, so ``start``'s ranges are committed (ledger, then Kafka).
 5. When the group revokes it, planning stops at once and the revocation waits (the
    barrier) until the last batch that read it has been committed, so the next owner starts
-   exactly where this member stopped. Lost partitions are dropped and never committed.
+   exactly where this member stopped. With a durability signal (``checkpointLocation``,
+   ``sink.table``; see ``durable``) the barrier commits the partition itself as soon as
+   that batch is durable, instead of waiting for Spark's next trigger. Lost partitions are
+   dropped and never committed.
 
 Each partition's state and its transitions are in ``partitions`` (:class:`PartitionTable`);
 this module is the sequence of the protocol's steps.
@@ -43,6 +46,7 @@ from spark_groups.errors import (
     TopicNotFoundError,
 )
 from spark_groups.group import gaps, resume
+from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.history import RebalanceHistory
 from spark_groups.group.member import GroupMember
 from spark_groups.group.partitions import PartitionTable
@@ -61,6 +65,9 @@ from spark_groups.options import LATEST, SourceOptions
 from spark_groups.worker_logging import log_to_stderr
 
 log = logging.getLogger(__name__)
+
+#: How often a waiting revocation looks for its batch in the checkpoint or the sink table.
+DURABLE_CHECK_INTERVAL_S = 0.2
 
 
 class GroupStream:
@@ -86,6 +93,11 @@ class GroupStream:
         # Every owned partition's state (guarded by _lock).
         self._partitions = PartitionTable()
         self._committed_batch = -1
+        # The batches planned here and not committed yet (the barrier commits from them).
+        self._batches: dict[int, BatchOffset] = {}
+        # One commit at a time: Spark's thread (safe point) or the barrier (owner thread).
+        self._commit_lock = threading.Lock()
+        self._durability = DurabilityWatch(options.checkpoint, options.sink_path, options.group_id)
         self._targets: dict[TopicPartition, int] | None = None
         self._latest_ends: dict[TopicPartition, int] = {}
         self._stopped = False
@@ -177,6 +189,7 @@ class GroupStream:
         member.check()
         self._resolve_new_partitions(member, start)
         self._recheck_held()
+        self._durability.check_checkpoint(start)
         self.commit_durable(start)
         self._warn_if_slow(start.batch)
         if self._history is not None:
@@ -208,6 +221,7 @@ class GroupStream:
             if batch is not None:
                 self._highest_batch = max(self._highest_batch, batch.batch)
                 self._partitions.planned(batch.batch, batch.ranges)
+                self._batches[batch.batch] = batch
         if batch is None:
             if self._targets is not None:
                 log.info(
@@ -512,16 +526,17 @@ class GroupStream:
         if batch.batch <= self._committed_batch or self._member is None:
             return
         member = self._member
-        started = time.monotonic()
-        ranges, offsets = self._commit_to_kafka(member, batch)
-        if ranges:
-            self._record_in_ledger(member, ranges, batch.batch)
-        with self._lock:
-            # A replayed batch moves a freshly resumed position past what it read.
-            self._partitions.record_commit(offsets)
-        with self._lock:
-            self._committed_batch = max(self._committed_batch, batch.batch)
-            self._lock.notify_all()
+        with self._commit_lock:  # the barrier may be committing some of it: wait for it
+            if batch.batch <= self._committed_batch:
+                return
+            started = time.monotonic()
+            ranges = self._commit_ranges(member, batch, from_barrier=False)
+            with self._lock:
+                self._committed_batch = max(self._committed_batch, batch.batch)
+                for done in [b for b in self._batches if b <= batch.batch]:
+                    del self._batches[done]
+                self._lock.notify_all()
+            self._durability.forget(batch.batch)
         self.metrics.batches_committed += 1
         self.metrics.last_commit_ms = (time.monotonic() - started) * 1000
         log.info(
@@ -531,8 +546,20 @@ class GroupStream:
             self.metrics.last_commit_ms,
         )
 
+    def _commit_ranges(
+        self, member: GroupMember, batch: BatchOffset, *, from_barrier: bool
+    ) -> list[OffsetRange]:
+        """Commit ``batch`` to Kafka, then the ledger; return the ranges committed."""
+        ranges, offsets = self._commit_to_kafka(member, batch, from_barrier=from_barrier)
+        if ranges:
+            self._record_in_ledger(member, ranges, batch.batch)
+        with self._lock:
+            # A replayed batch moves a freshly resumed position past what it read.
+            self._partitions.record_commit(offsets)
+        return ranges
+
     def _commit_to_kafka(
-        self, member: GroupMember, batch: BatchOffset
+        self, member: GroupMember, batch: BatchOffset, *, from_barrier: bool
     ) -> tuple[list[OffsetRange], dict[TopicPartition, int]]:
         """Commit ``batch`` to Kafka; return the ranges the ledger records and the offsets
         now known committed.
@@ -549,6 +576,10 @@ class GroupStream:
            partitions' next owner resumes from the last accepted offsets.
         5. Any other Kafka failure: the ledger still records the batch, and a new owner
            resumes from the furthest of the two.
+
+        ``from_barrier`` (the revocation barrier, on the member's thread, which cannot wait
+        for a new generation): every refusal raises, nothing is recorded, and the barrier
+        leaves the batch to Spark's next trigger, which commits it by the steps above.
         """
         deadline = time.monotonic() + self.options.broker_timeout_ms / 1000.0
         while True:
@@ -565,6 +596,8 @@ class GroupStream:
                     metadata=self._commit_metadata(member, f"batch {batch.batch}"),
                 )
             except StaleGenerationError as exc:
+                if from_barrier:
+                    raise
                 if exc.transient and self._await_new_generation(member, exc.generation, deadline):
                     log.info(
                         "batch %d: %s (a rebalance moved on); committing again under "
@@ -583,6 +616,8 @@ class GroupStream:
                 )
                 return [], {}
             except CommitError as exc:
+                if from_barrier:
+                    raise
                 self.metrics.failed_commits += 1
                 log.error(
                     "batch %d: Kafka offset commit failed: %s (the ledger still records the "
@@ -619,7 +654,13 @@ class GroupStream:
         self, partitions: frozenset[TopicPartition], serve: Callable[[float], None]
     ) -> None:
         """The barrier: stop planning ``partitions`` now, return once their last batch is
-        committed (bounded by the rebalance timeout, ``max.poll.interval.ms``)."""
+        committed (bounded by the rebalance timeout, ``max.poll.interval.ms``).
+
+        Spark's thread commits that batch at its next trigger. With a durability signal
+        (``durable``) the barrier does not wait for that: as soon as the batch is durable it
+        commits ``partitions``' ranges of it itself (Kafka, then the ledger, ownership
+        checked with the commit on this thread) and returns.
+        """
         started = time.monotonic()
         with self._lock:
             wait_for = self._partitions.begin_revoke(partitions)
@@ -627,8 +668,18 @@ class GroupStream:
             wait_for = -1  # offsets were committed when the batch was planned
         self.metrics.revocations += 1
         deadline = started + self._barrier_timeout_s
+        watch = self._durability.enabled and wait_for >= 0
+        next_check = started
+        released = "committed"
         try:
             while self._committed_batch < wait_for and not self._stopped:
+                if watch and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + DURABLE_CHECK_INTERVAL_S
+                    done = self._commit_if_durable(partitions)
+                    if done:
+                        released = "durable"
+                        break
+                    watch = done is not None
                 if time.monotonic() >= deadline:
                     self.metrics.barrier_timeouts += 1
                     log.error(
@@ -659,11 +710,80 @@ class GroupStream:
                 waited_for_batch=wait_for,
             )
         log.info(
-            "revoked %s after a barrier wait of %.3f s (waited for batch %d)",
+            "revoked %s after a barrier wait of %.3f s (waited for batch %d: %s)",
             sorted(str(tp) for tp in partitions),
             self.metrics.last_barrier_wait_s,
             wait_for,
+            "durable, committed by the barrier" if released == "durable" else "committed",
         )
+        if self.metrics.last_barrier_wait_s > 2.0 and not self._durability.enabled:
+            log.info(
+                "a revocation waits for Spark's next trigger to commit its batch; give the "
+                "source the option checkpointLocation (the query's checkpoint) or sink.table "
+                "(the delta-group sink's table) to end it as soon as the batch is durable"
+            )
+
+    def _commit_if_durable(self, partitions: frozenset[TopicPartition]) -> bool | None:
+        """Barrier (owner thread): commit the ranges of ``partitions`` whose batch is durable
+        (``durable``); True once none of ``partitions`` is left uncommitted, False while some
+        are, None when a commit failed (the barrier then leaves it to Spark's next trigger).
+
+        Never blocks on Spark's thread: while that is committing (it needs this thread to
+        serve its Kafka commit) this returns False at once.
+        """
+        member = self._member
+        if member is None or not self._commit_lock.acquire(blocking=False):
+            return False
+        try:
+            pending = self._uncommitted(partitions)
+            if pending is None:
+                return None
+            for batch, ranges in pending:
+                durable = self._durability.durable(batch, ranges)
+                if not durable:
+                    continue
+                try:
+                    committed = self._commit_ranges(
+                        member, BatchOffset.of(batch.batch, durable), from_barrier=True
+                    )
+                except Exception as exc:  # Spark's thread commits it, and reports a failure
+                    log.warning(
+                        "the barrier could not commit batch %d's durable ranges of %s (%s); "
+                        "waiting for Spark's next trigger to commit it",
+                        batch.batch,
+                        sorted(str(tp) for tp in partitions),
+                        exc,
+                    )
+                    return None
+                log.info(
+                    "batch %d is durable: the barrier committed %d of its ranges",
+                    batch.batch,
+                    len(committed),
+                )
+            return self._uncommitted(partitions) == []
+        finally:
+            self._commit_lock.release()
+
+    def _uncommitted(
+        self, partitions: frozenset[TopicPartition]
+    ) -> list[tuple[BatchOffset, list[OffsetRange]]] | None:
+        """Per batch planned here and not committed yet, the ranges of ``partitions`` it
+        read that are not known committed (None: a batch that read them is not known)."""
+        by_batch: dict[int, list[OffsetRange]] = {}
+        with self._lock:
+            for tp in partitions:
+                state = self._partitions.get(tp)
+                if state is None or state.last_batch <= self._committed_batch:
+                    continue
+                batch = self._batches.get(state.last_batch)
+                if batch is None:
+                    return None
+                for r in batch.ranges:
+                    if r.topic_partition == tp and (
+                        state.committed is None or state.committed < r.until_offset
+                    ):
+                        by_batch.setdefault(batch.batch, []).append(r)
+            return [(self._batches[b], ranges) for b, ranges in sorted(by_batch.items())]
 
     def _forget(self, partitions: frozenset[TopicPartition]) -> None:
         """Drop the handovers and holds of partitions given up (caller holds ``_lock``)."""

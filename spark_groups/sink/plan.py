@@ -13,25 +13,18 @@ the sink reads it there. The file looks like::
 
 Lines of other sources (``-`` for a source without an offset, or another format) are
 skipped; several ``kafka-group`` sources are merged, but one partition may appear in only one
-of them.
+of them. Reading the checkpoint's files is ``spark_groups.checkpoint``'s.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from spark_groups.checkpoint import kafka_group_offset, offset_log_path
 from spark_groups.errors import SinkError, SparkGroupsError
 from spark_groups.files import location
-from spark_groups.offsets import (
-    FORMAT_VERSION,
-    BatchOffset,
-    Handover,
-    OffsetRange,
-    TopicPartition,
-)
+from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition
 
 
 @dataclass(frozen=True)
@@ -61,11 +54,6 @@ class BatchPlan:
         return cls(batch_id=batch_id, ranges=by_tp, outside=handed)
 
 
-def offset_log_path(checkpoint: str, batch_id: int) -> str:
-    """Where Spark keeps the offsets of ``batch_id`` in ``checkpoint``."""
-    return f"{checkpoint.rstrip('/')}/offsets/{batch_id}"
-
-
 def parse_offset_log(text: str, batch_id: int, where: str = "the offset log") -> BatchPlan:
     """The plan of ``batch_id`` from the text of its offset-log file."""
     lines = text.splitlines()
@@ -75,7 +63,7 @@ def parse_offset_log(text: str, batch_id: int, where: str = "the offset log") ->
     outside: list[Handover] = []
     found = False
     for line in lines[2:]:
-        value = _ours(line)
+        value = kafka_group_offset(line)
         if value is None:
             continue
         try:
@@ -91,20 +79,6 @@ def parse_offset_log(text: str, batch_id: int, where: str = "the offset log") ->
             "sink only takes queries that read a kafka-group source"
         )
     return BatchPlan.of(batch_id, ranges, outside)
-
-
-def _ours(line: str) -> dict[str, Any] | None:
-    """The JSON of a kafka-group source offset, or None for any other line."""
-    line = line.strip()
-    if not line.startswith("{"):
-        return None
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return None
-    if isinstance(value, dict) and value.get("v") == FORMAT_VERSION and "ranges" in value:
-        return value
-    return None
 
 
 def read_batch_plan(checkpoint: str, batch_id: int) -> BatchPlan:

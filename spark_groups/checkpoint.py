@@ -1,0 +1,107 @@
+"""Spark's checkpoint, read by the source and the sink: which batch read what, which finished.
+
+A streaming query's checkpoint holds two logs, one file per Spark batch id:
+
+* ``<checkpoint>/offsets/<id>``: written before batch ``id`` runs. Its third and later lines
+  are the sources' offsets; a ``kafka-group`` source's line is its :class:`BatchOffset`::
+
+      v1
+      {"batchWatermarkMs":0,"batchTimestampMs":...,"conf":{...}}      <- Spark's metadata
+      {"v":1,"batch":7,"ranges":{"orders":{"0":[100,250]}}}           <- one line per source
+
+* ``<checkpoint>/commits/<id>``: written (atomically, by a rename) once batch ``id`` has
+  finished, its sink included. Its existence is what makes the batch *durable*.
+
+Spark's batch id and the source's batch number (``BatchOffset.batch``) are the same until
+Spark runs a batch without new data (a stateful query whose watermark moved): such a batch
+repeats the previous offsets under the next id. So :func:`spark_batch_id` finds the id of a
+batch by its offsets, never by its number.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from spark_groups.files import Location, location
+from spark_groups.offsets import FORMAT_VERSION, BatchOffset
+
+
+def offset_log_path(checkpoint: str, batch_id: int) -> str:
+    """Where Spark keeps the offsets of Spark batch ``batch_id`` in ``checkpoint``."""
+    return f"{checkpoint.rstrip('/')}/offsets/{batch_id}"
+
+
+def commit_log_path(checkpoint: str, batch_id: int) -> str:
+    """Where Spark marks Spark batch ``batch_id`` finished in ``checkpoint``."""
+    return f"{checkpoint.rstrip('/')}/commits/{batch_id}"
+
+
+def kafka_group_offset(line: str) -> dict[str, Any] | None:
+    """The JSON of a ``kafka-group`` source offset on one offset-log line, or None for any
+    other line (Spark's metadata, ``-`` for a source without an offset, other sources)."""
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(value, dict) and value.get("v") == FORMAT_VERSION and "ranges" in value:
+        return value
+    return None
+
+
+def _batches_in(text: str) -> list[BatchOffset]:
+    """The ``kafka-group`` offsets in one offset-log file (unreadable lines skipped)."""
+    out = []
+    for line in text.splitlines()[2:]:
+        value = kafka_group_offset(line)
+        if value is None:
+            continue
+        try:
+            out.append(BatchOffset.from_json(value))
+        except Exception:  # another source's JSON that happens to look like ours
+            continue
+    return out
+
+
+def _logged_ids(offsets: Location) -> list[int]:
+    """The Spark batch ids in the offset log ``offsets``, newest first ([] when missing)."""
+    try:
+        infos = offsets.fs.get_file_info(pafs.FileSelector(offsets.path, allow_not_found=True))
+    except NotADirectoryError:
+        return []
+    names = (info.base_name for info in infos if info.type == pafs.FileType.File)
+    return sorted((int(name) for name in names if name.isdigit()), reverse=True)
+
+
+def spark_batch_id(checkpoint: str, batch: BatchOffset) -> int | None:
+    """The Spark batch id whose offset-log entry is ``batch`` (this source's plan), or None
+    when no entry is (the batch was planned but Spark has not logged it yet, or
+    ``checkpoint`` is not this query's).
+
+    The log is read from its newest entry back, and only as far as entries of this batch or
+    later: usually one or two files. A batch Spark ran again without new data has several
+    entries; the first is the one that read the records.
+    """
+    offsets = location(f"{checkpoint.rstrip('/')}/offsets")
+    found = None
+    for batch_id in _logged_ids(offsets):
+        try:
+            logged = _batches_in(offsets.read_text(offsets.child(str(batch_id))))
+        except FileNotFoundError:  # purged by Spark meanwhile
+            continue
+        if batch in logged:
+            found = batch_id
+        elif all(b.batch < batch.batch for b in logged):
+            break
+    return found
+
+
+def is_committed(checkpoint: str, batch_id: int) -> bool:
+    """Whether Spark has marked Spark batch ``batch_id`` finished in ``checkpoint``."""
+    loc = location(commit_log_path(checkpoint, batch_id))
+    return loc.exists(loc.path)

@@ -1,0 +1,123 @@
+"""Whether a planned batch is durable, seen without waiting for Spark's next trigger.
+
+Spark tells the source that a batch finished only at the next trigger (``latestOffset``), which
+under ``trigger(processingTime="5 minutes")`` comes minutes after the batch did. A revocation
+waiting at the barrier asks here instead, with one of two signals the user can turn on:
+
+* **the checkpoint** (source option ``checkpointLocation``, the query's own): Spark writes
+  ``<checkpoint>/commits/<id>`` once batch ``id`` and its sink finished (see
+  ``spark_groups.checkpoint``). Any sink.
+* **the sink** (source option ``sink.table``, the ``delta-group`` sink's table): the sink's
+  commit sets each Kafka partition's transaction version to the end of the range it wrote,
+  so a version at or past a range's end means its records are in the table.
+
+Either says "durable" only for what is: a commit-log entry of the Spark batch whose logged
+offsets are exactly this batch, or records already in the sink table. Anything it cannot
+read counts as not durable (the barrier then waits for Spark's next trigger, as without
+these options).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from spark_groups import checkpoint
+from spark_groups.errors import OptionError
+from spark_groups.offsets import BatchOffset, OffsetRange
+
+log = logging.getLogger(__name__)
+
+
+class DurabilityWatch:
+    """The durability signals of one query: its checkpoint and/or its sink table."""
+
+    def __init__(self, checkpoint_path: str | None, sink_path: str | None, group_id: str) -> None:
+        self.checkpoint = checkpoint_path
+        self.sink = sink_path
+        self.group_id = group_id
+        self._checked = False
+        # Our batch number -> the Spark batch id that ran it (found in the offset log).
+        self._spark_ids: dict[int, int] = {}
+        self._warned: set[str] = set()
+
+    @property
+    def enabled(self) -> bool:
+        """True when there is a signal to watch."""
+        return self.checkpoint is not None or self.sink is not None
+
+    def check_checkpoint(self, start: BatchOffset) -> None:
+        """At the first safe point (``latestOffset(start)``, ``start`` a finished batch):
+        make sure ``checkpointLocation`` is this query's checkpoint, once per process.
+
+        Raises :class:`~spark_groups.errors.OptionError` naming the option when its offset
+        log does not hold ``start``: watching another query's commit log could release a
+        revocation before this query's batch is durable.
+        """
+        if self.checkpoint is None or self._checked or start.batch < 0:
+            return
+        try:
+            found = checkpoint.spark_batch_id(self.checkpoint, start)
+        except Exception as exc:
+            raise OptionError(
+                "checkpointLocation",
+                f"cannot read {self.checkpoint!r}: {type(exc).__name__}: {exc}. Give a path "
+                "the driver's Python can read (local, file:, or a URI pyarrow knows), or "
+                "remove the option (revocations then wait for Spark's next trigger)",
+            ) from exc
+        if found is None:
+            raise OptionError(
+                "checkpointLocation",
+                f"{checkpoint.offset_log_path(self.checkpoint, start.batch)} and the entries "
+                f"after it do not hold this source's batch {start.batch}: {self.checkpoint!r} "
+                "is not this query's checkpoint. Give the query's own checkpoint (the "
+                "writeStream option checkpointLocation) or remove the option (revocations "
+                "then wait for Spark's next trigger)",
+            )
+        self._spark_ids[start.batch] = found
+        self._checked = True
+
+    def durable(self, batch: BatchOffset, ranges: Sequence[OffsetRange]) -> list[OffsetRange]:
+        """The ``ranges`` (of ``batch``, planned here) whose records are durable now."""
+        if self.checkpoint is not None and self._in_commit_log(batch):
+            return list(ranges)
+        if self.sink is not None:
+            return self._in_sink(ranges)
+        return []
+
+    def _in_commit_log(self, batch: BatchOffset) -> bool:
+        assert self.checkpoint is not None
+        try:
+            spark_id = self._spark_ids.get(batch.batch)
+            if spark_id is None:
+                spark_id = checkpoint.spark_batch_id(self.checkpoint, batch)
+                if spark_id is None:
+                    return False  # not logged yet: Spark logs a batch just after planning it
+                self._spark_ids[batch.batch] = spark_id
+            return checkpoint.is_committed(self.checkpoint, spark_id)
+        except Exception as exc:
+            self._warn_once("checkpoint", f"cannot read the checkpoint {self.checkpoint}: {exc}")
+            return False
+
+    def _in_sink(self, ranges: Sequence[OffsetRange]) -> list[OffsetRange]:
+        assert self.sink is not None
+        from spark_groups.sink.commit import committed_positions
+
+        try:
+            versions = committed_positions(
+                self.sink, self.group_id, [r.topic_partition for r in ranges]
+            )
+        except Exception as exc:
+            self._warn_once("sink", f"cannot read the sink table {self.sink}: {exc}")
+            return []
+        return [r for r in ranges if versions.get(r.topic_partition, -1) >= r.until_offset]
+
+    def _warn_once(self, signal: str, message: str) -> None:
+        level = logging.DEBUG if signal in self._warned else logging.WARNING
+        self._warned.add(signal)
+        log.log(level, "%s; the revocation waits for Spark's next trigger instead", message)
+
+    def forget(self, through_batch: int) -> None:
+        """Batches up to ``through_batch`` are committed: their ids are no longer needed."""
+        for batch in [b for b in self._spark_ids if b <= through_batch]:
+            del self._spark_ids[batch]

@@ -1,0 +1,239 @@
+"""A revocation ends when its batch is durable, not at Spark's next trigger (issue 14).
+
+The checkpoint is written here as Spark writes it (``offsets/<id>`` before a batch,
+``commits/<id>`` after it), and ``latest_offset`` (Spark's next trigger) is not called while
+the barrier waits: the barrier itself must see the batch durable and commit it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_stream import make_stream, produce
+
+from spark_groups import checkpoint
+from spark_groups.errors import OptionError
+from spark_groups.group.durable import DurabilityWatch
+from spark_groups.group.member import GroupMember
+from spark_groups.group.stream import GroupStream
+from spark_groups.ledger import OffsetLedger
+from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition
+from spark_groups.options import parse_options
+
+OTHER = BatchOffset.of(0, [OffsetRange("other", 0, 0, 5)])
+
+
+def log_batch(chk: Path, spark_id: int, batch: BatchOffset, *, committed: bool) -> None:
+    """Write Spark's offset-log entry for ``spark_id`` (and its commit-log entry)."""
+    (chk / "offsets").mkdir(parents=True, exist_ok=True)
+    meta = {"batchWatermarkMs": 0, "batchTimestampMs": 0, "conf": {}}
+    text = f"v1\n{json.dumps(meta)}\n{json.dumps(batch.to_json())}"
+    (chk / "offsets" / str(spark_id)).write_text(text)
+    if committed:
+        commit(chk, spark_id)
+
+
+def commit(chk: Path, spark_id: int) -> None:
+    (chk / "commits").mkdir(parents=True, exist_ok=True)
+    (chk / "commits" / str(spark_id)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+# ---------------------------------------------------------------------- the checkpoint
+
+
+def test_a_batch_is_found_by_its_offsets_not_its_number(tmp_path: Path) -> None:
+    b0 = BatchOffset.of(0, [OffsetRange("t", 0, 0, 10)])
+    b1 = BatchOffset.of(1, [OffsetRange("t", 0, 10, 20)])
+    log_batch(tmp_path, 0, b0, committed=True)
+    log_batch(tmp_path, 1, b0, committed=True)  # a no-data batch repeats batch 0's offsets
+    log_batch(tmp_path, 2, b1, committed=False)
+    assert checkpoint.spark_batch_id(str(tmp_path), b0) == 0
+    assert checkpoint.spark_batch_id(str(tmp_path), b1) == 2
+    assert not checkpoint.is_committed(str(tmp_path), 2)
+    assert checkpoint.is_committed(str(tmp_path), 1)
+    # Planned but not logged yet, and no checkpoint at all.
+    assert checkpoint.spark_batch_id(str(tmp_path), BatchOffset.of(2, b1.ranges)) is None
+    assert checkpoint.spark_batch_id(str(tmp_path / "none"), b0) is None
+
+
+def test_another_querys_commit_log_is_not_durability(tmp_path: Path) -> None:
+    log_batch(tmp_path, 0, OTHER, committed=True)
+    ours = BatchOffset.of(0, [OffsetRange("t", 0, 0, 10)])
+    watch = DurabilityWatch(str(tmp_path), None, "g")
+    assert watch.durable(ours, ours.ranges) == []
+    with pytest.raises(OptionError) as caught:
+        watch.check_checkpoint(ours)
+    assert caught.value.option == "checkpointLocation"
+    assert "not this query's checkpoint" in str(caught.value)
+    log_batch(tmp_path, 1, ours, committed=True)
+    watch.check_checkpoint(ours)  # now it is
+    assert watch.durable(ours, ours.ranges) == list(ours.ranges)
+
+
+def test_the_option_is_parsed() -> None:
+    opts = parse_options(
+        {
+            "kafka.bootstrap.servers": "b:9092",
+            "subscribe": "t",
+            "group.id": "g",
+            "checkpointlocation": " /chk/a ",
+        }
+    )
+    assert opts.checkpoint == "/chk/a"
+
+
+# ---------------------------------------------------------------------- the barrier
+
+
+@pytest.fixture
+def streams() -> Iterator[list[GroupStream]]:
+    made: list[GroupStream] = []
+    yield made
+    for s in made:
+        s.stop()
+
+
+def newcomer_of(servers: str, topic: str, group: str) -> GroupMember:
+    config = parse_options(
+        {"kafka.bootstrap.servers": servers, "subscribe": topic, "group.id": group}
+    ).member_config()
+    config.update({"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"})
+    return GroupMember(config, [topic]).start()
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def handover_without_a_trigger(
+    stream: GroupStream, servers: str, topic: str, group: str, make_durable: Callable[[], None]
+) -> tuple[GroupMember, frozenset[TopicPartition]]:
+    """Batch 0 is planned; a newcomer joins; the barrier must wait until ``make_durable``
+    and then end with no ``latest_offset`` call. Returns the newcomer and what moved."""
+    looks = []
+    real = stream._durability.durable
+
+    def durable(batch: BatchOffset, ranges: Any) -> list[OffsetRange]:
+        looks.append(batch.batch)  # a spy: the real check still decides
+        return real(batch, ranges)
+
+    stream._durability.durable = durable  # type: ignore[method-assign]
+    newcomer = newcomer_of(servers, topic, group)
+    wait_until(lambda: len(looks) >= 2, "the barrier never looked for its batch")
+    member = stream.ensure_started()
+    everything = [TopicPartition(topic, p) for p in range(2)]
+    # Not durable yet: nothing is committed and nothing has moved.
+    assert member.committed(everything) == {}
+    assert newcomer.assignment == frozenset()
+    make_durable()
+    wait_until(lambda: bool(newcomer.assignment), "the newcomer never got a partition")
+    return newcomer, newcomer.assignment
+
+
+def test_the_barrier_ends_when_the_checkpoint_commits_the_batch(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path
+) -> None:
+    topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    produce(bootstrap_servers, topic, 50, 2)
+    chk = tmp_path / "chk"
+    stream = make_stream(
+        streams, bootstrap_servers, topic, group, tmp_path / "ledger",
+        checkpointLocation=str(chk),
+    )  # fmt: skip
+    in_flight = stream.latest_offset(BatchOffset.initial().to_json(), None)
+    batch = BatchOffset.from_json(in_flight)
+    log_batch(chk, 0, batch, committed=False)  # Spark logs the batch and runs it
+    newcomer, moved = handover_without_a_trigger(
+        stream, bootstrap_servers, topic, group, lambda: commit(chk, 0)
+    )
+    try:
+        # The newcomer resumes exactly where batch 0 ended, committed by the barrier.
+        assert newcomer.committed(moved) == {tp: 50 for tp in moved}
+        ledger = OffsetLedger(str(tmp_path / "ledger"), group)
+        assert ledger.latest_positions(list(moved)) == {tp: 50 for tp in moved}
+        # Spark's next trigger commits the rest of batch 0, and the moved partitions once.
+        stream.latest_offset(in_flight, None)
+        rows = ledger.history().to_pylist()
+        assert sorted((r["partition"], r["until_offset"], r["batch"]) for r in rows) == [
+            (0, 50, 0),
+            (1, 50, 0),
+        ]
+        assert stream.metrics.failed_commits == 0
+        assert stream.metrics.barrier_timeouts == 0
+    finally:
+        newcomer.close()
+
+
+def test_the_barrier_ends_when_the_sink_holds_the_partitions(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path
+) -> None:
+    from spark_groups.sink import DeltaSink
+
+    from sink_support import SCHEMA, plan, rows, write_task
+
+    topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    produce(bootstrap_servers, topic, 50, 2)
+    sink_table = tmp_path / "sink"
+    stream = make_stream(
+        streams, bootstrap_servers, topic, group, tmp_path / "ledger",
+        **{"sink.table": str(sink_table)},
+    )  # fmt: skip
+    in_flight = stream.latest_offset(BatchOffset.initial().to_json(), None)
+    assert BatchOffset.from_json(in_flight).ends() == {
+        TopicPartition(topic, 0): 50,
+        TopicPartition(topic, 1): 50,
+    }
+
+    def sink_commits_batch_0() -> None:
+        files = write_task(sink_table, [rows(p, range(50), topic=topic) for p in range(2)])
+        DeltaSink(str(sink_table), group).commit(
+            plan(0, {0: (0, 50), 1: (0, 50)}, topic=topic), files, SCHEMA
+        )
+
+    newcomer, moved = handover_without_a_trigger(
+        stream, bootstrap_servers, topic, group, sink_commits_batch_0
+    )
+    try:
+        assert newcomer.committed(moved) == {tp: 50 for tp in moved}
+        ledger = OffsetLedger(str(tmp_path / "ledger"), group)
+        assert ledger.latest_positions(list(moved)) == {tp: 50 for tp in moved}
+        assert stream.metrics.barrier_timeouts == 0
+    finally:
+        newcomer.close()
+
+
+def test_without_a_signal_the_barrier_still_waits_for_the_trigger(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path
+) -> None:
+    """A checkpoint that never commits the batch keeps the partitions until Spark's next
+    trigger commits it (the barrier never commits what is not durable)."""
+    topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    produce(bootstrap_servers, topic, 20, 2)
+    chk = tmp_path / "chk"
+    stream = make_stream(
+        streams, bootstrap_servers, topic, group, tmp_path / "ledger",
+        checkpointLocation=str(chk),
+    )  # fmt: skip
+    in_flight = stream.latest_offset(BatchOffset.initial().to_json(), None)
+    log_batch(chk, 0, OTHER, committed=True)  # another query's batch 0 is committed
+
+    def spark_trigger() -> None:
+        log_batch(chk, 0, BatchOffset.from_json(in_flight), committed=True)
+        stream.latest_offset(in_flight, None)
+
+    newcomer, moved = handover_without_a_trigger(
+        stream, bootstrap_servers, topic, group, spark_trigger
+    )
+    try:
+        assert newcomer.committed(moved) == {tp: 20 for tp in moved}
+    finally:
+        newcomer.close()
