@@ -1,10 +1,14 @@
-"""Which broker the tests run on, and creating topics on it (importable from every test)."""
+"""What every test needs of the broker: which one it is, topics, producing, committed
+offsets, and waiting. Importable from every test module (``tests/`` is on ``sys.path``)."""
 
 from __future__ import annotations
 
 import os
+import time
 import uuid
+from collections.abc import Callable, Iterable, Sequence
 
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 #: Which broker the session starts: "kafka" (Apache Kafka, the default) or "tansu".
@@ -23,3 +27,73 @@ def create_topic(servers: str, partitions: int = 3, prefix: str = "t") -> str:
     for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
         future.result(timeout=30)
     return name
+
+
+def produce(
+    servers: str,
+    topic: str,
+    records: Iterable[tuple[int, bytes | None, bytes]],
+    chunk_sizes: Sequence[int] = (),
+) -> dict[int, int]:
+    """Produce ``(partition, key, value)`` records, flushing after each of ``chunk_sizes``
+    records (so the log holds record batches of those sizes) and at the end; returns the
+    records written per partition. Fails the test if any record is left unsent."""
+    producer = Producer({"bootstrap.servers": servers, "linger.ms": "100"})
+    counts: dict[int, int] = {}
+    sizes = list(chunk_sizes)
+    since_flush = 0
+    for partition, key, value in records:
+        producer.produce(topic, key=key, value=value, partition=partition)
+        counts[partition] = counts.get(partition, 0) + 1
+        since_flush += 1
+        if sizes and since_flush >= sizes[0]:
+            assert producer.flush(30) == 0
+            sizes.pop(0)
+            since_flush = 0
+    assert producer.flush(30) == 0
+    return counts
+
+
+def produce_ids(
+    servers: str, topic: str, ids: Iterable[int], partitions: int, chunk_sizes: Iterable[int] = ()
+) -> dict[int, int]:
+    """Produce ``key=value=str(id)`` to partition ``id % partitions``; records per partition."""
+    return produce(
+        servers,
+        topic,
+        ((i % partitions, str(i).encode(), str(i).encode()) for i in ids),
+        list(chunk_sizes),
+    )
+
+
+def produce_values(
+    servers: str, topic: str, values: Sequence[bytes], partitions: int = 1
+) -> dict[int, int]:
+    """Produce ``values`` (no keys) round-robin over the first ``partitions`` partitions."""
+    return produce(servers, topic, ((i % partitions, None, v) for i, v in enumerate(values)))
+
+
+def produce_batches(servers: str, topic: str, sizes: Sequence[int], partition: int = 0) -> None:
+    """One record batch of each size in ``sizes`` to ``partition`` (values ``b"0"``, ...)."""
+    records = ((partition, None, b"%d" % i) for size in sizes for i in range(size))
+    produce(servers, topic, records, sizes)
+
+
+def committed_offsets(servers: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets of ``topic`` in Kafka, by partition (none left out)."""
+    admin = AdminClient({"bootstrap.servers": servers})
+    request = ConsumerGroupTopicPartitions(
+        group, [TopicPartition(topic, p) for p in range(partitions)]
+    )
+    result = admin.list_consumer_group_offsets([request])[group].result(timeout=30)
+    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+
+
+def wait_until(
+    condition: Callable[[], bool], timeout_s: float = 60.0, what: str = "", poll_s: float = 0.2
+) -> None:
+    """Poll ``condition`` until it is true; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what or condition}"
+        time.sleep(poll_s)

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from test_sink import IdProducer, Member, member_spec, sink_commits, table_ids
 
-from helpers import unique, wait_until
+from broker_support import wait_until
+from helpers import unique
 
 ALO_SCRIPT = Path(__file__).with_name("alo_consumer.py")
 PARTITIONS = 6

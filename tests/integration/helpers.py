@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
 
 from confluent_kafka import Producer
 
@@ -43,29 +42,6 @@ def plain_consumer_config(servers: str, group: str, assignment: str) -> dict[str
     return config
 
 
-def produce_ids(
-    servers: str, topic: str, ids: Iterable[int], partitions: int, chunk_sizes: Iterable[int] = ()
-) -> dict[int, int]:
-    """Produce ``value=str(id)`` to partition ``id % partitions``, flushing after each chunk
-    (so the log holds record batches of different sizes). Returns records per partition."""
-    producer = Producer({"bootstrap.servers": servers, "linger.ms": "5"})
-    counts: dict[int, int] = {}
-    sizes = list(chunk_sizes)
-    since_flush = 0
-    for i in ids:
-        producer.produce(
-            topic, key=str(i).encode(), value=str(i).encode(), partition=i % partitions
-        )
-        counts[i % partitions] = counts.get(i % partitions, 0) + 1
-        since_flush += 1
-        if sizes and since_flush >= sizes[0]:
-            producer.flush(30)
-            sizes.pop(0)
-            since_flush = 0
-    assert producer.flush(30) == 0
-    return counts
-
-
 def group_options(servers: str, topic: str, group: str, ledger: str | None, **extra: str) -> dict:
     """Options for a kafka-group source on ``topic`` reading from earliest."""
     opts = {
@@ -86,13 +62,6 @@ def unique(prefix: str) -> str:
     """A fresh name for a group, query or topic."""
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
 
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 60.0, what: str = "") -> None:
-    """Poll ``condition`` until true, failing after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what or condition}"
-        time.sleep(0.2)
 
 
 class FlowingProducer(threading.Thread):

@@ -22,7 +22,8 @@ from spark_groups.group.history import history_path, read_history
 from spark_groups.ledger import OffsetLedger
 from spark_groups.sink.spark import read_delta
 
-from helpers import group_options, produce_ids, unique, wait_until
+from broker_support import produce_ids, wait_until
+from helpers import group_options, unique
 
 YEAR_S = 365 * 86400
 

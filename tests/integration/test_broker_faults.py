@@ -20,7 +20,8 @@ from test_sink import table_ids
 from spark_groups.embedded import EmbeddedBroker, free_port
 from spark_groups.tools.kafka_broker import KafkaBroker
 
-from helpers import FlowingProducer, group_options, produce_ids, unique, wait_until
+from broker_support import produce_ids, wait_until
+from helpers import FlowingProducer, group_options, unique
 
 
 def start_query(spark: Any, opts: dict, checkpoint: Path, table: str) -> Any:

@@ -21,17 +21,10 @@ from pyspark.sql import functions as F
 
 from spark_groups import deadletter
 
-from helpers import group_options, unique, wait_until
+from broker_support import produce_values, wait_until
+from helpers import group_options, unique
 
 SCHEMA = "id long, name string"
-
-
-def produce_values(servers: str, topic: str, values: list[bytes], partitions: int = 1) -> None:
-    """Produce ``values`` round-robin to the first ``partitions`` partitions."""
-    producer = Producer({"bootstrap.servers": servers})
-    for i, v in enumerate(values):
-        producer.produce(topic, value=v, partition=i % partitions)
-    assert producer.flush(30) == 0
 
 
 def run_available_now(df: Any, table: Path, checkpoint: Path, group: str) -> None:

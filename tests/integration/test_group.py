@@ -9,15 +9,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer
 
-from broker_support import broker_kind
-from helpers import (
-    assignment_options,
-    group_options,
-    plain_consumer_config,
-    produce_ids,
-    unique,
-    wait_until,
-)
+from broker_support import broker_kind, produce_ids, wait_until
+from helpers import assignment_options, group_options, plain_consumer_config, unique
 
 
 class PlainMember(threading.Thread):

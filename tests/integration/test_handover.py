@@ -11,15 +11,8 @@ import pytest
 from spark_groups.group.history import history_path, read_history
 from spark_groups.ledger import OffsetLedger
 
-from broker_support import broker_kind
-from helpers import (
-    ASSIGNMENTS,
-    FlowingProducer,
-    assignment_options,
-    group_options,
-    unique,
-    wait_until,
-)
+from broker_support import broker_kind, wait_until
+from helpers import ASSIGNMENTS, FlowingProducer, assignment_options, group_options, unique
 
 log = logging.getLogger(__name__)
 

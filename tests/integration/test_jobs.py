@@ -12,15 +12,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyspark
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from spark_groups.group.member import GroupMember
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition as OurTopicPartition
 
-from broker_support import broker_kind
-from helpers import FAST_GROUP, produce_ids, unique, wait_until
+from broker_support import broker_kind, committed_offsets, produce_ids, wait_until
+from helpers import FAST_GROUP, unique
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
@@ -107,10 +105,7 @@ def test_scheduled_runs_land_every_record_once_and_commit(
     assert rows == {"n": 450, "d": 450, "v": 450}
 
     ends = {p: first[p] + second[p] for p in range(3)}
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(3)])
-    committed = admin.list_consumer_group_offsets([request])[group].result(30)
-    assert {tp.partition: tp.offset for tp in committed.topic_partitions} == ends
+    assert committed_offsets(bootstrap_servers, group, topic, 3) == ends
     ledger = OffsetLedger(str(tmp_path / "ledger"), group).latest_positions()
     assert {tp.partition: offset for tp, offset in ledger.items()} == ends
 

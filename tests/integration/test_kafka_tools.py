@@ -13,13 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient
 
 from spark_groups.tools.kafka_broker import run_kafka_tool
 
-from broker_support import broker_kind
-from helpers import group_options, produce_ids, unique, wait_until
+from broker_support import broker_kind, committed_offsets, produce_ids, wait_until
+from helpers import group_options, unique
 
 GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 PARTITIONS, TOTAL = 6, 600
@@ -85,17 +83,6 @@ def describe(broker_servers: str, group: str, *flags: str) -> list[dict[str, str
     return rows
 
 
-def committed(servers: str, group: str, topic: str) -> dict[int, int]:
-    admin = AdminClient({"bootstrap.servers": servers})
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
-    request = ConsumerGroupTopicPartitions(
-        group, [KafkaTopicPartition(topic, p) for p in range(PARTITIONS)]
-    )
-    result = admin.list_consumer_group_offsets([request])[group].result(timeout=30)
-    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
-
-
 def test_kafka_consumer_groups_describes_spark_members_beside_a_service(
     spark: Any, bootstrap_servers: str, make_topic, tmp_path: Path
 ) -> None:
@@ -125,7 +112,9 @@ def test_kafka_consumer_groups_describes_spark_members_beside_a_service(
 
         wait_until(lambda: len(members()) == 3, 120, "three members in the group")
         wait_until(
-            lambda: committed(bootstrap_servers, group, topic) == counts, 180, "lag to reach 0"
+            lambda: committed_offsets(bootstrap_servers, group, topic, PARTITIONS) == counts,
+            180,
+            "lag to reach 0",
         )
         rows = members()
         assert len(rows) == 3

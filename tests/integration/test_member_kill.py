@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import FlowingProducer, group_options, unique, wait_until
+from broker_support import wait_until
+from helpers import FlowingProducer, group_options, unique
 
 log = logging.getLogger(__name__)
 MAX_PER_BATCH = 40

@@ -24,8 +24,8 @@ from test_sink import IdProducer, Member, member_spec, sink_commits, table_ids
 
 from spark_groups import commit_metadata
 
-from broker_support import broker_kind
-from helpers import unique, wait_until
+from broker_support import broker_kind, wait_until
+from helpers import unique
 
 PARTITIONS = 4
 

@@ -16,7 +16,8 @@ from spark_groups.offsets import TopicPartition
 from spark_groups.tools.cli import main
 from spark_groups.tools.timeline import timeline
 
-from helpers import group_options, produce_ids, unique
+from broker_support import produce_ids
+from helpers import group_options, unique
 
 pytestmark = pytest.mark.integration
 

@@ -27,8 +27,8 @@ from test_sink import MEMBER_SCRIPT, REPO_ROOT, table_ids
 
 from spark_groups.tools.cli import main as cli
 
-from broker_support import create_topic
-from helpers import group_options, produce_ids, unique
+from broker_support import create_topic, produce_ids
+from helpers import group_options, unique
 
 SECRET = f"s3cret-{uuid.uuid4().hex[:12]}"
 SECRET_OPTIONS = {

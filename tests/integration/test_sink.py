@@ -23,7 +23,8 @@ from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.sink.spark import read_delta
 
-from helpers import group_options, produce_ids, unique, wait_until
+from broker_support import produce_ids, wait_until
+from helpers import group_options, unique
 
 MEMBER_SCRIPT = Path(__file__).with_name("sink_member.py")
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,8 @@ from spark_groups.ledger import OffsetLedger
 from spark_groups.metrics import log_end_offsets
 from spark_groups.offsets import TopicPartition as TP
 
-from helpers import group_options, produce_ids, unique, wait_until
+from broker_support import committed_offsets, produce_ids, wait_until
+from helpers import group_options, unique
 
 
 def run_available_now(
@@ -48,15 +49,6 @@ def group_state(admin: AdminClient, group: str) -> str:
     return admin.describe_consumer_groups([group])[group].result(10).state.name
 
 
-def kafka_committed(servers: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    admin = AdminClient({"bootstrap.servers": servers})
-    request = ConsumerGroupTopicPartitions(
-        group, [TopicPartition(topic, p) for p in range(partitions)]
-    )
-    result = admin.list_consumer_group_offsets([request])[group].result(30)
-    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
-
-
 def test_available_now_reads_every_record_once_and_commits_everywhere(
     spark, bootstrap_servers: str, make_topic, tmp_path: Path
 ) -> None:
@@ -73,7 +65,7 @@ def test_available_now_reads_every_record_once_and_commits_everywhere(
     expected = spark.createDataFrame([(str(i),) for i in range(300)], "id string").orderBy("id")
     assert_df_equality(got, expected, ignore_row_order=True)
     # Offsets: Kafka and the ledger both hold the log end of every partition.
-    assert kafka_committed(bootstrap_servers, group, topic, 3) == counts
+    assert committed_offsets(bootstrap_servers, group, topic, 3) == counts
     positions = OffsetLedger(ledger, group).latest_positions()
     assert positions == {TP(topic, p): n for p, n in counts.items()}
     # The schema is Spark's kafka source's.
@@ -125,12 +117,12 @@ def test_resume_takes_the_ledger_when_it_is_ahead_of_kafka(
     wait_until(lambda: group_state(admin, group) == "EMPTY", 30, "the group to be empty")
     request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 10)])
     admin.alter_consumer_group_offsets([request])[group].result(30)
-    assert kafka_committed(bootstrap_servers, group, topic, 1) == {0: 10}
+    assert committed_offsets(bootstrap_servers, group, topic, 1) == {0: 10}
     produce_ids(bootstrap_servers, topic, range(40, 50), 1)
     table = unique("q")
     run_available_now(spark, opts, tmp_path / "cp2", "", table)
     assert ids_of(spark, table) == list(range(40, 50))
-    assert kafka_committed(bootstrap_servers, group, topic, 1) == {0: 50}
+    assert committed_offsets(bootstrap_servers, group, topic, 1) == {0: 50}
 
 
 def test_plain_consumer_in_the_group_continues_from_the_query(
@@ -326,4 +318,4 @@ def test_at_most_once_skips_the_batch_spark_replays_after_a_failure(
     assert len(lost_ids) == 10
     run(fail_batch=None)  # Spark replays batch 1 first, then goes on
     assert sorted(seen) == sorted(set(range(40)) - lost_ids)
-    assert kafka_committed(bootstrap_servers, group, topic, 2) == {0: 20, 1: 20}
+    assert committed_offsets(bootstrap_servers, group, topic, 2) == {0: 20, 1: 20}

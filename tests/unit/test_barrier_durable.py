@@ -8,14 +8,13 @@ the barrier waits: the barrier itself must see the batch durable and commit it.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_stream import make_stream, produce
+from test_stream import make_stream
 
 from spark_groups import checkpoint
 from spark_groups.errors import OptionError
@@ -25,6 +24,8 @@ from spark_groups.group.stream import GroupStream
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition
 from spark_groups.options import parse_options
+
+from broker_support import produce_ids, wait_until
 
 OTHER = BatchOffset.of(0, [OffsetRange("other", 0, 0, 5)])
 
@@ -107,13 +108,6 @@ def newcomer_of(servers: str, topic: str, group: str) -> GroupMember:
     return GroupMember(config, [topic]).start()
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-
-
 def handover_without_a_trigger(
     stream: GroupStream, servers: str, topic: str, group: str, make_durable: Callable[[], None]
 ) -> tuple[GroupMember, frozenset[TopicPartition]]:
@@ -128,14 +122,14 @@ def handover_without_a_trigger(
 
     stream._durability.durable = durable  # type: ignore[method-assign]
     newcomer = newcomer_of(servers, topic, group)
-    wait_until(lambda: len(looks) >= 2, "the barrier never looked for its batch")
+    wait_until(lambda: len(looks) >= 2, what="the barrier never looked for its batch")
     member = stream.ensure_started()
     everything = [TopicPartition(topic, p) for p in range(2)]
     # Not durable yet: nothing is committed and nothing has moved.
     assert member.committed(everything) == {}
     assert newcomer.assignment == frozenset()
     make_durable()
-    wait_until(lambda: bool(newcomer.assignment), "the newcomer never got a partition")
+    wait_until(lambda: bool(newcomer.assignment), what="the newcomer never got a partition")
     return newcomer, newcomer.assignment
 
 
@@ -143,7 +137,7 @@ def test_the_barrier_ends_when_the_checkpoint_commits_the_batch(
     bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path
 ) -> None:
     topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
-    produce(bootstrap_servers, topic, 50, 2)
+    produce_ids(bootstrap_servers, topic, range(50 * 2), 2)
     chk = tmp_path / "chk"
     stream = make_stream(
         streams, bootstrap_servers, topic, group, tmp_path / "ledger",
@@ -181,7 +175,7 @@ def test_the_barrier_ends_when_the_sink_holds_the_partitions(
     from sink_support import SCHEMA, plan, rows, write_task
 
     topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
-    produce(bootstrap_servers, topic, 50, 2)
+    produce_ids(bootstrap_servers, topic, range(50 * 2), 2)
     sink_table = tmp_path / "sink"
     stream = make_stream(
         streams, bootstrap_servers, topic, group, tmp_path / "ledger",
@@ -217,7 +211,7 @@ def test_without_a_signal_the_barrier_still_waits_for_the_trigger(
     """A checkpoint that never commits the batch keeps the partitions until Spark's next
     trigger commits it (the barrier never commits what is not durable)."""
     topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
-    produce(bootstrap_servers, topic, 20, 2)
+    produce_ids(bootstrap_servers, topic, range(20 * 2), 2)
     chk = tmp_path / "chk"
     stream = make_stream(
         streams, bootstrap_servers, topic, group, tmp_path / "ledger",

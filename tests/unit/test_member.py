@@ -15,14 +15,9 @@ from spark_groups.errors import BrokerUnreachableError, OptionError, TopicNotFou
 from spark_groups.group.member import GroupMember, parse_generation
 from spark_groups.offsets import TopicPartition
 
+from broker_support import wait_until
+
 FAST_GROUP = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -59,7 +54,7 @@ def test_joins_owns_every_partition_and_never_fetches(
     producer.flush(10)
     member = member_factory(topic, f"g-{uuid.uuid4().hex[:8]}", strategy=strategy)
     assert member.wait_for_assignment(30)
-    wait_until(lambda: len(member.assignment) == 3)
+    wait_until(lambda: len(member.assignment) == 3, 30)
     assert member.member_id
     # Paused: the driver's consumer has consumed nothing.
     positions = member.call(lambda c: c.position([p for p in c.assignment()]), timeout_s=10)
@@ -101,7 +96,7 @@ def test_partitions_are_split_and_taken_back_after_leave(
     group = f"g-{uuid.uuid4().hex[:8]}"
     first = member_factory(topic, group)
     assert first.wait_for_assignment(30)
-    wait_until(lambda: len(first.assignment) == 4)
+    wait_until(lambda: len(first.assignment) == 4, 30)
     second = member_factory(topic, group)
     wait_until(lambda: len(first.assignment) == 2 and len(second.assignment) == 2, 60)
     assert first.assignment.isdisjoint(second.assignment)
@@ -139,7 +134,7 @@ def test_blocking_revocation_still_serves_other_threads(
     group = f"g-{uuid.uuid4().hex[:8]}"
     listener = BlockingListener()
     first = member_factory(topic, group, listener)
-    wait_until(lambda: len(first.assignment) == 2)
+    wait_until(lambda: len(first.assignment) == 2, 30)
     second = member_factory(topic, group)
     assert listener.revoking.wait(60)
     # Inside the revocation the partitions are still ours, and a commit goes through.

@@ -8,7 +8,6 @@ the mock cluster rebalances anyway; see docs/brokers.md.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 
@@ -17,14 +16,7 @@ from confluent_kafka import Producer
 
 from spark_groups.group.member import GroupMember
 
-from broker_support import broker_kind
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
+from broker_support import broker_kind, wait_until
 
 
 def static_pair(servers: str, topic: str) -> tuple[dict[str, str], Callable[[str], GroupMember]]:
@@ -45,11 +37,11 @@ def static_pair(servers: str, topic: str) -> tuple[dict[str, str], Callable[[str
 def run_restart(servers: str, topic: str) -> tuple[GroupMember, GroupMember, frozenset, int]:
     _, member = static_pair(servers, topic)
     first, other = member("job-a"), member("job-b")
-    wait_until(lambda: len(first.assignment) == 2 and len(other.assignment) == 2)
+    wait_until(lambda: len(first.assignment) == 2 and len(other.assignment) == 2, 30)
     owned, rebalances_before = first.assignment, other.rebalances
     first.close()  # a static member does not send LeaveGroup
     restarted = member("job-a")
-    wait_until(lambda: len(restarted.assignment) == 2)
+    wait_until(lambda: len(restarted.assignment) == 2, 30)
     return restarted, other, owned, rebalances_before
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer
+from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
 from spark_groups.group.member import GroupMember
@@ -23,15 +23,9 @@ from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.options import parse_options
 
+from broker_support import produce_ids
+
 FAST = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "500"}
-
-
-def produce(servers: str, topic: str, per_partition: int, partitions: int) -> None:
-    producer = Producer({"bootstrap.servers": servers})
-    for p in range(partitions):
-        for i in range(per_partition):
-            producer.produce(topic, value=str(i).encode(), partition=p)
-    assert producer.flush(30) == 0
 
 
 @pytest.fixture
@@ -75,7 +69,7 @@ def test_plan_then_commit_at_the_next_call(
     bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path
 ) -> None:
     topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
-    produce(bootstrap_servers, topic, 10, 2)
+    produce_ids(bootstrap_servers, topic, range(10 * 2), 2)
     stream = make_stream(streams, bootstrap_servers, topic, group, tmp_path / "ledger")
     initial = BatchOffset.initial().to_json()
     first = stream.latest_offset(initial, None)
@@ -104,7 +98,7 @@ def test_read_limit_splits_the_backlog(
     bootstrap_servers: str, make_topic: Callable[..., str], streams
 ) -> None:
     topic = make_topic(2)
-    produce(bootstrap_servers, topic, 30, 2)
+    produce_ids(bootstrap_servers, topic, range(30 * 2), 2)
     stream = make_stream(streams, bootstrap_servers, topic, f"g-{uuid.uuid4().hex[:8]}", None)
     offset = BatchOffset.initial().to_json()
     sizes = []
@@ -121,10 +115,10 @@ def test_available_now_stops_at_the_end_seen_at_start(
     bootstrap_servers: str, make_topic: Callable[..., str], streams
 ) -> None:
     topic, group = make_topic(1), f"g-{uuid.uuid4().hex[:8]}"
-    produce(bootstrap_servers, topic, 5, 1)
+    produce_ids(bootstrap_servers, topic, range(5 * 1), 1)
     stream = make_stream(streams, bootstrap_servers, topic, group, None)
     stream.prepare_available_now()
-    produce(bootstrap_servers, topic, 5, 1)  # arrives after the start: not read
+    produce_ids(bootstrap_servers, topic, range(5 * 1), 1)  # arrives after the start: not read
     first = stream.latest_offset(BatchOffset.initial().to_json(), None)
     assert BatchOffset.from_json(first).ends() == {TopicPartition(topic, 0): 5}
     assert stream.latest_offset(first, None) is first
@@ -144,7 +138,7 @@ def test_revocation_waits_for_the_batch_holding_the_partitions(
     bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path
 ) -> None:
     topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
-    produce(bootstrap_servers, topic, 50, 2)
+    produce_ids(bootstrap_servers, topic, range(50 * 2), 2)
     stream = make_stream(streams, bootstrap_servers, topic, group, tmp_path / "ledger")
     in_flight = stream.latest_offset(BatchOffset.initial().to_json(), None)  # batch 0 running
     config = parse_options(
@@ -187,7 +181,7 @@ def test_lost_partitions_are_never_committed(
     bootstrap_servers: str, make_topic: Callable[..., str], streams
 ) -> None:
     topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
-    produce(bootstrap_servers, topic, 5, 2)
+    produce_ids(bootstrap_servers, topic, range(5 * 2), 2)
     stream = make_stream(streams, bootstrap_servers, topic, group, None)
     planned = stream.latest_offset(BatchOffset.initial().to_json(), None)
     member = stream.ensure_started()
@@ -208,11 +202,11 @@ def test_revocation_during_planning_leaves_the_revoked_partitions_out(
     """A revocation that lands while a batch is being planned must either be in that plan's
     exclusions or see the batch and wait for it; never neither (found in a handover test)."""
     topic = make_topic(2)
-    produce(bootstrap_servers, topic, 5, 2)
+    produce_ids(bootstrap_servers, topic, range(5 * 2), 2)
     stream = make_stream(streams, bootstrap_servers, topic, f"g-{uuid.uuid4().hex[:8]}", None)
     first = stream.latest_offset(BatchOffset.initial().to_json(), None)
     assert stream.latest_offset(first, None) is first  # batch 0 committed, nothing new
-    produce(bootstrap_servers, topic, 5, 2)
+    produce_ids(bootstrap_servers, topic, range(5 * 2), 2)
     revoked = frozenset({TopicPartition(topic, 0)})
     fetch_ends = stream._end_offsets
     barrier_returned = threading.Event()
@@ -241,7 +235,7 @@ def test_commit_refused_for_a_fenced_member_is_reported_not_ignored(
     from confluent_kafka import KafkaError, KafkaException
 
     topic, group = make_topic(1), f"g-{uuid.uuid4().hex[:8]}"
-    produce(bootstrap_servers, topic, 5, 1)
+    produce_ids(bootstrap_servers, topic, range(5 * 1), 1)
     stream = make_stream(streams, bootstrap_servers, topic, group, tmp_path / "ledger")
     planned = stream.latest_offset(BatchOffset.initial().to_json(), None)
     member = stream.ensure_started()
@@ -275,7 +269,7 @@ def test_a_commit_refused_mid_rebalance_is_made_again_under_the_new_generation(
 
     topic, group = make_topic(1), f"g-{uuid.uuid4().hex[:8]}"
     tp = TopicPartition(topic, 0)
-    produce(bootstrap_servers, topic, 5, 1)
+    produce_ids(bootstrap_servers, topic, range(5 * 1), 1)
     stream = make_stream(streams, bootstrap_servers, topic, group, tmp_path / "ledger")
     planned = stream.latest_offset(BatchOffset.initial().to_json(), None)
     member = stream.ensure_started()
@@ -307,7 +301,7 @@ def test_subscribe_pattern_reads_every_matching_topic(
     prefix = f"pat{uuid.uuid4().hex[:6]}"
     first, second, other = make_topic(1, prefix), make_topic(2, prefix), make_topic(1, "other")
     for topic, partitions in ((first, 1), (second, 2), (other, 1)):
-        produce(bootstrap_servers, topic, 3, partitions)
+        produce_ids(bootstrap_servers, topic, range(3 * partitions), partitions)
     opts = {
         "kafka.bootstrap.servers": bootstrap_servers,
         "subscribePattern": f"{prefix}-.*",
@@ -332,7 +326,7 @@ def test_rebalance_history_records_assignments_and_revocations(
     from spark_groups.group.history import history_path, read_history
 
     topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
-    produce(bootstrap_servers, topic, 5, 2)
+    produce_ids(bootstrap_servers, topic, range(5 * 2), 2)
     ledger = tmp_path / "ledger"
     stream = make_stream(streams, bootstrap_servers, topic, group, ledger)
     planned = stream.latest_offset(BatchOffset.initial().to_json(), None)
@@ -364,7 +358,7 @@ def test_at_most_once_commits_a_batch_before_it_runs(
     bootstrap_servers: str, make_topic: Callable[..., str], streams
 ) -> None:
     topic = make_topic(1)
-    produce(bootstrap_servers, topic, 7, 1)
+    produce_ids(bootstrap_servers, topic, range(7 * 1), 1)
     stream = make_stream(
         streams, bootstrap_servers, topic, f"g-{uuid.uuid4().hex[:8]}", None,
         deliveryGuarantee="at-most-once",
@@ -385,7 +379,7 @@ def test_a_batch_near_the_rebalance_timeout_is_warned_about(
     bootstrap_servers: str, make_topic: Callable[..., str], streams, caplog
 ) -> None:
     topic = make_topic(1)
-    produce(bootstrap_servers, topic, 3, 1)
+    produce_ids(bootstrap_servers, topic, range(3 * 1), 1)
     stream = make_stream(
         streams, bootstrap_servers, topic, f"g-{uuid.uuid4().hex[:8]}", None,
         **{"kafka.max.poll.interval.ms": "7000"},  # a revocation may wait 2 s: warn past 1 s
@@ -406,7 +400,7 @@ def test_a_new_owner_resumes_from_the_sink_when_it_is_ahead(
     from sink_support import SCHEMA, plan, rows, write_task
 
     topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
-    produce(bootstrap_servers, topic, 10, 2)
+    produce_ids(bootstrap_servers, topic, range(10 * 2), 2)
     sink_table = tmp_path / "sink"
     # The sink committed partition 0 up to 7 (a crash before the source's safe point).
     files = write_task(sink_table, [rows(0, range(0, 7), topic=topic)])
@@ -440,7 +434,7 @@ def test_partitions_created_while_the_query_runs_start_at_earliest(
     kafka source, so records written to it before the group assigned it are not skipped."""
     prefix = f"grow{uuid.uuid4().hex[:6]}"
     first = make_topic(1, prefix)
-    produce(bootstrap_servers, first, 5, 1)
+    produce_ids(bootstrap_servers, first, range(5 * 1), 1)
     group = f"g-{uuid.uuid4().hex[:8]}"
     opts = {
         "kafka.bootstrap.servers": bootstrap_servers,
@@ -457,7 +451,7 @@ def test_partitions_created_while_the_query_runs_start_at_earliest(
     member = stream.ensure_started()
     assert member.committed([TopicPartition(first, 0)]) == {TopicPartition(first, 0): 5}
     second = make_topic(2, prefix)
-    produce(bootstrap_servers, second, 3, 2)  # before the group knows the topic
+    produce_ids(bootstrap_servers, second, range(3 * 2), 2)  # before the group knows the topic
     deadline = time.monotonic() + 90
     while True:
         planned = stream.latest_offset(initial, None)

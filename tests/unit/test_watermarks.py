@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
 from spark_groups.embedded import free_port
 from spark_groups.errors import (
@@ -23,18 +22,9 @@ from spark_groups.kafka import client as kafka_client
 from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.offsets import TopicPartition
 
-from broker_support import broker_kind, create_topic
+from broker_support import broker_kind, create_topic, produce_batches
 
 SECRET = "hunter2-do-not-show"
-
-
-def produce_batches(servers: str, topic: str, sizes: list[int], partition: int = 0) -> None:
-    """One record batch per size (flush in between)."""
-    producer = Producer({"bootstrap.servers": servers, "linger.ms": 100})
-    for size in sizes:
-        for i in range(size):
-            producer.produce(topic, partition=partition, value=b"%d" % i)
-        assert producer.flush(30) == 0
 
 
 @pytest.fixture
