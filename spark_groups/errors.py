@@ -28,11 +28,28 @@ class OptionError(SparkGroupsError, ValueError):
 
 
 class BrokerUnreachableError(SparkGroupsError):
-    """No broker of ``kafka.bootstrap.servers`` answered within the allowed time."""
+    """No broker of ``kafka.bootstrap.servers`` answered within the allowed time.
+
+    ``servers`` are the bootstrap servers asked (empty when unknown) and ``waited_s`` how long
+    the caller waited (None when it did not wait).
+    """
+
+    def __init__(self, message: str, *, servers: str = "", waited_s: float | None = None) -> None:
+        super().__init__(message)
+        self.servers = servers
+        self.waited_s = waited_s
 
 
 class TopicNotFoundError(SparkGroupsError):
-    """A subscribed topic does not exist on the cluster."""
+    """A subscribed topic (or one of its partitions) does not exist on the cluster.
+
+    ``topics`` names the topics not found and ``servers`` the cluster asked.
+    """
+
+    def __init__(self, message: str, *, topics: Iterable[str] = (), servers: str = "") -> None:
+        super().__init__(message)
+        self.topics = tuple(topics)
+        self.servers = servers
 
 
 class GroupMembershipError(SparkGroupsError):

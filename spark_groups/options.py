@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal, cast, get_args
 
 from spark_groups.errors import OptionError
 from spark_groups.offsets import TopicPartition
@@ -22,16 +23,21 @@ KAFKA_PREFIX = "kafka."
 EARLIEST = -2
 LATEST = -1
 
-ASSIGNMENT_STRATEGIES = ("cooperative-sticky", "range", "roundrobin")
+#: The classic protocol's client-side assignors.
+AssignmentStrategy = Literal["cooperative-sticky", "range", "roundrobin"]
+ASSIGNMENT_STRATEGIES: tuple[str, ...] = get_args(AssignmentStrategy)
 #: ``classic``: JoinGroup/SyncGroup, the leader assigns. ``consumer``: KIP-848, the broker
 #: assigns (``group.remote.assignor``) and every rebalance is incremental.
-GROUP_PROTOCOLS = ("classic", "consumer")
+GroupProtocol = Literal["classic", "consumer"]
+GROUP_PROTOCOLS: tuple[str, ...] = get_args(GroupProtocol)
 #: Client settings that KIP-848 moves to the broker (librdkafka refuses them there).
 _BROKER_SIDE_WITH_CONSUMER_PROTOCOL = {
     "session.timeout.ms": "group.consumer.session.timeout.ms",
     "heartbeat.interval.ms": "group.consumer.heartbeat.interval.ms",
 }
-END_OFFSET_MODES = ("auto", "fetch", "listOffsets")
+#: How the log end is found (``spark_groups.kafka.watermarks``).
+EndOffsetsMode = Literal["auto", "fetch", "listOffsets"]
+END_OFFSET_MODES: tuple[str, ...] = get_args(EndOffsetsMode)
 DELIVERY_GUARANTEES = ("at-least-once", "at-most-once")
 
 #: option name (as documented) -> default shown in docs; None means "no default".
@@ -94,8 +100,8 @@ class SourceOptions:
     topics: tuple[str, ...] = ()
     pattern: str | None = None
     group_instance_id: str | None = None
-    assignment_strategy: str = "cooperative-sticky"
-    group_protocol: str = "classic"
+    assignment_strategy: AssignmentStrategy = "cooperative-sticky"
+    group_protocol: GroupProtocol = "classic"
     remote_assignor: str | None = None
     ledger_path: str | None = None
     history_path: str | None = None
@@ -107,7 +113,7 @@ class SourceOptions:
     include_headers: bool = False
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120_000
-    end_offsets_mode: str = "auto"
+    end_offsets_mode: EndOffsetsMode = "auto"
     broker_timeout_ms: int = 30_000
     join_timeout_ms: int = 120_000
     arrow_batch_rows: int = 10_000
@@ -286,27 +292,17 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "give exactly one of subscribe or subscribePattern"
             + (" (both were given)" if has_topics else " (neither was given)"),
         )
-    strategy = ours.get("partition.assignment.strategy", "cooperative-sticky").strip().lower()
-    if strategy not in ASSIGNMENT_STRATEGIES:
-        raise OptionError(
-            "partition.assignment.strategy",
-            f"unknown strategy {strategy!r}; use one of {', '.join(ASSIGNMENT_STRATEGIES)}",
-        )
+    strategy = cast(
+        AssignmentStrategy,
+        _choice("partition.assignment.strategy", ours, "cooperative-sticky", ASSIGNMENT_STRATEGIES),
+    )
     protocol, remote_assignor = _group_protocol(ours, kafka)
-    end_mode = ours.get("endOffsets", "auto").strip()
-    if end_mode not in END_OFFSET_MODES:
-        raise OptionError(
-            "endOffsets", f"use one of {', '.join(END_OFFSET_MODES)}, got {end_mode!r}"
-        )
+    end_mode = cast(EndOffsetsMode, _choice("endOffsets", ours, "auto", END_OFFSET_MODES))
 
     def number(name: str) -> int:
         return _positive_int(name, ours.get(name, SOURCE_OPTIONS[name] or ""))
 
-    guarantee = ours.get("deliveryGuarantee", "at-least-once").strip().lower()
-    if guarantee not in DELIVERY_GUARANTEES:
-        raise OptionError(
-            "deliveryGuarantee", f"use one of {', '.join(DELIVERY_GUARANTEES)}, got {guarantee!r}"
-        )
+    guarantee = _choice("deliveryGuarantee", ours, "at-least-once", DELIVERY_GUARANTEES)
     max_per_trigger = ours.get("maxOffsetsPerTrigger")
     ledger_path = ours.get("offsets.table", "").strip() or None
     history = ours.get("rebalances.table", "").strip() or None
@@ -344,14 +340,22 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     )
 
 
-def _group_protocol(ours: Mapping[str, str], kafka: Mapping[str, str]) -> tuple[str, str | None]:
+def _choice(option: str, ours: Mapping[str, str], default: str, choices: tuple[str, ...]) -> str:
+    """The value of ``option`` spelled as in ``choices`` (matched ignoring case), ``default``
+    when it is not given; an :class:`OptionError` naming ``option`` for anything else."""
+    given = ours.get(option, default).strip()
+    for choice in choices:
+        if given.lower() == choice.lower():
+            return choice
+    raise OptionError(option, f"unknown value {given!r}; use one of {', '.join(choices)}")
+
+
+def _group_protocol(
+    ours: Mapping[str, str], kafka: Mapping[str, str]
+) -> tuple[GroupProtocol, str | None]:
     """``group.protocol`` and ``group.remote.assignor``, checked against the settings that only
     one of the two protocols takes."""
-    protocol = ours.get("group.protocol", "classic").strip().lower()
-    if protocol not in GROUP_PROTOCOLS:
-        raise OptionError(
-            "group.protocol", f"use one of {', '.join(GROUP_PROTOCOLS)}, got {protocol!r}"
-        )
+    protocol = cast(GroupProtocol, _choice("group.protocol", ours, "classic", GROUP_PROTOCOLS))
     assignor = ours.get("group.remote.assignor", "").strip() or None
     if protocol == "classic":
         if assignor is not None:

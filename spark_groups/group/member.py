@@ -461,7 +461,9 @@ class GroupMember:
                     raise denied
         if missing:
             raise TopicNotFoundError(
-                f"topic {', '.join(repr(t) for t in missing)} does not exist on {servers}"
+                f"topic {', '.join(repr(t) for t in missing)} does not exist on {servers}",
+                topics=missing,
+                servers=str(servers),
             )
 
     def _metadata(self) -> Any:
@@ -486,7 +488,9 @@ class GroupMember:
                 if time.monotonic() >= deadline:
                     raise BrokerUnreachableError(
                         f"no broker of kafka.bootstrap.servers={servers} answered within "
-                        f"{self._broker_timeout_s:.0f} s ({exc.args[0] if exc.args else exc})"
+                        f"{self._broker_timeout_s:.0f} s ({exc.args[0] if exc.args else exc})",
+                        servers=str(servers),
+                        waited_s=self._broker_timeout_s,
                     ) from None
 
     def _denied(

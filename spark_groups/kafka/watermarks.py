@@ -41,7 +41,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from spark_groups.errors import (
     BrokerUnreachableError,
@@ -65,10 +65,12 @@ from spark_groups.kafka.errors import (
 )
 from spark_groups.kafka.secrets import scrub
 from spark_groups.offsets import TopicPartition
+from spark_groups.options import END_OFFSET_MODES, EndOffsetsMode
 
 log = logging.getLogger(__name__)
 
-MODES = ("auto", "fetch", "listOffsets")
+#: The modes, as the ``endOffsets`` option names them.
+MODES = END_OFFSET_MODES
 
 #: Cluster ids (lower-cased substrings) of brokers whose ListOffsets under-reports the log end.
 UNDER_REPORTING_CLUSTERS = ("tansu",)
@@ -107,10 +109,10 @@ def _names(tps: list[TopicPartition], most: int = 5) -> str:
     return shown + (f" and {len(tps) - most} more" if len(tps) > most else "")
 
 
-def _normalise_mode(mode: str) -> str:
+def _normalise_mode(mode: str) -> EndOffsetsMode:
     for known in MODES:
         if str(mode).lower() == known.lower():
-            return known
+            return cast(EndOffsetsMode, known)
     raise OptionError("endOffsets", f"must be one of {', '.join(MODES)}; got {mode!r}")
 
 
@@ -303,7 +305,9 @@ class EndOffsetResolver:
     def _unreachable(self, what: str, err: KafkaError | None) -> BrokerUnreachableError:
         detail = f" ({err.name()}: {scrub(err.str(), self._config)})" if err is not None else ""
         return BrokerUnreachableError(
-            f"no answer from {self._servers()} within {self.timeout_s:g} s {what}{detail}"
+            f"no answer from {self._servers()} within {self.timeout_s:g} s {what}{detail}",
+            servers=self._servers(),
+            waited_s=self.timeout_s,
         )
 
     def _list(
@@ -330,7 +334,9 @@ class EndOffsetResolver:
                     continue
                 if code in UNKNOWN_TOPIC_CODES:
                     raise TopicNotFoundError(
-                        f"unknown topic or partition on {self._servers()}: {_names(tps)}"
+                        f"unknown topic or partition on {self._servers()}: {_names(tps)}",
+                        topics=sorted({tp.topic for tp in tps}),
+                        servers=self._servers(),
                     ) from None
                 if code in LEADERSHIP_MOVED_CODES and err is not None:
                     self._await_new_leaders(tps, err, deadline)
@@ -364,7 +370,9 @@ class EndOffsetResolver:
                         raise auth.topic_denied(tp.topic, self._config, got.error)
                     if got.error.code() in UNKNOWN_TOPIC_CODES:
                         raise TopicNotFoundError(
-                            f"unknown topic or partition {tp} on {self._servers()}"
+                            f"unknown topic or partition {tp} on {self._servers()}",
+                            topics=[tp.topic],
+                            servers=self._servers(),
                         )
                     raise SparkGroupsError(
                         f"ListOffsets for {tp} on {self._servers()} failed: {got.error.name()}"

@@ -537,7 +537,8 @@ class _RangeRead:
             raise BrokerUnreachableError(
                 f"cannot reach {bootstrap_servers_of(self.config)} to read "
                 f"{self.rng.topic_partition} [{self.rng.from_offset}, {self.rng.until_offset}): "
-                f"{scrub(error_text(exc), self.config)}"
+                f"{scrub(error_text(exc), self.config)}",
+                servers=bootstrap_servers_of(self.config),
             ) from None
 
     def _lost(self, lost_from: int, lost_until: int, why: str) -> None:
@@ -577,7 +578,9 @@ class _RangeRead:
             raise BrokerUnreachableError(
                 f"no progress reading {self.rng.topic_partition} from "
                 f"{bootstrap_servers_of(self.config)} for {self.poll_timeout_s:g} s "
-                f"(last error {last.name()})"
+                f"(last error {last.name()})",
+                servers=bootstrap_servers_of(self.config),
+                waited_s=self.poll_timeout_s,
             )
         tp = KafkaTopicPartition(self.rng.topic, self.rng.partition)
         _, fetched_high = self.consumer.get_watermark_offsets(tp, cached=True)

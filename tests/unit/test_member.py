@@ -148,8 +148,10 @@ def test_blocking_revocation_still_serves_other_threads(
 
 def test_missing_topic_is_a_typed_error(bootstrap_servers: str) -> None:
     member = GroupMember({"bootstrap.servers": bootstrap_servers, "group.id": "g"}, ["no-such"])
-    with pytest.raises(TopicNotFoundError, match="'no-such' does not exist"):
+    with pytest.raises(TopicNotFoundError, match="'no-such' does not exist") as info:
         member.start()
+    assert info.value.topics == ("no-such",)
+    assert info.value.servers == bootstrap_servers
 
 
 def test_unreachable_broker_is_a_bounded_typed_error() -> None:
@@ -157,9 +159,10 @@ def test_unreachable_broker_is_a_bounded_typed_error() -> None:
         {"bootstrap.servers": "127.0.0.1:9", "group.id": "g"}, ["t"], broker_timeout_s=2
     )
     started = time.monotonic()
-    with pytest.raises(BrokerUnreachableError, match=re.escape("127.0.0.1:9")):
+    with pytest.raises(BrokerUnreachableError, match=re.escape("127.0.0.1:9")) as info:
         member.start()
     assert time.monotonic() - started < 15
+    assert (info.value.servers, info.value.waited_s) == ("127.0.0.1:9", 2)
 
 
 def test_bad_client_setting_is_an_option_error(bootstrap_servers: str) -> None:

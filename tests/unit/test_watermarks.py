@@ -140,6 +140,7 @@ def test_unreachable_broker(resolvers):
     started = time.monotonic()
     with pytest.raises(BrokerUnreachableError) as info:
         resolver.end_offsets([TopicPartition("t", 0)])
+    assert (info.value.servers, info.value.waited_s) == (servers, 2.0)
     assert time.monotonic() - started < 10
     assert servers in str(info.value)
     assert SECRET not in str(info.value) and SECRET not in repr(resolver)
@@ -147,8 +148,10 @@ def test_unreachable_broker(resolvers):
 
 def test_unknown_topic(bootstrap_servers, resolvers):
     resolver = make(resolvers, bootstrap_servers, timeout_s=10.0)
-    with pytest.raises(TopicNotFoundError, match="no-such-topic"):
-        resolver.end_offsets([TopicPartition(f"no-such-topic-{uuid.uuid4().hex[:6]}", 0)])
+    missing = f"no-such-topic-{uuid.uuid4().hex[:6]}"
+    with pytest.raises(TopicNotFoundError, match="no-such-topic") as info:
+        resolver.end_offsets([TopicPartition(missing, 0)])
+    assert (info.value.topics, info.value.servers) == ((missing,), bootstrap_servers)
 
 
 def test_topic_created_after_first_use(bootstrap_servers, make_topic, resolvers):
