@@ -105,14 +105,14 @@ class S3Server:
         """delta-rs storage options for this server; with ``conditional_put`` (the default)
         commits use ``If-None-Match`` (``aws_conditional_put=etag``), the safe setting."""
         options = {
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_REGION": REGION,
-            "AWS_ALLOW_HTTP": "true",
+            "aws_access_key_id": self.access_key,
+            "aws_secret_access_key": self.secret_key,
+            "aws_endpoint_url": self.endpoint,
+            "aws_region": REGION,
+            "aws_allow_http": "true",
         }
         if conditional_put:
-            options["AWS_CONDITIONAL_PUT"] = "etag"
+            options["aws_conditional_put"] = "etag"
         return options
 
     def start(self) -> S3Server:
