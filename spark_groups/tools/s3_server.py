@@ -97,6 +97,12 @@ class S3Server:
         return self._dir / "s3proxy.log"
 
     @property
+    def data_dir(self) -> Path:
+        """The folder that holds the buckets' objects (one sub-folder per bucket)."""
+        assert self._dir is not None, "the server was never started"
+        return self._dir / "data"
+
+    @property
     def running(self) -> bool:
         """Whether the server process is alive."""
         return self._process is not None and self._process.poll() is None
