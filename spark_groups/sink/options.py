@@ -53,7 +53,7 @@ class SinkOptions:
     fail_on_gap: bool = True
     member: str = field(default_factory=socket.gethostname)
     compression: str = "snappy"
-    storage_options: dict[str, str] | None = None
+    storage_options: dict[str, str] | None = field(default=None, repr=False)
 
 
 def _bool(name: str, raw: str) -> bool:

@@ -78,6 +78,8 @@ def test_unsafe_rename_is_an_explicit_opt_in_with_a_warning(
     with caplog.at_level(logging.WARNING, logger="spark_groups"):
         o = parse_sink_options({**SINK, "storage.aws_s3_allow_unsafe_rename": "true"})
     assert o.storage_options == {"aws_s3_allow_unsafe_rename": "true"}
+    safe = parse_sink_options({**SINK, **KEYS, "storage.aws_conditional_put": "etag"})
+    assert "s3cr3t" not in repr(safe)
     assert "one writer" in caplog.text
     with pytest.raises(OptionError) as caught:
         parse_sink_options({**SINK, "storage.aws_s3_allow_unsafe_rename": "false"})
