@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
+from s3_support import put_object
 
 from spark_groups.group.history import history_path, read_history
 from spark_groups.ledger.table import OffsetLedger
@@ -48,6 +49,18 @@ def _race_one_version(uri: str, options: dict[str, str]) -> tuple[int, list[str]
     for t in threads:
         t.join(timeout=120)
     return seen + 1, outcome
+
+
+def test_the_server_refuses_a_put_if_none_match_over_an_existing_object(
+    s3_server: S3Server, s3_bucket: str
+) -> None:
+    bucket = s3_bucket.removeprefix("s3://")
+    key = "_delta_log/00000000000000000001.json"
+    assert put_object(s3_server, bucket, key, b"first", {"If-None-Match": "*"}) == 200
+    assert put_object(s3_server, bucket, key, b"second", {"If-None-Match": "*"}) == 412
+    assert put_object(s3_server, bucket, key, b"third", {"X-Amz-Meta-Note": "x"}) == 200
+    with s3_server.filesystem().open_input_stream(f"{bucket}/{key}") as stream:
+        assert stream.read() == b"third"  # only the unconditional PUT replaced it
 
 
 def test_conditional_put_lets_exactly_one_of_two_commits_of_a_version_win(
