@@ -77,11 +77,21 @@ def create_table(
     return None
 
 
-def append(uri: str, data: pa.Table) -> None:
+def append(
+    uri: str, data: pa.Table, storage_options: Mapping[str, str] | None = None
+) -> None:
     """Append ``data`` to the table at ``uri`` in one commit (creating the table if missing)."""
     from deltalake import write_deltalake
 
-    write_deltalake(uri, data, mode="append")
+    local = local_path(uri)
+    if local is not None:
+        local.mkdir(parents=True, exist_ok=True)
+    write_deltalake(
+        uri,
+        data,
+        mode="append",
+        storage_options=dict(storage_options) if storage_options else None,
+    )
 
 
 def query(table: DeltaTable, name: str, sql: str) -> pa.Table:

@@ -9,11 +9,14 @@ Delta commits themselves go through delta-rs and its ``storage_options``; see do
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pyarrow.fs as pafs
+
+from spark_groups.storage import S3_SCHEMES, s3_filesystem_args
 
 
 def _is_uri(path: str) -> bool:
@@ -42,13 +45,21 @@ class Location:
             return stream.read().decode("utf-8")
 
 
-def location(path: str) -> Location:
-    """Open ``path`` (a local path, ``file:`` URI or another URI pyarrow understands)."""
+def location(path: str, storage_options: Mapping[str, str] | None = None) -> Location:
+    """Open ``path`` (a local path, ``file:`` URI or another URI pyarrow understands).
+
+    ``s3://`` and ``s3a://`` are opened with the credentials, region and endpoint of
+    ``storage_options`` (delta-rs' names, see :mod:`spark_groups.storage`) where given,
+    so the files land on the same store as the table's commits."""
     if not _is_uri(path):
         return Location(pafs.LocalFileSystem(), os.path.abspath(path))
     parsed = urlparse(path)
     if parsed.scheme == "file":
         return Location(pafs.LocalFileSystem(), os.path.abspath(unquote(parsed.path)))
+    if parsed.scheme.lower() in S3_SCHEMES:
+        args = s3_filesystem_args(storage_options or {})
+        fs = pafs.S3FileSystem(**args)
+        return Location(fs, f"{parsed.netloc}{unquote(parsed.path)}".rstrip("/"))
     fs, inner = pafs.FileSystem.from_uri(path)
     return Location(fs, inner)
 

@@ -16,6 +16,7 @@ from typing import Literal, cast, get_args
 
 from spark_groups.errors import OptionError
 from spark_groups.offsets import TopicPartition
+from spark_groups.storage import STORAGE_PREFIX, check_commit_safety, storage_options_of
 
 KAFKA_PREFIX = "kafka."
 
@@ -118,6 +119,9 @@ class SourceOptions:
     join_timeout_ms: int = 120_000
     arrow_batch_rows: int = 10_000
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: ``storage.*`` options without the prefix: delta-rs storage options for the ledger,
+    #: the rebalance history and the sink table read by ``sink.table`` (may hold secrets).
+    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -258,6 +262,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             raise OptionError(key, "not supported: " + UNSUPPORTED_SPARK_OPTIONS[lower])
         if lower.startswith(KAFKA_PREFIX):
             kafka[lower[len(KAFKA_PREFIX) :]] = str(value)
+        elif lower.startswith(STORAGE_PREFIX) and len(lower) > len(STORAGE_PREFIX):
+            continue  # read below by storage_options_of
         elif lower in _LOWER_NAMES:
             ours[_LOWER_NAMES[lower]] = str(value)
         else:
@@ -310,6 +316,12 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         from spark_groups.group.history import history_path
 
         history = history_path(ledger_path)
+    storage = storage_options_of(options)
+    if ledger_path is not None:
+        check_commit_safety(ledger_path, storage, "offsets.table", prefix=STORAGE_PREFIX)
+    if history is not None:
+        named_by = "rebalances.table" if "rebalances.table" in ours else "offsets.table"
+        check_commit_safety(history, storage, named_by, prefix=STORAGE_PREFIX)
     return SourceOptions(
         group_id=group_id,
         topics=_topics(ours["subscribe"]) if has_topics else (),
@@ -337,6 +349,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         join_timeout_ms=number("joinTimeoutMs"),
         arrow_batch_rows=number("arrowBatchRows"),
         kafka=kafka,
+        storage_options=storage,
     )
 
 

@@ -15,6 +15,7 @@ from confluent_kafka import Producer
 
 from spark_groups.embedded import EmbeddedBroker
 from spark_groups.tools.kafka_broker import KafkaBroker
+from spark_groups.tools.s3_server import S3Server
 
 from broker_support import TEST_BROKER, broker_kind, create_topic
 
@@ -64,3 +65,19 @@ def mock_servers() -> Iterator[str]:
     brokers = owner.list_topics(timeout=10).brokers.values()
     yield ",".join(f"{b.host}:{b.port}" for b in brokers)
     owner.flush(5)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """A real S3-compatible server (S3Proxy, from ``bash jars/fetch s3proxy``) for the whole
+    test run, on a loopback port, with random credentials and conditional writes."""
+    with S3Server() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_bucket(s3_server: S3Server) -> str:
+    """A fresh bucket on the session's S3 server: its URI, ``s3://NAME``."""
+    import uuid
+
+    return s3_server.create_bucket(f"t{uuid.uuid4().hex[:12]}")

@@ -20,7 +20,7 @@ these options).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from spark_groups import checkpoint
 from spark_groups.errors import OptionError
@@ -32,10 +32,17 @@ log = logging.getLogger(__name__)
 class DurabilityWatch:
     """The durability signals of one query: its checkpoint and/or its sink table."""
 
-    def __init__(self, checkpoint_path: str | None, sink_path: str | None, group_id: str) -> None:
+    def __init__(
+        self,
+        checkpoint_path: str | None,
+        sink_path: str | None,
+        group_id: str,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> None:
         self.checkpoint = checkpoint_path
         self.sink = sink_path
         self.group_id = group_id
+        self.storage_options = dict(storage_options) if storage_options else None
         self._checked = False
         # Our batch number -> the Spark batch id that ran it (found in the offset log).
         self._spark_ids: dict[int, int] = {}
@@ -105,7 +112,10 @@ class DurabilityWatch:
 
         try:
             versions = committed_positions(
-                self.sink, self.group_id, [r.topic_partition for r in ranges]
+                self.sink,
+                self.group_id,
+                [r.topic_partition for r in ranges],
+                self.storage_options,
             )
         except Exception as exc:
             self._warn_once("sink", f"cannot read the sink table {self.sink}: {exc}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal, get_args
@@ -69,9 +69,12 @@ class RebalanceEvent:
 class RebalanceHistory:
     """Queue rebalance events and append them to a Delta table in batches."""
 
-    def __init__(self, path: str, group_id: str) -> None:
+    def __init__(
+        self, path: str, group_id: str, storage_options: Mapping[str, str] | None = None
+    ) -> None:
         self.path = path
         self.group_id = group_id
+        self.storage_options = dict(storage_options) if storage_options else None
         self._pending: list[RebalanceEvent] = []
         self._lock = threading.Lock()
 
@@ -123,7 +126,11 @@ class RebalanceHistory:
             for tp in sorted(e.partitions)
         ]
         try:
-            append(self.path, pa.Table.from_pylist(rows, HISTORY_SCHEMA))
+            append(
+                self.path,
+                pa.Table.from_pylist(rows, HISTORY_SCHEMA),
+                self.storage_options,
+            )
         except Exception as exc:  # keep streaming; retry with the next flush
             log.warning("could not write %d rebalance events to %s: %s", len(rows), self.path, exc)
             with self._lock:
@@ -132,10 +139,10 @@ class RebalanceHistory:
         return len(rows)
 
 
-def read_history(path: str) -> pa.Table:
+def read_history(path: str, storage_options: Mapping[str, str] | None = None) -> pa.Table:
     """All rows of a rebalance-history table, oldest first (empty when it does not exist)."""
     try:
-        table = open_table(path)
+        table = open_table(path, storage_options)
     except Exception as exc:
         raise LedgerError(f"{path}: cannot read the rebalance history: {exc}") from exc
     if table is None:

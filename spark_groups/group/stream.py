@@ -81,10 +81,14 @@ class GroupStream:
         self._member: GroupMember | None = None
         self._resolver: EndOffsetResolver | None = None
         self._ledger = (
-            OffsetLedger(options.ledger_path, options.group_id) if options.ledger_path else None
+            OffsetLedger(
+                options.ledger_path, options.group_id, storage_options=dict(options.storage_options)
+            )
+            if options.ledger_path
+            else None
         )
         self._history = (
-            RebalanceHistory(options.history_path, options.group_id)
+            RebalanceHistory(options.history_path, options.group_id, options.storage_options)
             if options.history_path
             else None
         )
@@ -97,7 +101,9 @@ class GroupStream:
         self._batches: dict[int, BatchOffset] = {}
         # One commit at a time: Spark's thread (safe point) or the barrier (owner thread).
         self._commit_lock = threading.Lock()
-        self._durability = DurabilityWatch(options.checkpoint, options.sink_path, options.group_id)
+        self._durability = DurabilityWatch(
+            options.checkpoint, options.sink_path, options.group_id, options.storage_options
+        )
         self._targets: dict[TopicPartition, int] | None = None
         self._latest_ends: dict[TopicPartition, int] = {}
         self._stopped = False
@@ -351,7 +357,9 @@ class GroupStream:
         known = committed.known()
         sink: dict[TopicPartition, int] = {}
         if self.options.sink_path is not None:
-            sink = resume.sink_positions(self.options.sink_path, self.options.group_id, new)
+            sink = resume.sink_positions(
+                self.options.sink_path, self.options.group_id, new, self.options.storage_options
+            )
             self._catch_up_with_sink(member, sink, known)
         handovers = resume.handovers(committed.kafka, resume.furthest(committed.ledger_own, sink))
         self._record_handovers(handovers, committed.ledger)
@@ -438,7 +446,12 @@ class GroupStream:
             return
         self._held_checked = time.monotonic()
         assert self.options.sink_path is not None
-        table = resume.sink_positions(self.options.sink_path, self.options.group_id, list(held))
+        table = resume.sink_positions(
+            self.options.sink_path,
+            self.options.group_id,
+            list(held),
+            self.options.storage_options,
+        )
         done = list(gaps.released(held, table))
         with self._lock:
             for tp in done:

@@ -225,7 +225,7 @@ class DeltaSink:
         """Delete the files of a batch that will not be committed."""
         paths = [f.path for f in files]
         if paths:
-            deleted = remove_files(self.uri, paths)
+            deleted = remove_files(self.uri, paths, self.storage_options)
             log.info("sink %s: deleted %d file(s) of an aborted batch", self.path, deleted)
 
     def commit(self, plan: BatchPlan, files: Sequence[DataFile], schema: pa.Schema) -> CommitResult:
@@ -350,7 +350,7 @@ class DeltaSink:
         """Every file must exist with the size its task reported (before any commit)."""
         if not files:
             return
-        where = location(self.uri)
+        where = location(self.uri, self.storage_options)
         infos = where.fs.get_file_info([where.child(f.path) for f in files])
         problems = []
         for f, info in zip(files, infos, strict=True):
@@ -562,7 +562,9 @@ class DeltaSink:
             elif f.max_offset >= version:
                 key = (f.path, version)
                 if key not in rewrites:
-                    rewrites[key] = rewrite_from(self.uri, f, version, self.compression)
+                    rewrites[key] = rewrite_from(
+                        self.uri, f, version, self.compression, self.storage_options
+                    )
                     if rewrites[key] is not None:
                         made.add(rewrites[key].path)  # type: ignore[union-attr]
                     log.info(
@@ -701,7 +703,7 @@ class DeltaSink:
         doomed = [f.path for f in files if f.path not in kept]
         doomed += [p for p in made if p not in kept]
         if doomed:
-            remove_files(self.uri, doomed)
+            remove_files(self.uri, doomed, self.storage_options)
 
 
 def _gap_origin(handover: Handover | None, table_offset: int) -> str:

@@ -13,12 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from spark_groups.errors import OptionError
+from spark_groups.storage import STORAGE_PREFIX, check_commit_safety
 
 #: The format name to use with ``df.writeStream.format(...)``.
 SINK_FORMAT = "delta-group"
 
-#: Prefix of options passed to delta-rs as storage options (``storage.aws_region`` ...).
-STORAGE_PREFIX = "storage."
 
 #: option name (as documented) -> default shown in docs; None means "no default".
 SINK_OPTIONS: dict[str, str | None] = {
@@ -54,7 +53,7 @@ class SinkOptions:
     fail_on_gap: bool = True
     member: str = field(default_factory=socket.gethostname)
     compression: str = "snappy"
-    storage_options: dict[str, str] | None = None
+    storage_options: dict[str, str] | None = field(default=None, repr=False)
 
 
 def _bool(name: str, raw: str) -> bool:
@@ -122,6 +121,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             "compression", f"use one of {', '.join(COMPRESSIONS)}, got {compression!r}"
         )
     member = ours.get("member", "").strip() or socket.gethostname()
+    check_commit_safety(path, storage, "path", prefix=STORAGE_PREFIX)
     return SinkOptions(
         path=path,
         group_id=group_id,

@@ -119,6 +119,7 @@ class DeltaGroupStreamWriter(DataSourceStreamArrowWriter):
             self.partition_by,
             compression=self.options.compression,
             prefix=prefix,
+            storage_options=self.options.storage_options,
         )
         files = writer.write(iterator)
         return SinkTaskMessage(files, context.partitionId() if context is not None else None)

@@ -25,7 +25,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -293,9 +293,11 @@ class TaskFileWriter:
         partition_by: Sequence[str] = (),
         compression: str = "snappy",
         prefix: str = "",
+        storage_options: Mapping[str, str] | None = None,
     ) -> None:
         check_schema(schema, partition_by)
         self.table_path = table_path
+        self.storage_options = dict(storage_options) if storage_options else None
         self.schema = schema
         self.partition_by = tuple(partition_by)
         self.file_schema = pa.schema([f for f in schema if f.name not in self.partition_by])
@@ -330,11 +332,11 @@ class TaskFileWriter:
         self._open.clear()
         self._done.clear()
         if paths:
-            remove_files(self.table_path, paths)
+            remove_files(self.table_path, paths, self.storage_options)
 
     def _location(self) -> Location:
         if self._where is None:
-            self._where = location(self.table_path)
+            self._where = location(self.table_path, self.storage_options)
         return self._where
 
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -408,11 +410,13 @@ class TaskFileWriter:
         )
 
 
-def remove_files(table_path: str, paths: Iterable[str]) -> int:
+def remove_files(
+    table_path: str, paths: Iterable[str], storage_options: Mapping[str, str] | None = None
+) -> int:
     """Delete data files (relative to ``table_path``) that no commit references; return how
     many were deleted. Missing files are ignored; other failures are logged, never raised
     (an orphan file is harmless and Delta's VACUUM removes it)."""
-    where = location(table_path)
+    where = location(table_path, storage_options)
     deleted = 0
     for relative in paths:
         full = where.child(relative)
@@ -429,7 +433,11 @@ def remove_files(table_path: str, paths: Iterable[str]) -> int:
 
 
 def rewrite_from(
-    table_path: str, data_file: DataFile, from_offset: int, compression: str = "snappy"
+    table_path: str,
+    data_file: DataFile,
+    from_offset: int,
+    compression: str = "snappy",
+    storage_options: Mapping[str, str] | None = None,
 ) -> DataFile | None:
     """A new file with the rows of ``data_file`` at offsets ``>= from_offset`` (None when
     there are none), next to it. The original is left in place (the caller deletes it).
@@ -437,7 +445,7 @@ def rewrite_from(
     The driver does this only for a file that straddles the offset a partition's table
     version has reached (two members planned different ranges of the partition).
     """
-    where = location(table_path)
+    where = location(table_path, storage_options)
     table = pq.read_table(where.child(data_file.path), filesystem=where.fs)
     kept = table.filter(pc.greater_equal(table.column("offset"), from_offset))
     if kept.num_rows == 0:
@@ -462,5 +470,5 @@ def rewrite_from(
     except BaseException:
         with contextlib.suppress(Exception):
             handle.writer.close()
-        remove_files(table_path, [relative])
+        remove_files(table_path, [relative], storage_options)
         raise

@@ -1,0 +1,235 @@
+"""A throw-away S3-compatible server (S3Proxy) for tests and local runs.
+
+A real server speaking the S3 protocol over HTTP, not a mock: S3Proxy with its file-system
+backend, from the jars that ``bash jars/fetch s3proxy`` puts in ``.cache/jars/s3proxy``
+(Maven Central). It runs on a free loopback port with random credentials, keeps its objects
+in a temporary folder that :meth:`S3Server.stop` removes, and supports conditional writes
+(``If-None-Match: *`` on PUT), which delta-rs needs for safe concurrent commits
+(``aws_conditional_put=etag``, docs/storage.md).
+
+    with S3Server() as s3:
+        s3.create_bucket("tables")
+        options = s3.storage_options()          # for delta-rs and the storage.* options
+        uri = "s3://tables/orders"
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from spark_groups.errors import SparkGroupsError
+from spark_groups.tools.kafka_broker import _die_with_parent, _free_ports, _java
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+log = logging.getLogger(__name__)
+
+#: The command that fetches the jars; named by every error about missing jars.
+FETCH_COMMAND = "bash jars/fetch s3proxy"
+
+#: The region the server answers for (S3Proxy accepts any; clients must sign with one).
+REGION = "us-east-1"
+
+_LOGBACK = """\
+<configuration>
+  <appender name="file" class="ch.qos.logback.core.FileAppender">
+    <file>{log}</file>
+    <encoder><pattern>%d %level %logger{{20}} %msg%n</pattern></encoder>
+  </appender>
+  <root level="WARN"><appender-ref ref="file"/></root>
+</configuration>
+"""
+
+
+def s3proxy_jars_dir() -> Path:
+    """Where the S3Proxy jars are: ``$SPARK_GROUPS_S3PROXY_JARS``, else
+    ``.cache/jars/s3proxy`` of the source checkout this package runs from."""
+    configured = os.environ.get("SPARK_GROUPS_S3PROXY_JARS")
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parents[2] / ".cache" / "jars" / "s3proxy"
+
+
+def _classpath() -> str:
+    jars = s3proxy_jars_dir()
+    if not any(jars.glob("s3proxy-*.jar")):
+        raise SparkGroupsError(
+            f"no S3Proxy jars in {jars}: fetch them with `{FETCH_COMMAND}` from the "
+            "project's checkout (or set SPARK_GROUPS_S3PROXY_JARS to a folder that has them)"
+        )
+    return f"{jars}/*"
+
+
+class S3Server:
+    """One S3Proxy process on ``127.0.0.1``: :attr:`endpoint`, :attr:`access_key`,
+    :attr:`secret_key`, and the storage options that reach it (:meth:`storage_options`)."""
+
+    def __init__(self, start_timeout_s: float = 60.0, heap: str = "256m") -> None:
+        self.start_timeout_s = start_timeout_s
+        self.heap = heap
+        self.port = _free_ports(1)[0]
+        self.access_key = "sg" + secrets.token_hex(8)
+        self.secret_key = secrets.token_urlsafe(24)
+        self._dir: Path | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """The server's URL, ``http://127.0.0.1:PORT``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        """The server's log file (warnings and errors)."""
+        assert self._dir is not None, "the server was never started"
+        return self._dir / "s3proxy.log"
+
+    @property
+    def data_dir(self) -> Path:
+        """The folder that holds the buckets' objects (one sub-folder per bucket)."""
+        assert self._dir is not None, "the server was never started"
+        return self._dir / "data"
+
+    @property
+    def running(self) -> bool:
+        """Whether the server process is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    def storage_options(self, *, conditional_put: bool = True) -> dict[str, str]:
+        """delta-rs storage options for this server; with ``conditional_put`` (the default)
+        commits use ``If-None-Match`` (``aws_conditional_put=etag``), the safe setting."""
+        options = {
+            "aws_access_key_id": self.access_key,
+            "aws_secret_access_key": self.secret_key,
+            "aws_endpoint_url": self.endpoint,
+            "aws_region": REGION,
+            "aws_allow_http": "true",
+        }
+        if conditional_put:
+            options["aws_conditional_put"] = "etag"
+        return options
+
+    def start(self) -> S3Server:
+        """Start the server and wait until it answers HTTP."""
+        if self.running:
+            return self
+        self._dir = Path(tempfile.mkdtemp(prefix="spark-groups-s3-"))
+        data = self._dir / "data"
+        data.mkdir()
+        (self._dir / "logback.xml").write_text(_LOGBACK.format(log=self.log_path))
+        config = self._dir / "s3proxy.conf"
+        config.write_text(
+            "".join(
+                f"{k}={v}\n"
+                for k, v in {
+                    "s3proxy.endpoint": self.endpoint,
+                    "s3proxy.authorization": "aws-v2-or-v4",
+                    "s3proxy.identity": self.access_key,
+                    "s3proxy.credential": self.secret_key,
+                    "jclouds.provider": "filesystem-nio2",
+                    "jclouds.identity": self.access_key,
+                    "jclouds.credential": self.secret_key,
+                    "jclouds.filesystem.basedir": str(data),
+                }.items()
+            )
+        )
+        config.chmod(0o600)
+        out = (self._dir / "stdout.log").open("ab")
+        self._process = subprocess.Popen(
+            [
+                _java(),
+                f"-Xmx{self.heap}",
+                "-XX:TieredStopAtLevel=1",
+                f"-Dlogback.configurationFile={self._dir / 'logback.xml'}",
+                "-cp",
+                _classpath(),
+                "org.gaul.s3proxy.Main",
+                "--properties",
+                str(config),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        out.close()
+        self._wait_until_serving()
+        log.info("S3Proxy listening on %s (folder %s)", self.endpoint, self._dir)
+        return self
+
+    def _wait_until_serving(self) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            assert self._process is not None and self._dir is not None
+            if self._process.poll() is not None:
+                code = self._process.returncode
+                self.stop()
+                raise SparkGroupsError(
+                    f"S3Proxy exited with code {code} at start; "
+                    f"see {self._dir / 'stdout.log'}"
+                )
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise SparkGroupsError(
+            f"S3Proxy did not listen on {self.endpoint} within {self.start_timeout_s:.0f} s"
+        )
+
+    def filesystem(self) -> pafs.S3FileSystem:
+        """A pyarrow S3 file system on this server (may create buckets)."""
+        import pyarrow.fs
+
+        return pyarrow.fs.S3FileSystem(
+            access_key=self.access_key,
+            secret_key=self.secret_key,
+            endpoint_override=f"127.0.0.1:{self.port}",
+            scheme="http",
+            region=REGION,
+            allow_bucket_creation=True,
+        )
+
+    def create_bucket(self, name: str) -> str:
+        """Create bucket ``name`` (no error if it exists); returns its URI ``s3://name``."""
+        self.filesystem().create_dir(name)
+        return f"s3://{name}"
+
+    def stop(self) -> None:
+        """Stop the server and delete its folder (objects, configuration, log)."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        folder, self._dir = self._dir, None
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+            log.info("S3Proxy on %s stopped", self.endpoint)
+
+    def __enter__(self) -> S3Server:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
