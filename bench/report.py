@@ -117,8 +117,9 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         "```",
         "",
         "(from the repository root; after `pip install -e .`, `bash jars/fetch kafka "
-        "spark-kafka`; add `--quick` for a smaller run, `--broker tansu` for the embedded "
-        "broker, `--bootstrap-servers host:port` for another). Every figure is measured in the "
+        "spark-kafka delta-spark` and `bash jars/delta-spark-python`; add `--quick` for a "
+        "smaller run, `--broker tansu` for the embedded broker, `--bootstrap-servers "
+        "host:port` for another). Every figure is measured in the "
         "same run, on the same machine and broker (Apache Kafka by default), next to Spark's "
         "own Kafka source and a plain confluent-kafka loop; ratios are the point, absolute "
         "numbers depend on the machine.",
@@ -205,9 +206,10 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         "## 2. Handover",
         "",
         f"A second member joins while the first reads a steady {cfg['handover_rate']} records/s "
-        f"(4 partitions). Both sides use session.timeout.ms=6000 (Tansu completes a join after "
-        f"about half of it). kafka-group: trigger {cfg['trigger_ms']} ms; its subscribe time "
-        "is the reader process's `group member subscribed` log line, and `start()` -> "
+        f"(4 partitions). Both sides use session.timeout.ms=6000 (on the embedded Tansu a join "
+        f"completes after about half of it). kafka-group: trigger {cfg['trigger_ms']} ms; its "
+        "subscribe time is the reader process's `group member subscribed` log line, and "
+        "`start()` -> "
         "subscribe is what Spark takes to start the query and its reader process before that. "
         "Plain: from the second consumer's `subscribe()`. Partitions received: the first "
         "assignment callback (plain) or the first `assigned` row of the rebalance history "
