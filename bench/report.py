@@ -20,7 +20,7 @@ def _s(seconds: float) -> str:
 
 
 def _ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}x" if b else "n/a"
+    return f"{a / b:.2f}x" if b and math.isfinite(b) else "n/a"
 
 
 def _cpu(cpu: dict[str, float] | None, rows: int) -> str:
@@ -67,6 +67,8 @@ def write_plot(results: dict[str, Any], path: Path) -> None:
     xs = [r["partitions"] for r in by_parts]
     ax.plot(xs, [r["plain_rate"] for r in by_parts], "o-", label="plain consumer")
     ax.plot(xs, [r["noop_rate"] for r in by_parts], "s-", label="kafka-group -> noop")
+    if all("spark_kafka_rate" in r for r in by_parts):
+        ax.plot(xs, [r["spark_kafka_rate"] for r in by_parts], "^-", label="Spark kafka -> noop")
     ax.set(xscale="log", yscale="log", xlabel="partitions", ylabel="records/s")
     ax.set_title(f"throughput, {base_size} B records")
     ax.legend()
@@ -74,6 +76,13 @@ def write_plot(results: dict[str, Any], path: Path) -> None:
     xs = [r["size"] for r in by_size]
     ax.plot(xs, [r["plain_rate"] * r["size"] / 1e6 for r in by_size], "o-", label="plain consumer")
     ax.plot(xs, [r["noop_rate"] * r["size"] / 1e6 for r in by_size], "s-", label="kafka-group")
+    if all("spark_kafka_rate" in r for r in by_size):
+        ax.plot(
+            xs,
+            [r["spark_kafka_rate"] * r["size"] / 1e6 for r in by_size],
+            "^-",
+            label="Spark kafka",
+        )
     ax.set(xscale="log", yscale="log", xlabel="record value size (bytes)", ylabel="MB/s")
     ax.set_title(f"throughput, {base_parts} partitions")
     ax.legend()
@@ -107,10 +116,13 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         results["command"],
         "```",
         "",
-        "(from the repository root; after `pip install -e .`; add `--quick` for "
-        "a smaller run, `--bootstrap-servers host:port` for another broker). Every figure is "
-        "measured in the same run, on the same machine and broker, next to a plain "
-        "confluent-kafka baseline; ratios are the point, absolute numbers depend on the machine.",
+        "(from the repository root; after `pip install -e .`, `bash jars/fetch kafka "
+        "spark-kafka delta-spark` and `bash jars/delta-spark-python`; add `--quick` for a "
+        "smaller run, `--broker tansu` for the embedded broker, `--bootstrap-servers "
+        "host:port` for another). Every figure is measured in the "
+        "same run, on the same machine and broker (Apache Kafka by default), next to Spark's "
+        "own Kafka source and a plain confluent-kafka loop; ratios are the point, absolute "
+        "numbers depend on the machine.",
         "",
         f"Run on {results['date']}, took {results['seconds'] / 60:.1f} min. "
         f"Load average (1 min) at the start and after each section: "
@@ -132,27 +144,31 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         f"{t['records']:,} records x {t['size']} B, {t['partitions']} partitions, read from "
         f"offset 0; best of {t['rounds']} round(s) (delta-group: 1 round).",
         "",
-        "| path | records/s | MB/s | vs plain | CPU s per 1M records: bench process / Spark "
-        "(JVM, Python workers) / broker |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| path | records/s | MB/s | vs Spark's kafka source | vs plain | CPU s per 1M records: "
+        "bench process / Spark (JVM, Python workers) / broker |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     labels = {
-        "plain": "plain confluent-kafka, one process, `consume(500)` loop (**baseline**)",
+        "plain": "plain confluent-kafka, one process, `consume(500)` loop",
         "read_range": "`spark_groups.read.reader.read_range`, same process, no Spark",
         "spark_ceiling": "Spark Python data source ceiling: constant Arrow batches -> noop",
+        "spark_kafka": 'Spark\'s own `format("kafka")` -> `noop` (AvailableNow; **baseline**)',
         "noop": "**kafka-group -> `noop`** (warm, AvailableNow)",
         "delta-group": "kafka-group -> `delta-group` (exactly-once Delta sink)",
     }
+    sk = runs["spark_kafka"]["rate"] if "spark_kafka" in runs else math.nan
     for name, label in labels.items():
         if name in runs:
             r = runs[name]["rate"]
             lines.append(
-                f"| {label} | {_rate(r)} | {r * mb:,.1f} | {_ratio(r, plain)} | "
+                f"| {label} | {_rate(r)} | {r * mb:,.1f} | {_ratio(r, sk)} | {_ratio(r, plain)} | "
                 f"{_cpu(runs[name].get('cpu'), runs[name]['rows'])} |"
             )
     noop, ceil, rr = runs["noop"]["rate"], runs["spark_ceiling"]["rate"], runs["read_range"]["rate"]
     lines += [
         "",
+        f"**Headline: kafka-group -> noop runs at {_ratio(noop, sk)} Spark's own Kafka source** "
+        "(what a user would pick instead), on the same broker, records and Spark session. "
         f"Target kafka-group -> noop >= 0.9x plain: {_met(noop >= 0.9 * plain)} "
         f"({noop / plain:.2f}x).",
         "",
@@ -169,8 +185,9 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         "the broker, where the plain loop pays only the first. "
         + _cpu_budget(runs, int(results["machine"].get("cores", 1)))
         + " The warm time excludes the "
-        f"first batch's group join ({runs['noop']['excluded_s']:.1f} s on Tansu, about half "
-        "the session timeout); the CPU column covers the whole query including start-up.",
+        f"first batch's group join ({runs['noop']['excluded_s']:.1f} s); Spark's kafka source "
+        "joins no group and nothing is excluded from its time; the CPU column covers the whole "
+        "query including start-up.",
         "",
         "```",
         *_profile_head(t.get("read_range_profile", ""), 14),
@@ -185,12 +202,14 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         )
         + f" (produced {t['records']:,}).",
         "",
+        *_delta_sinks(t),
         "## 2. Handover",
         "",
         f"A second member joins while the first reads a steady {cfg['handover_rate']} records/s "
-        f"(4 partitions). Both sides use session.timeout.ms=6000 (Tansu completes a join after "
-        f"about half of it). kafka-group: trigger {cfg['trigger_ms']} ms; its subscribe time "
-        "is the reader process's `group member subscribed` log line, and `start()` -> "
+        f"(4 partitions). Both sides use session.timeout.ms=6000 (on the embedded Tansu a join "
+        f"completes after about half of it). kafka-group: trigger {cfg['trigger_ms']} ms; its "
+        "subscribe time is the reader process's `group member subscribed` log line, and "
+        "`start()` -> "
         "subscribe is what Spark takes to start the query and its reader process before that. "
         "Plain: from the second consumer's `subscribe()`. Partitions received: the first "
         "assignment callback (plain) or the first `assigned` row of the rebalance history "
@@ -289,19 +308,23 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         "",
         "## 4. Cost growth",
         "",
-        "Throughput (plain vs kafka-group -> noop, as in section 1) and driver time per batch "
-        "(as in section 3) by partition count and record size.",
+        'Throughput (plain, Spark\'s `format("kafka")` -> noop and kafka-group -> noop, as in '
+        "section 1) and driver time per batch (as in section 3) by partition count and record "
+        "size.",
         "",
-        "| partitions | value size | records | plain rec/s | kafka-group rec/s | ratio | "
-        "plain MB/s | kafka-group MB/s | driver ms/batch | plain ms/batch |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| partitions | value size | records | plain rec/s | Spark kafka rec/s | kafka-group "
+        "rec/s | kafka-group / Spark kafka | kafka-group / plain | Spark kafka MB/s | "
+        "kafka-group MB/s | driver ms/batch | plain ms/batch |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results["growth"]:
+        skr = r.get("spark_kafka_rate", math.nan)
         lines.append(
             f"| {r['partitions']:,} | {r['size']:,} B | {r['records']:,} | "
-            f"{_rate(r['plain_rate'])} | {_rate(r['noop_rate'])} | "
+            f"{_rate(r['plain_rate'])} | {_rate(skr) if math.isfinite(skr) else 'n/a'} | "
+            f"{_rate(r['noop_rate'])} | {_ratio(r['noop_rate'], skr)} | "
             f"{_ratio(r['noop_rate'], r['plain_rate'])} | "
-            f"{r['plain_rate'] * r['size'] / 1e6:,.1f} | {r['noop_rate'] * r['size'] / 1e6:,.1f} | "
+            f"{skr * r['size'] / 1e6:,.1f} | {r['noop_rate'] * r['size'] / 1e6:,.1f} | "
             f"{_ms(r.get('plan_stream_s', math.nan))} | {_ms(r.get('plan_plain_s', math.nan))} |"
         )
     lines += ["", *_growth_notes(results), f"![cost growth]({plot.name})", ""]
@@ -315,6 +338,46 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         if start in old and end in old:
             lines += ["", start + old.split(start, 1)[1].split(end, 1)[0] + end]
     path.write_text("\n".join(lines) + "\n")
+
+
+def _delta_sinks(t: dict[str, Any]) -> list[str]:
+    """Section 1b: delta-group against Spark's own Delta sink, per record."""
+    sd, runs = t.get("spark_delta"), t["runs"]
+    if not sd or "delta-group" not in runs:
+        return []
+
+    def us(run: dict[str, Any]) -> float:
+        return 1e6 / run["rate"]
+
+    ours = us(runs["delta-group"]) - us(runs["noop"])
+    theirs = us(sd["delta"]) - us(sd["noop"])
+    return [
+        "### Delta sinks, per record",
+        "",
+        "The same records into a Delta table: kafka-group -> `delta-group` (exactly-once, "
+        "delta-rs, pyspark 4.3) and Spark's `format(\"kafka\")` -> Spark's own "
+        '`format("delta")` sink (delta-spark 4.4.0, whose jars need pyspark 4.2: a Spark '
+        "application of its own, `bench/spark_delta_proc.py`, local[2] on the same machine, "
+        "after a warm-up query of each kind). The sink's cost per record is the run into the "
+        "table less the same source into `noop`.",
+        "",
+        "| path | records/s | µs per record | of which the sink (µs) | rows in the table |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        f"| kafka-group -> `delta-group` | {_rate(runs['delta-group']['rate'])} | "
+        f"{us(runs['delta-group']):.2f} | {ours:.2f} | "
+        f"{runs['delta-group'].get('written') or 0:,} |",
+        f'| Spark kafka -> `format("delta")` (pyspark 4.2) | {_rate(sd["delta"]["rate"])} | '
+        f"{us(sd['delta']):.2f} | {theirs:.2f} | {sd['delta'].get('written') or 0:,} |",
+        f"| Spark kafka -> `noop` (pyspark 4.2) | {_rate(sd['noop']['rate'])} | "
+        f"{us(sd['noop']):.2f} | | |",
+        "",
+        f"delta-group over Spark's Delta sink, end to end: "
+        f"{_ratio(runs['delta-group']['rate'], sd['delta']['rate'])} the records/s; the sink "
+        f"alone costs {_ratio(ours, theirs) if theirs > 0 else 'n/a'} Spark's per record "
+        "(Spark's Delta sink is exactly-once per query, by the query's id and batch id; it keeps "
+        "no per-partition offsets, so queries sharing a group's records could write one twice).",
+        "",
+    ]
 
 
 def _cumtime(profile: str, function: str) -> float:
@@ -409,6 +472,11 @@ _NOTES = [
     "loop that checks each record's error and touches its value, the reader's librdkafka "
     "settings (`READER_DEFAULTS`; on Tansu `fetch.queue.backoff.ms=10` is worth ~3x). 500 "
     "keeps live Messages under the garbage collector's threshold: the fastest plain loop.",
+    '- **Spark kafka**: Spark\'s own `format("kafka")` source (spark-sql-kafka from '
+    "`bash jars/fetch spark-kafka`, given with `spark.jars`), `startingOffsets=earliest`, "
+    "`Trigger.AvailableNow` into `noop` in the same session; time = the sum of the batches' "
+    "`triggerExecution` (it joins no group). It trusts ListOffsets, which the embedded Tansu "
+    "under-reports, so the benchmark runs on Apache Kafka.",
     "- **kafka-group -> noop / delta-group**: a fresh group, `startingOffsets=earliest`, "
     "`Trigger.AvailableNow`, in a SparkSession `local[2]` already warmed up by a small query "
     "of each kind. Time = the sum of the batches' `triggerExecution` less the first batch's "

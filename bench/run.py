@@ -4,7 +4,9 @@
     PYTHONPATH=. python -m bench.run --quick    # smaller: a few minutes
 
 Every figure is measured in this one run next to a baseline on the same machine and broker
-(an embedded Tansu unless ``--bootstrap-servers``), and reported as absolute and as a ratio.
+(Apache Kafka from ``bash jars/fetch kafka``; ``--broker tansu`` for the embedded Tansu,
+``--bootstrap-servers`` for your own), and reported as absolute and as a ratio. Spark's own
+Kafka source needs ``bash jars/fetch spark-kafka``.
 See docs/benchmarks.md for what each line measures.
 """
 
@@ -29,6 +31,7 @@ from typing import Any
 
 from bench import ceiling, handover, scale, throughput
 from bench.common import (
+    broker_description,
     cpu_delta,
     cpu_seconds,
     create_topics,
@@ -99,17 +102,20 @@ def _topics_for(partitions: int, max_topics: int) -> tuple[int, int]:
 
 
 def run_throughput(cfg: Config, spark: Any, servers: str, scratch: Path, say: Callable) -> dict:
-    """Section 1: plain vs read_range vs Spark's ceiling vs kafka-group (noop, delta-group)."""
+    """Section 1: plain vs read_range vs Spark's ceiling vs Spark's kafka source vs kafka-group
+    (noop, delta-group)."""
     topics = create_topics(servers, cfg.partitions)
     started = time.perf_counter()
     produce(servers, topics, cfg.partitions, cfg.records, cfg.size)
     say(f"produced {cfg.records:,} x {cfg.size} B in {time.perf_counter() - started:.1f} s")
     ends = partition_counts(cfg.records, topics, cfg.partitions)
+    warm: list[str] = []
     if cfg.warmup:  # Python workers, imports, the sink's first table
         warm = create_topics(servers, cfg.partitions, prefix="warm")
         produce(servers, warm, cfg.partitions, 2000, cfg.size)
         for sink in ("noop", "delta-group"):
             throughput.spark_read(spark, servers, warm, sink, scratch)
+        throughput.spark_kafka_read(spark, servers, warm, scratch)
         ceiling.const_arrow_rate(spark, 20_000, cfg.partitions, cfg.size)
 
     runs: dict[str, list[throughput.Run]] = {}
@@ -122,6 +128,7 @@ def run_throughput(cfg: Config, spark: Any, servers: str, scratch: Path, say: Ca
             "spark_ceiling": lambda: throughput.Run(
                 *ceiling.const_arrow_rate(spark, cfg.records, cfg.partitions, cfg.size)
             ),
+            "spark_kafka": lambda: throughput.spark_kafka_read(spark, servers, topics, scratch),
             "noop": lambda: throughput.spark_read(spark, servers, topics, "noop", scratch),
         }
         if round_no == 0:
@@ -134,6 +141,10 @@ def run_throughput(cfg: Config, spark: Any, servers: str, scratch: Path, say: Ca
             run.cpu = cpu_delta(before, cpu_seconds())
             say(f"round {round_no + 1} {name}: {run.rows:,} rows, {run.rate:,.0f} rec/s")
             runs.setdefault(name, []).append(run)
+    before = cpu_seconds()
+    delta = throughput.spark_delta_sink(servers, topics, scratch, warm)
+    for name, run in delta.items():
+        say(f"spark delta-spark process, kafka -> {name}: {run.rows:,} rows, {run.rate:,.0f} rec/s")
     best = {name: max(rs, key=lambda r: r.rate) for name, rs in runs.items()}
     profiler = cProfile.Profile()
     profiler.enable()
@@ -148,6 +159,8 @@ def run_throughput(cfg: Config, spark: Any, servers: str, scratch: Path, say: Ca
         "rounds": cfg.rounds,
         "runs": {name: asdict(run) | {"rate": run.rate} for name, run in best.items()},
         "all_rates": {name: [r.rate for r in rs] for name, rs in runs.items()},
+        "spark_delta": {name: asdict(run) | {"rate": run.rate} for name, run in delta.items()}
+        | {"cpu": cpu_delta(before, cpu_seconds())},
         "read_range_profile": text.getvalue(),
     }
 
@@ -181,6 +194,7 @@ def run_growth_and_scale(cfg: Config, spark: Any, servers: str, scratch: Path, s
         produce(servers, topics, per_topic, records, size)
         plain = throughput.plain_read(servers, topics, per_topic, records)
         noop = throughput.spark_read(spark, servers, topics, "noop", scratch)
+        spark_kafka = throughput.spark_kafka_read(spark, servers, topics, scratch)
         row = {
             "partitions": partitions,
             "topics": n_topics,
@@ -189,6 +203,8 @@ def run_growth_and_scale(cfg: Config, spark: Any, servers: str, scratch: Path, s
             "plain_rate": plain.rate,
             "noop_rate": noop.rate,
             "noop_rows": noop.rows,
+            "spark_kafka_rate": spark_kafka.rate,
+            "spark_kafka_rows": spark_kafka.rows,
         }
         if size == 100:
             for mode in ("stream", "plain"):
@@ -259,16 +275,18 @@ def run_all(cfg: Config, spark: Any, servers: str, scratch: Path, say: Callable 
 
 
 def spark_session() -> Any:
-    """The local[2] SparkSession every Spark figure uses."""
+    """The local[2] SparkSession every Spark figure uses, with Spark's own Kafka source."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     import spark_groups
+    from spark_groups.tools.spark_jars import jar_conf
 
     session = (
         SparkSession.builder.master("local[2]")
         .appName("spark-groups-bench")
+        .config(map=jar_conf("spark-kafka"))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -281,6 +299,17 @@ def spark_session() -> Any:
     return session
 
 
+def _start_broker(kind: str) -> Any:
+    """Apache Kafka (``bash jars/fetch kafka``), or the embedded Tansu; started."""
+    if kind == "tansu":
+        from spark_groups.embedded import EmbeddedBroker
+
+        return EmbeddedBroker().start()
+    from spark_groups.tools.kafka_broker import KafkaBroker
+
+    return KafkaBroker().start()
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line (see the module doc)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -289,7 +318,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, help="value size in bytes (throughput section)")
     parser.add_argument("--partitions", type=int, help="partitions (throughput section)")
     parser.add_argument("--ledger-batches", type=int, help="ledger commits (scale section)")
-    parser.add_argument("--bootstrap-servers", help="use this broker instead of an embedded one")
+    parser.add_argument("--bootstrap-servers", help="use this broker instead of starting one")
+    parser.add_argument(
+        "--broker",
+        choices=("kafka", "tansu"),
+        default="kafka",
+        help="the broker to start: Apache Kafka (default) or the embedded Tansu",
+    )
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     parser.add_argument("--plot", default=str(ROOT / "docs" / "benchmarks.png"))
     parser.add_argument("--json", default=str(ROOT / "docs" / "benchmarks.json"))
@@ -321,9 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     started_at = datetime.now(UTC)
     try:
         if not servers:
-            from spark_groups.embedded import EmbeddedBroker
-
-            broker = EmbeddedBroker().start()
+            broker = _start_broker(args.broker)
             servers = broker.bootstrap_servers
         spark = spark_session()
         try:
@@ -336,7 +369,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     results["command"] = command
     results["date"] = started_at.strftime("%Y-%m-%d %H:%M UTC")
-    results["machine"] = machine_facts()
+    results["machine"] = machine_facts(
+        broker_description(None if args.bootstrap_servers else args.broker)
+    )
     from bench.report import write_plot, write_report
 
     Path(args.json).write_text(json.dumps(results, indent=1, default=str) + "\n")

@@ -1,6 +1,7 @@
-"""Throughput: a lean plain confluent-kafka loop vs the kafka-group source (noop, delta-group).
+"""Throughput: a lean plain confluent-kafka loop, Spark's own Kafka source and the kafka-group
+source (noop, delta-group).
 
-All three read the same topic(s) from offset 0 on the same broker, one after the other.
+All of them read the same topic(s) from offset 0 on the same broker, one after the other.
 
 * plain: one Consumer in this process, assigned every partition, ``consume(500)`` in a loop
   that checks each record's error and touches its value; the reader's librdkafka settings
@@ -11,6 +12,13 @@ All three read the same topic(s) from offset 0 on the same broker, one after the
   batches' ``triggerExecution`` less the first batch's ``latestOffset`` (that waits for the
   group join, which Tansu stretches to half the session timeout; joins are measured in
   the handover benchmark): the read itself, planning of later batches, and the sink.
+* spark kafka: Spark's ``format("kafka")`` source (spark-sql-kafka, ``bash jars/fetch
+  spark-kafka``) into ``noop`` the same way; it joins no group, so nothing is excluded: the
+  time is the sum of the batches' ``triggerExecution``. It trusts ListOffsets, which Tansu
+  under-reports, so it runs on Apache Kafka (the benchmark's default broker).
+* spark delta: Spark's kafka source into Spark's own Delta sink (``format("delta")``) and into
+  ``noop``, in a pyspark-4.2 process with delta-spark (its jars do not run on 4.3), timed the
+  same way; compared per record with kafka-group -> delta-group less kafka-group -> noop.
 """
 
 from __future__ import annotations
@@ -130,6 +138,80 @@ def spark_read(spark: Any, servers: str, topics: Sequence[str], sink: str, scrat
         query.stop()
         shutil.rmtree(work, ignore_errors=True)
     return Run(rows, seconds, excluded, written)
+
+
+def spark_kafka_read(spark: Any, servers: str, topics: Sequence[str], scratch: Path) -> Run:
+    """Read everything in ``topics`` with Spark's own Kafka source into ``noop``,
+    Trigger.AvailableNow (see the module doc)."""
+    work = scratch / unique("bench-spark-kafka")
+    df = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", ",".join(topics))
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    query = (
+        df.writeStream.trigger(availableNow=True)
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .format("noop")
+        .start()
+    )
+    try:
+        query.awaitTermination(900)
+        if query.isActive:
+            raise TimeoutError("the spark kafka query did not finish within 900 s")
+        if query.exception() is not None:
+            raise RuntimeError(f"the spark kafka query failed: {query.exception()}")
+        progress = [p for p in query.recentProgress if p is not None]
+        rows = sum(int(p["numInputRows"]) for p in progress)
+        total_ms = sum(int(p["durationMs"].get("triggerExecution", 0)) for p in progress)
+    finally:
+        query.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return Run(rows, total_ms / 1000.0)
+
+
+def spark_delta_sink(
+    servers: str, topics: Sequence[str], scratch: Path, warmup: Sequence[str] = ()
+) -> dict[str, Run]:
+    """Spark's own Delta sink: ``format("kafka")`` -> ``noop`` and -> ``format("delta")``, in a
+    separate pyspark-4.2 process with delta-spark (``bench/spark_delta_proc.py``); returns
+    ``{"noop": Run, "delta": Run}``."""
+    import json
+    import subprocess
+
+    from spark_groups.tools.spark_jars import DELTA_SQL_CONF, delta_spark_python, jar_conf
+
+    work = scratch / unique("bench-spark-delta")
+    work.mkdir(parents=True)
+    out = work / "result.json"
+    spec = {
+        "conf": {**jar_conf("delta-spark", "spark-kafka"), **DELTA_SQL_CONF},
+        "servers": servers,
+        "topics": list(topics),
+        "warmup": list(warmup),
+        "work": str(work / "run"),
+        "out": str(out),
+    }
+    script = Path(__file__).with_name("spark_delta_proc.py")
+    log = work / "spark.log"
+    try:
+        with log.open("w") as sink:
+            code = subprocess.run(
+                [str(delta_spark_python()), str(script), json.dumps(spec)],
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                timeout=1800,
+            ).returncode
+        if code != 0 or not out.exists():
+            raise RuntimeError(f"spark_delta_proc failed ({code}): {log.read_text()[-2000:]}")
+        found = json.loads(out.read_text())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {
+        name: Run(r["rows"], r["seconds"], written=r.get("written")) for name, r in found.items()
+    }
 
 
 def delta_rows(path: str) -> int:

@@ -75,13 +75,15 @@ query.awaitTermination()
 
 # COMMAND ----------
 
-from deltalake import DeltaTable, QueryBuilder
+from pyspark.sql import functions as F
 
-sql = QueryBuilder().register("orders", DeltaTable(table_path))
+from spark_groups.sink.spark import read_table
+
+# spark.read.format("delta") where Delta is present (Databricks); on a cluster without
+# Delta's jars, the exact files of the newest version through Spark's Parquet reader.
+landed = read_table(spark, table_path)
 display(
-    sql.execute(
-        'SELECT partition, count(*) AS n, max("offset") AS last FROM orders GROUP BY partition'
-    ).read_all()
+    landed.groupBy("partition").agg(F.count("*").alias("n"), F.max("offset").alias("last"))
 )
 
 # COMMAND ----------

@@ -7,7 +7,7 @@ contain secrets (see :func:`spark_groups.kafka.secrets.redact`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # offsets imports this module
@@ -141,6 +141,23 @@ class SinkGapError(SinkError):
     ) -> None:
         super().__init__(message)
         self.gaps = dict(gaps or {})
+
+
+class SinkFeatureError(SinkError):
+    """An existing sink table uses Delta table features the sink cannot honour when it appends
+    its own Parquet files (column mapping, generated or identity columns, CHECK constraints,
+    row tracking, ...). ``path`` is the table, ``features`` the features at fault. Nothing was
+    committed; the error repeats on every restart until the query writes to another table."""
+
+    def __init__(self, path: str, features: Sequence[str]) -> None:
+        super().__init__(
+            f"sink {path}: the table uses Delta table feature(s) {', '.join(features)}, which "
+            "the delta-group sink cannot honour (it appends plain Parquet files with delta-rs); "
+            "nothing was committed. Write to a new table (the sink creates one), or to a table "
+            "created without these features (docs/sink.md, 'Tables made by other engines')"
+        )
+        self.path = path
+        self.features = tuple(features)
 
 
 class GroupActiveError(SparkGroupsError):

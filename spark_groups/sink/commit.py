@@ -60,6 +60,7 @@ from spark_groups.delta import create_table, open_table
 from spark_groups.errors import SinkError, SinkGapError
 from spark_groups.files import location, table_uri
 from spark_groups.offsets import Handover, OffsetRange, TopicPartition
+from spark_groups.sink.features import check_table_features
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.writer import DataFile, check_schema, remove_files, rewrite_from
 
@@ -390,6 +391,7 @@ class DeltaSink:
         table = _load(self.uri, self.storage_options)
         if table is None:
             table = self._create(schema, partition_by)
+        check_table_features(table, self.path)
         actual = tuple(table.metadata().partition_columns)
         if actual != partition_by:
             raise SinkError(
@@ -663,6 +665,7 @@ class DeltaSink:
                 },
                 separators=(",", ":"),
             ),
+            "userMetadata": _txns_text(self.group_id, decision.txns),
         }
         return info
 
@@ -721,6 +724,15 @@ def _by_topic(ranges: Mapping[TopicPartition, T]) -> dict[str, dict[str, T]]:
     for tp in sorted(ranges):
         out.setdefault(tp.topic, {})[str(tp.partition)] = ranges[tp]
     return out
+
+
+def _txns_text(group_id: str, txns: Mapping[TopicPartition, int]) -> str:
+    """The commit's transaction versions as Delta's ``userMetadata``, which delta-spark's
+    ``history()`` shows: ``{"group": g, "txns": {topic: {partition: next offset}}}``."""
+    by_topic: dict[str, dict[str, int]] = {}
+    for tp, until in sorted(txns.items()):
+        by_topic.setdefault(tp.topic, {})[str(tp.partition)] = until
+    return json.dumps({"group": group_id, "txns": by_topic}, separators=(",", ":"))
 
 
 def _ranges_text(ranges: Mapping[TopicPartition, OffsetRange]) -> str:

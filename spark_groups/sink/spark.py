@@ -190,6 +190,23 @@ class DeltaGroupDataSource(DataSource):
 # ---------------------------------------------------------------------- reading back
 
 
+def has_delta(spark: Any) -> bool:
+    """Whether ``spark`` was started with delta-spark (its SQL extension is configured)."""
+    extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    return "DeltaSparkSessionExtension" in extensions
+
+
+def read_table(spark: Any, path: str, version: int | None = None) -> Any:
+    """A DataFrame of the Delta table at ``path`` (as of ``version``): with
+    ``spark.read.format("delta")`` where delta-spark is present, else :func:`read_delta`."""
+    if has_delta(spark):
+        reader = spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        return reader.load(path)
+    return read_delta(spark, path, version)
+
+
 def read_delta(
     spark: Any,
     path: str,

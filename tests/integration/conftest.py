@@ -1,4 +1,9 @@
-"""Real Spark (local[2]) for the integration tests: one session for the whole run."""
+"""Real Spark (local[2]) for the integration tests: one session for the whole run.
+
+It carries Spark's own Kafka source (``bash jars/fetch spark-kafka``) when fetched, for the
+benchmark's smoke test. delta-spark is not in it: its jars need pyspark 4.2, so the delta-spark
+tests run it in a process of their own (test_delta_spark.py).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,14 @@ from typing import Any
 import pytest
 
 import spark_groups
+from spark_groups.tools.spark_jars import JarsMissingError, jar_conf
+
+
+def _spark_kafka_conf() -> dict[str, str]:
+    try:
+        return jar_conf("spark-kafka")
+    except JarsMissingError:
+        return {}
 
 
 @pytest.fixture(scope="session")
@@ -22,6 +35,7 @@ def spark() -> Iterator[Any]:
     session = (
         SparkSession.builder.master("local[2]")
         .appName("spark-groups-tests")
+        .config(map=_spark_kafka_conf())
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "1g")

@@ -9,6 +9,7 @@ import pytest
 
 from bench.report import write_plot, write_report
 from bench.run import TINY, run_all
+from spark_groups.tools.spark_jars import spark_jars
 
 pytestmark = pytest.mark.integration
 
@@ -18,14 +19,20 @@ def _positive(x: float) -> bool:
 
 
 def test_tiny_benchmark_run(spark, bootstrap_servers: str, tmp_path: Path) -> None:
+    spark_jars("spark-kafka")  # Spark's kafka source, the baseline: fetched, or a clear error
     results = run_all(TINY, spark, bootstrap_servers, tmp_path, say=lambda s: None)
 
     runs = results["throughput"]["runs"]
-    assert set(runs) == {"plain", "read_range", "spark_ceiling", "noop", "delta-group"}
+    assert set(runs) == {
+        "plain", "read_range", "spark_ceiling", "spark_kafka", "noop", "delta-group",
+    }  # fmt: skip
     for name, run in runs.items():
         assert run["rows"] == TINY.records, name  # every path counted every record produced
         assert _positive(run["rate"]), name
     assert runs["delta-group"]["written"] == TINY.records
+    spark_delta = results["throughput"]["spark_delta"]  # Spark's own Delta sink (pyspark 4.2)
+    assert spark_delta["noop"]["rows"] == spark_delta["delta"]["rows"] == TINY.records
+    assert spark_delta["delta"]["written"] == TINY.records
     assert runs["noop"]["cpu"]["spark"] > 0 and runs["plain"]["cpu"]["bench"] > 0
 
     for strategy in TINY.strategies:
@@ -36,8 +43,9 @@ def test_tiny_benchmark_run(spark, bootstrap_servers: str, tmp_path: Path) -> No
 
     assert [(r["partitions"], r["size"]) for r in results["growth"]] == [(4, 100), (4, 1000)]
     for row in results["growth"]:
-        assert row["noop_rows"] == row["records"]
+        assert row["noop_rows"] == row["records"] == row["spark_kafka_rows"]
         assert _positive(row["plain_rate"]) and _positive(row["noop_rate"])
+        assert _positive(row["spark_kafka_rate"])
     scale = results["scale"]
     for mode in ("stream", "plain", "stream_listoffsets", "stream_no_ledger"):
         assert scale[mode]["owned"] == TINY.growth_partitions[-1]
@@ -54,3 +62,5 @@ def test_tiny_benchmark_run(spark, bootstrap_servers: str, tmp_path: Path) -> No
     assert (tmp_path / "b.png").stat().st_size > 10_000
     text = (tmp_path / "b.md").read_text()
     assert "## 4. Cost growth" in text and "nan" not in text.lower()
+    assert "Delta sinks, per record" in text
+    assert "Spark's own Kafka source" in text and "n/a" not in text.split("## 2.")[0]

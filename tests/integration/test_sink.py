@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
-from spark_groups.sink.spark import read_delta
+from spark_groups.sink.spark import has_delta, read_delta, read_table
 
 from broker_support import produce_ids, wait_until
 from helpers import group_options, unique
@@ -224,6 +224,9 @@ def test_read_delta_reads_exactly_the_files_of_one_version(spark, tmp_path: Path
     # A pinned version sees its own files only.
     assert read_delta(spark, str(table), version=0).count() == 10
     assert read_delta(spark, str(table), version=1).count() == 20
+    # Without delta-spark in the session, read_table is read_delta.
+    assert not has_delta(spark)
+    assert read_table(spark, str(table), version=1).count() == 20
 
 
 # ---------------------------------------------------------------------- two member processes

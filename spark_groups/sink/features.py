@@ -1,0 +1,84 @@
+"""Which Delta table features the delta-group sink can honour on an existing table.
+
+The sink writes its own Parquet files (with the table's logical column names, no computed
+columns) and commits them as plain appends with delta-rs. A table created by another engine
+(delta-spark, Databricks) may use features that such an append would break: column mapping
+(physical column names differ), generated and identity columns, CHECK constraints (not
+checked), row tracking, in-commit timestamps, clustering, ... Those tables are refused before
+anything is committed, with :class:`~spark_groups.errors.SinkFeatureError` naming the features.
+
+delta-spark's defaults (``appendOnly`` and ``invariants`` at writer version 2) and deletion
+vectors (appends add no vectors; delta-rs keeps the ones that exist) are accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from spark_groups.errors import SinkFeatureError
+
+#: Features an append of the sink's own files keeps intact.
+SAFE_FEATURES = frozenset(
+    {
+        "appendOnly",
+        "invariants",
+        "timestampNtz",
+        "deletionVectors",
+        "changeDataFeed",  # inserts need no change files: readers derive them from the adds
+        "vacuumProtocolCheck",
+    }
+)
+
+#: Features a legacy protocol (no feature list) implies, by minimum writer version.
+_LEGACY_WRITER = {
+    2: ("appendOnly", "invariants"),
+    3: ("checkConstraints",),
+    4: ("changeDataFeed", "generatedColumns"),
+    5: ("columnMapping",),
+    6: ("identityColumns",),
+}
+
+
+def _legacy_features(writer_version: int) -> set[str]:
+    return {f for v, fs in _LEGACY_WRITER.items() if writer_version >= v for f in fs}
+
+
+def _in_use(feature: str, configuration: Mapping[str, str], field_metadata: list[dict]) -> bool:
+    """Whether a feature that a protocol merely *supports* is used by this table."""
+    if feature == "columnMapping":
+        return configuration.get("delta.columnMapping.mode", "none").lower() != "none"
+    if feature == "checkConstraints":
+        return any(k.startswith("delta.constraints.") for k in configuration)
+    if feature == "generatedColumns":
+        return any("delta.generationExpression" in m for m in field_metadata)
+    if feature == "identityColumns":
+        return any(any(k.startswith("delta.identity.") for k in m) for m in field_metadata)
+    return True
+
+
+def unsupported_features(
+    writer_version: int,
+    writer_features: Iterable[str] | None,
+    configuration: Mapping[str, str],
+    field_metadata: list[dict],
+) -> list[str]:
+    """The table's features (listed, or implied by a legacy writer version) that the sink
+    cannot honour and that the table uses, sorted."""
+    listed = set(writer_features or ()) if writer_version >= 7 else _legacy_features(writer_version)
+    return sorted(f for f in listed - SAFE_FEATURES if _in_use(f, configuration, field_metadata))
+
+
+def check_table_features(table: Any, path: str) -> None:
+    """Raise :class:`SinkFeatureError` when the deltalake ``table`` uses features the sink
+    cannot honour (see the module doc)."""
+    protocol = table.protocol()
+    metadata = [dict(f.metadata or {}) for f in table.schema().fields]
+    found = unsupported_features(
+        protocol.min_writer_version,
+        protocol.writer_features,
+        dict(table.metadata().configuration or {}),
+        metadata,
+    )
+    if found:
+        raise SinkFeatureError(path, found)
