@@ -26,7 +26,8 @@ from spark_groups.tools.spark_jars import (
     jar_conf,
 )
 
-from helpers import produce_ids, unique, wait_until
+from broker_support import produce_ids, wait_until
+from helpers import unique
 
 SIDE_SCRIPT = Path(__file__).with_name("delta_spark_process.py")
 IDS_DDL = "id BIGINT, topic STRING, partition INT, offset BIGINT"

@@ -16,7 +16,8 @@ from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.tools.s3_server import S3Server
 
-from helpers import group_options, produce_ids, unique
+from broker_support import produce_ids
+from helpers import group_options, unique
 
 pytestmark = pytest.mark.timeout(300)
 
