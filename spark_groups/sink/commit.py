@@ -60,6 +60,7 @@ from spark_groups.delta import create_table, open_table
 from spark_groups.errors import SinkError, SinkGapError
 from spark_groups.files import location, table_uri
 from spark_groups.offsets import Handover, OffsetRange, TopicPartition
+from spark_groups.sink.decision import decide
 from spark_groups.sink.features import check_table_features
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.writer import DataFile, check_schema, remove_files, rewrite_from
@@ -487,26 +488,24 @@ class DeltaSink:
         versions = _versions(table, self.group_id, plan.ranges)
         decision.versions = versions
         gaps = []
-        for tp in sorted(plan.ranges):
+        for tp, choice in decide(plan, versions).items():
             planned = plan.ranges[tp]
-            version = versions.get(tp)
-            mine = by_tp.get(tp, [])
-            if version is not None and version >= planned.until_offset:
+            if choice.action == "drop":
                 decision.dropped.append(tp)
                 continue
-            start = planned.from_offset
-            handover = plan.outside.get(tp)
-            if version is not None and version < planned.from_offset:
-                if handover is not None and handover.explains(version, planned.from_offset):
-                    decision.outside[tp] = (version, planned.from_offset, handover.by)
-                else:
-                    gaps.append((tp, version, planned))
-            elif version is not None and version > planned.from_offset:
-                start = version
-                mine = self._cut(mine, version, rewrites, made)
+            if choice.action == "gap":  # refused below unless failOnGap=false writes it
+                assert choice.version is not None  # a gap is always below a known version
+                gaps.append((tp, choice.version, planned))
+            mine = by_tp.get(tp, [])
+            if choice.start > planned.from_offset:  # the rows below it are in the table
+                mine = self._cut(mine, choice.start, rewrites, made)
+            if choice.outside is not None:
+                decision.outside[tp] = choice.outside
             decision.keep.extend(mine)
             decision.txns[tp] = planned.until_offset
-            decision.written[tp] = OffsetRange(tp.topic, tp.partition, start, planned.until_offset)
+            decision.written[tp] = OffsetRange(
+                tp.topic, tp.partition, choice.start, planned.until_offset
+            )
         for tp, (v, until, by) in decision.outside.items():
             log.info(
                 "sink %s: batch %d: %s [%d, %d) was committed by %s, outside this table; "
