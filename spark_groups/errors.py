@@ -53,7 +53,14 @@ class TopicNotFoundError(SparkGroupsError):
 
 
 class GroupMembershipError(SparkGroupsError):
-    """The driver's consumer-group member failed (could not join, was closed, or crashed)."""
+    """The driver's consumer-group member failed (could not join, was closed, or crashed).
+
+    ``group`` is the consumer group's id (empty when unknown).
+    """
+
+    def __init__(self, message: str, *, group: str = "") -> None:
+        super().__init__(message)
+        self.group = group
 
 
 class CommitError(SparkGroupsError):
@@ -96,10 +103,17 @@ class StaleGenerationError(CommitError):
 
 
 class LedgerError(SparkGroupsError):
-    """The Delta offsets ledger is unusable (wrong table, wrong group, unreadable)."""
+    """The Delta offsets ledger is unusable (wrong table, wrong group, unreadable).
+
+    ``path`` is the table at fault (empty when unknown).
+    """
 
     #: The source option that names the ledger's path.
     option = "offsets.table"
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class DataLossError(SparkGroupsError):

@@ -144,7 +144,9 @@ def read_history(path: str, storage_options: Mapping[str, str] | None = None) ->
     try:
         table = open_table(path, storage_options)
     except Exception as exc:
-        raise LedgerError(f"{path}: cannot read the rebalance history: {exc}") from exc
+        raise LedgerError(
+            f"{path}: cannot read the rebalance history: {exc}", path=str(path)
+        ) from exc
     if table is None:
         return HISTORY_SCHEMA.empty_table()
     return query(table, "h", "SELECT * FROM h ORDER BY at, topic, partition").cast(HISTORY_SCHEMA)

@@ -162,7 +162,7 @@ class GroupMember:
         if self._failure is not None:
             raise self._failure
         if not self._subscribed.is_set():
-            raise GroupMembershipError("the group member did not start in time")
+            raise self._membership_error("the group member did not start in time")
         return self
 
     def close(self, timeout_s: float = 30.0) -> None:
@@ -215,7 +215,7 @@ class GroupMember:
         if self._failure is not None:
             raise self._failure
         if self._stopped.is_set() and not self._closing:
-            raise GroupMembershipError("the group member stopped unexpectedly")
+            raise self._membership_error("the group member stopped unexpectedly")
 
     # ----------------------------------------------------------------- calls
     def call(self, fn: Callable[[Consumer], T], timeout_s: float = 60.0) -> T:
@@ -225,13 +225,13 @@ class GroupMember:
             return fn(self._consumer)
         self.check()
         if self._stopped.is_set():
-            raise GroupMembershipError("the group member is closed")
+            raise self._membership_error("the group member is closed")
         future: Future[T] = Future()
         self._requests.put((fn, future))
         try:
             return future.result(timeout_s)
         except TimeoutError:
-            raise GroupMembershipError(
+            raise self._membership_error(
                 f"the group member did not answer within {timeout_s:.0f} s"
             ) from None
 
@@ -260,7 +260,7 @@ class GroupMember:
             denied = self._denied(exc.args[0] if exc.args else None, wanted[0].topic)
             if denied is not None:
                 raise denied from None
-            raise GroupMembershipError(f"could not fetch committed offsets: {exc}") from exc
+            raise self._membership_error(f"could not fetch committed offsets: {exc}") from exc
         for p in result:
             denied = self._denied(p.error, p.topic)
             if denied is not None:
@@ -432,6 +432,10 @@ class GroupMember:
             self._stopped.set()
             self._fail_pending()
 
+    def _membership_error(self, message: str) -> GroupMembershipError:
+        """A :class:`GroupMembershipError` about this member's group (its id as data)."""
+        return GroupMembershipError(message, group=str(self._config.get("group.id", "")))
+
     def _create_consumer(self) -> Consumer:
         config: dict[str, Any] = dict(self._config)
         config["error_cb"] = self._on_error
@@ -514,7 +518,7 @@ class GroupMember:
             if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 log.warning("subscribed topic is gone: %s", error)
             elif error.fatal():
-                raise GroupMembershipError(f"fatal consumer error: {error}")
+                raise self._membership_error(f"fatal consumer error: {error}")
             else:
                 log.warning("group member: %s", error)
             return
@@ -530,7 +534,7 @@ class GroupMember:
         elif error.code() == KafkaError._ALL_BROKERS_DOWN:
             log.warning("group member: all brokers are down (%s)", error.str())
         elif error.fatal():
-            self._failure = GroupMembershipError(f"fatal consumer error: {error.str()}")
+            self._failure = self._membership_error(f"fatal consumer error: {error.str()}")
             self._closing = True
         else:
             log.info("group member: %s", error.str())
@@ -631,6 +635,6 @@ class GroupMember:
             if future.set_running_or_notify_cancel():
                 # Requests queued before the owner thread failed get the cause, not "closed".
                 future.set_exception(
-                    self._failure or GroupMembershipError("the group member is closed")
+                    self._failure or self._membership_error("the group member is closed")
                 )
 

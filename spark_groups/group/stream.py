@@ -301,7 +301,8 @@ class GroupStream:
         if not member.wait_for_assignment(timeout_s):
             raise GroupMembershipError(
                 f"no partition assignment from consumer group '{self.options.group_id}' "
-                f"within joinTimeoutMs={self.options.join_timeout_ms}"
+                f"within joinTimeoutMs={self.options.join_timeout_ms}",
+                group=self.options.group_id,
             )
 
     def _end_offsets(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:

@@ -176,6 +176,10 @@ class OffsetLedger:
         self._table: DeltaTable | None = None
         self._lock = threading.RLock()
 
+    def _error(self, message: str) -> LedgerError:
+        """A :class:`LedgerError` about this ledger (its path as data)."""
+        return LedgerError(message, path=self.path)
+
     def __repr__(self) -> str:
         return f"OffsetLedger(path={self.path!r}, group_id={self.group_id!r})"
 
@@ -308,7 +312,7 @@ class OffsetLedger:
         """
         for name, bound in (("since", since), ("until", until)):
             if bound is not None and bound.utcoffset() is None:
-                raise LedgerError(
+                raise self._error(
                     f"{self._name}: history({name}=...) needs a timezone-aware "
                     f"datetime, got {bound!r}"
                 )
@@ -349,7 +353,7 @@ class OffsetLedger:
         except LedgerError:
             raise
         except Exception as exc:
-            raise LedgerError(
+            raise self._error(
                 f"{self._name}: {action} failed: {type(exc).__name__}: {exc}"
             ) from exc
 
@@ -382,25 +386,25 @@ class OffsetLedger:
         actual = [(f.name, f.type) for f in schema]
         expected = [(f.name, f.type) for f in LEDGER_SCHEMA]
         if actual != expected:
-            raise LedgerError(
+            raise self._error(
                 f"{self._name}: the Delta table there has another schema, it is "
                 f"not a spark_groups offsets ledger (found {_schema_text(schema)}; expected "
                 f"{_schema_text(LEDGER_SCHEMA)})"
             )
         owner = configuration.get(GROUP_ID_KEY)
         if owner is None:
-            raise LedgerError(
+            raise self._error(
                 f"{self._name}: the Delta table there has no '{GROUP_ID_KEY}' "
                 f"in its configuration: it was not created as a spark_groups offsets ledger"
             )
         if owner != self.group_id:
-            raise LedgerError(
+            raise self._error(
                 f"{self._name}: the table belongs to consumer group {owner!r}, "
                 f"not {self.group_id!r}; every group needs its own ledger path"
             )
         fmt = configuration.get(FORMAT_KEY, LEDGER_FORMAT)
         if fmt != LEDGER_FORMAT:
-            raise LedgerError(
+            raise self._error(
                 f"{self._name}: ledger format {fmt!r} is not supported by this "
                 f"version of spark_groups (it reads format {LEDGER_FORMAT!r})"
             )
@@ -411,7 +415,7 @@ class OffsetLedger:
         if local is None or not local.exists():
             return
         if not local.is_dir():
-            raise LedgerError(f"{self._name}: the path is a file, not a directory")
+            raise self._error(f"{self._name}: the path is a file, not a directory")
         entries = sorted(p.name for p in local.iterdir())
         if entries == ["_delta_log"] and (local / "_delta_log").is_dir():
             # An empty log, or a table another writer is creating right now: create (or
@@ -419,7 +423,7 @@ class OffsetLedger:
             return
         if entries:
             shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
-            raise LedgerError(
+            raise self._error(
                 f"{self._name}: the directory is not a Delta table (no readable "
                 f"_delta_log) but holds {len(entries)} entries ({shown}); refusing to create "
                 f"a ledger there"
@@ -452,7 +456,7 @@ class OffsetLedger:
             )
         table = self._load()
         if table is None:
-            raise LedgerError(
+            raise self._error(
                 f"{self._name}: could not create the Delta table: {create_error}"
             ) from create_error
         return table
@@ -470,7 +474,7 @@ class OffsetLedger:
                     problem = "the same partition appears twice for one batch"
                 seen.add(key)
             if problem is not None:
-                raise LedgerError(f"{self._name}: invalid row {row!r}: {problem}")
+                raise self._error(f"{self._name}: invalid row {row!r}: {problem}")
         columns = {
             "group_id": [self.group_id] * len(rows),
             "topic": [r.topic for r in rows],
@@ -514,7 +518,7 @@ class OffsetLedger:
             except CommitFailedError as exc:
                 self._table = None  # reload from storage before the next attempt
                 if attempt == MAX_COMMIT_ATTEMPTS:
-                    raise LedgerError(
+                    raise self._error(
                         f"{self._name}: commit of batch(es) {batches} failed "
                         f"{attempt} times on concurrent commits: {exc}"
                     ) from exc
@@ -532,7 +536,7 @@ class OffsetLedger:
                 time.sleep(delay)
             except Exception as exc:
                 self._table = None
-                raise LedgerError(
+                raise self._error(
                     f"{self._name}: appending batch(es) {batches} failed: "
                     f"{type(exc).__name__}: {exc}"
                 ) from exc

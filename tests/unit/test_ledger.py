@@ -213,6 +213,7 @@ def test_table_of_another_group_is_refused(tmp_path: Path) -> None:
             call()
         assert str(path) in str(info.value)
         assert "group-a" in str(info.value)
+        assert info.value.path == str(path)  # the error carries the table at fault
     assert DeltaTable(str(path)).version() == 1  # nothing was appended
     assert OffsetLedger(str(path), "group-a").latest_positions() == {TopicPartition("t", 0): 3}
 
