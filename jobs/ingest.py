@@ -23,6 +23,7 @@ import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("spark_groups.jobs.ingest")
 
@@ -132,6 +133,30 @@ def load_config(
     )
 
 
+def batch_line(progress: Any) -> str:
+    """One line for one finished batch: records, and per ``kafka-group`` source its lag and
+    assignment (from the coordinator metrics in the progress)."""
+    from spark_groups.metrics import coordinator_metrics
+
+    line = f"batch {progress['batchId']}: {progress['numInputRows']} records"
+    for metrics in coordinator_metrics(progress):
+        line += (
+            f", lag {metrics['lag']}, {metrics['assigned_partitions']} partitions assigned "
+            f"(generation {metrics['generation']}, {metrics['rebalances']} rebalances)"
+        )
+    return line
+
+
+def log_new_batches(progresses: list[Any], last: int) -> int:
+    """Log :func:`batch_line` for every batch after ``last`` that ran (idle triggers report a
+    progress too, without ``addBatch``); return the last batch id logged."""
+    for progress in progresses:
+        if progress["batchId"] > last and "addBatch" in (progress["durationMs"] or {}):
+            log.info("%s", batch_line(progress))
+            last = progress["batchId"]
+    return last
+
+
 def run(config: JobConfig) -> None:
     """Run the ingest query until it ends (AvailableNow) or is stopped."""
     from pyspark.sql import SparkSession
@@ -158,7 +183,12 @@ def run(config: JobConfig) -> None:
     else:
         writer = writer.trigger(processingTime=config.trigger)
     query = writer.start()
-    query.awaitTermination()
+    last = -1
+    # One line per batch (records, lag, assignment) in place of Spark's INFO lines; the wait
+    # raises when the query fails, as awaitTermination() does.
+    while not query.awaitTermination(1):
+        last = log_new_batches(query.recentProgress, last)
+    log_new_batches(query.recentProgress, last)
     progress = query.recentProgress
     log.info("query ended after %d batches", len(progress))
     if progress:
