@@ -1,7 +1,7 @@
 """Ingest a Kafka topic into a Delta table through a consumer group.
 
     spark-submit jobs/ingest.py --conf conf/ingest.toml [--bootstrap-servers host:port]
-        [--group-instance-id ID]
+        [--group-instance-id ID] [--checkpoint DIR] [--trigger T] [--spark-log-level LEVEL]
 
 ``conf/scheduled.toml`` configures the same job as a scheduled pipeline (Trigger.AvailableNow,
 static membership; docs/jobs.md).
@@ -163,8 +163,13 @@ def run(config: JobConfig) -> None:
 
     import spark_groups
 
-    spark = SparkSession.builder.appName("spark-groups-ingest").getOrCreate()
-    spark.sparkContext.setLogLevel(config.spark_log_level)
+    # spark.log.level sets Spark's level while the session starts, before most of its INFO
+    # start-up lines (conf/log4j2.properties, loaded by spark-submit, hides the rest).
+    spark = (
+        SparkSession.builder.appName("spark-groups-ingest")
+        .config("spark.log.level", config.spark_log_level)
+        .getOrCreate()
+    )
     spark_groups.register(spark)
     source = {"sink.table": config.table_path, **config.source}
     df = spark.readStream.format(spark_groups.FORMAT).options(**source).load()
@@ -209,10 +214,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--checkpoint", help="override [sink] checkpoint (one per member)")
     parser.add_argument("--trigger", help="override [sink] trigger ('availableNow', '5 seconds')")
+    parser.add_argument(
+        "--spark-log-level",
+        help="override [sink] spark_log_level, Spark's log4j level (INFO: Spark's start-up lines)",
+    )
     args = parser.parse_args(argv)
     overrides = {
         key: value
-        for key, value in (("checkpoint", args.checkpoint), ("trigger", args.trigger))
+        for key, value in (
+            ("checkpoint", args.checkpoint),
+            ("trigger", args.trigger),
+            ("spark_log_level", args.spark_log_level),
+        )
         if value is not None
     }
     logging.basicConfig(

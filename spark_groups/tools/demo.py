@@ -157,6 +157,9 @@ def run_job(servers: str, submit: str, job: Path, conf: Path) -> None:
         "--conf", str(conf),
         "--bootstrap-servers", servers,
     ]  # fmt: skip
+    level = os.environ.get("SPARK_GROUPS_SPARK_LOG_LEVEL", "").strip()
+    if level:
+        cmd += ["--spark-log-level", level]
     click.echo(f"\n$ {' '.join(cmd)}\n")
     try:
         subprocess.run(cmd, check=True, env=env)

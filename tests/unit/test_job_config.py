@@ -90,6 +90,15 @@ def test_a_missing_file_and_the_exit_status(tmp_path: Path, capsys) -> None:
     assert "no such config file" in capsys.readouterr().err
 
 
+def test_spark_log_level_comes_from_the_file_or_the_flag(tmp_path: Path, capsys) -> None:
+    path = config(tmp_path, GOOD_SOURCE + GOOD_SINK)
+    assert ingest.load_config(path).spark_log_level == "WARN"
+    info = ingest.load_config(path, sink_overrides={"spark_log_level": "info"})
+    assert info.spark_log_level == "INFO"
+    assert ingest.main(["--conf", path, "--spark-log-level", "LOUD"]) == 2
+    assert "spark_log_level 'LOUD' is not a log4j level" in capsys.readouterr().err
+
+
 def _progress(batch: int, rows: int, ran: bool = True, lag: int = 7) -> dict:
     """A query progress as pyspark gives it (a dict), with one kafka-group source."""
     import json
