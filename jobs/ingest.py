@@ -134,17 +134,40 @@ def load_config(
 
 
 def batch_line(progress: Any) -> str:
-    """One line for one finished batch: records, and per ``kafka-group`` source its lag and
-    assignment (from the coordinator metrics in the progress)."""
+    """One line for one finished batch: records, and per ``kafka-group`` source its lag (the
+    records between the batch's end and the log end seen when it was planned) and assignment
+    (from the coordinator metrics in the progress)."""
     from spark_groups.metrics import coordinator_metrics
 
     line = f"batch {progress['batchId']}: {progress['numInputRows']} records"
-    for metrics in coordinator_metrics(progress):
-        line += (
-            f", lag {metrics['lag']}, {metrics['assigned_partitions']} partitions assigned "
-            f"(generation {metrics['generation']}, {metrics['rebalances']} rebalances)"
-        )
+    for source in progress["sources"]:
+        for metrics in coordinator_metrics({"sources": [source]}):
+            line += (
+                f", lag {_lag_after(source, metrics['lag'])}, {metrics['assigned_partitions']} "
+                f"partitions assigned (generation {metrics['generation']}, "
+                f"{metrics['rebalances']} rebalances)"
+            )
     return line
+
+
+def _lag_after(source: Any, at_plan: int) -> int:
+    """Records left after the batch of ``source`` (its ranges' ends against the log ends it
+    reported); ``at_plan``, the coordinator's lag when it was planned, if that cannot be read."""
+    import json
+
+    from spark_groups.errors import SparkGroupsError
+    from spark_groups.metrics import log_end_offsets
+    from spark_groups.offsets import BatchOffset
+
+    try:
+        end = source["endOffset"]
+        batch = BatchOffset.from_json(json.loads(end) if isinstance(end, str) else end)
+        ends = log_end_offsets(source)
+        return sum(
+            max(0, int(ends[r.topic][str(r.partition)]) - r.until_offset) for r in batch.ranges
+        )
+    except (SparkGroupsError, AttributeError, KeyError, TypeError, ValueError):
+        return at_plan
 
 
 def log_new_batches(progresses: list[Any], last: int) -> int:

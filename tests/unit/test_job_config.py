@@ -107,11 +107,16 @@ def _progress(batch: int, rows: int, ran: bool = True, lag: int = 7) -> dict:
 
     metrics = {"member_id": "m", "generation": 2, "assigned_partitions": 3, "rebalances": 1}
     latest = {"orders": {"0": 10}, METRICS_KEY: {**metrics, "lag": lag}}
+    # The batch read orders-0 [2, 8) of a log ending at 10: 2 records left after it.
+    end = {"v": 1, "batch": batch, "ranges": {"orders": {"0": [2, 8]}}}
+    source = {"description": "kafka-group", "latestOffset": json.dumps(latest)}
+    if ran:
+        source["endOffset"] = json.dumps(end)
     return {
         "batchId": batch,
         "numInputRows": rows,
         "durationMs": {"addBatch": 5, "triggerExecution": 9} if ran else {"triggerExecution": 1},
-        "sources": [{"description": "kafka-group", "latestOffset": json.dumps(latest)}],
+        "sources": [source],
     }
 
 
@@ -119,8 +124,10 @@ def test_one_line_per_batch_with_records_lag_and_assignment(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     assert ingest.batch_line(_progress(4, 120)) == (
-        "batch 4: 120 records, lag 7, 3 partitions assigned (generation 2, 1 rebalances)"
+        "batch 4: 120 records, lag 2, 3 partitions assigned (generation 2, 1 rebalances)"
     )
+    # Without a readable end offset, the coordinator's lag at the plan.
+    assert ingest.batch_line(_progress(5, 0, ran=False)).startswith("batch 5: 0 records, lag 7,")
     caplog.set_level("INFO", logger="spark_groups.jobs.ingest")
     # Batch 0 again, and an idle trigger's progress (no addBatch), are not repeated.
     progresses = [_progress(0, 5), _progress(1, 6), _progress(2, 0, ran=False)]
