@@ -1,7 +1,7 @@
 """Ingest a Kafka topic into a Delta table through a consumer group.
 
     spark-submit jobs/ingest.py --conf conf/ingest.toml [--bootstrap-servers host:port]
-        [--group-instance-id ID]
+        [--group-instance-id ID] [--checkpoint DIR] [--trigger T] [--spark-log-level LEVEL]
 
 ``conf/scheduled.toml`` configures the same job as a scheduled pipeline (Trigger.AvailableNow,
 static membership; docs/jobs.md).
@@ -23,6 +23,7 @@ import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("spark_groups.jobs.ingest")
 
@@ -132,14 +133,66 @@ def load_config(
     )
 
 
+def batch_line(progress: Any) -> str:
+    """One line for one finished batch: records, and per ``kafka-group`` source its lag (the
+    records between the batch's end and the log end seen when it was planned) and assignment
+    (from the coordinator metrics in the progress)."""
+    from spark_groups.metrics import coordinator_metrics
+
+    line = f"batch {progress['batchId']}: {progress['numInputRows']} records"
+    for source in progress["sources"]:
+        for metrics in coordinator_metrics({"sources": [source]}):
+            line += (
+                f", lag {_lag_after(source, metrics['lag'])}, {metrics['assigned_partitions']} "
+                f"partitions assigned (generation {metrics['generation']}, "
+                f"{metrics['rebalances']} rebalances)"
+            )
+    return line
+
+
+def _lag_after(source: Any, at_plan: int) -> int:
+    """Records left after the batch of ``source`` (its ranges' ends against the log ends it
+    reported); ``at_plan``, the coordinator's lag when it was planned, if that cannot be read."""
+    import json
+
+    from spark_groups.errors import SparkGroupsError
+    from spark_groups.metrics import log_end_offsets
+    from spark_groups.offsets import BatchOffset
+
+    try:
+        end = source["endOffset"]
+        batch = BatchOffset.from_json(json.loads(end) if isinstance(end, str) else end)
+        ends = log_end_offsets(source)
+        return sum(
+            max(0, int(ends[r.topic][str(r.partition)]) - r.until_offset) for r in batch.ranges
+        )
+    except (SparkGroupsError, AttributeError, KeyError, TypeError, ValueError):
+        return at_plan
+
+
+def log_new_batches(progresses: list[Any], last: int) -> int:
+    """Log :func:`batch_line` for every batch after ``last`` that ran (idle triggers report a
+    progress too, without ``addBatch``); return the last batch id logged."""
+    for progress in progresses:
+        if progress["batchId"] > last and "addBatch" in (progress["durationMs"] or {}):
+            log.info("%s", batch_line(progress))
+            last = progress["batchId"]
+    return last
+
+
 def run(config: JobConfig) -> None:
     """Run the ingest query until it ends (AvailableNow) or is stopped."""
     from pyspark.sql import SparkSession
 
     import spark_groups
 
-    spark = SparkSession.builder.appName("spark-groups-ingest").getOrCreate()
-    spark.sparkContext.setLogLevel(config.spark_log_level)
+    # spark.log.level sets Spark's level while the session starts, before most of its INFO
+    # start-up lines (conf/log4j2.properties, loaded by spark-submit, hides the rest).
+    spark = (
+        SparkSession.builder.appName("spark-groups-ingest")
+        .config("spark.log.level", config.spark_log_level)
+        .getOrCreate()
+    )
     spark_groups.register(spark)
     source = {"sink.table": config.table_path, **config.source}
     df = spark.readStream.format(spark_groups.FORMAT).options(**source).load()
@@ -158,7 +211,12 @@ def run(config: JobConfig) -> None:
     else:
         writer = writer.trigger(processingTime=config.trigger)
     query = writer.start()
-    query.awaitTermination()
+    last = -1
+    # One line per batch (records, lag, assignment) in place of Spark's INFO lines; the wait
+    # raises when the query fails, as awaitTermination() does.
+    while not query.awaitTermination(1):
+        last = log_new_batches(query.recentProgress, last)
+    log_new_batches(query.recentProgress, last)
     progress = query.recentProgress
     log.info("query ended after %d batches", len(progress))
     if progress:
@@ -179,10 +237,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--checkpoint", help="override [sink] checkpoint (one per member)")
     parser.add_argument("--trigger", help="override [sink] trigger ('availableNow', '5 seconds')")
+    parser.add_argument(
+        "--spark-log-level",
+        help="override [sink] spark_log_level, Spark's log4j level (INFO: Spark's start-up lines)",
+    )
     args = parser.parse_args(argv)
     overrides = {
         key: value
-        for key, value in (("checkpoint", args.checkpoint), ("trigger", args.trigger))
+        for key, value in (
+            ("checkpoint", args.checkpoint),
+            ("trigger", args.trigger),
+            ("spark_log_level", args.spark_log_level),
+        )
         if value is not None
     }
     logging.basicConfig(

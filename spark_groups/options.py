@@ -73,9 +73,24 @@ UNSUPPORTED_SPARK_OPTIONS: dict[str, str] = {
     "minpartitions": "the source runs exactly one Spark task per assigned Kafka partition",
     "maxrecordsperpartition": "the source runs exactly one Spark task per assigned Kafka partition",
     "endingoffsets": "streaming queries read until stopped; use Trigger.AvailableNow to stop",
+    "endingtimestamp": "streaming queries read until stopped; use Trigger.AvailableNow to stop",
+    "endingoffsetsbytimestamp": (
+        "streaming queries read until stopped; use Trigger.AvailableNow to stop"
+    ),
     "kafka.enable.auto.commit": "offsets are committed by the source when a batch is durable",
     "kafka.auto.offset.reset": "use startingOffsets",
     "kafka.enable.auto.offset.store": "offsets are committed by the source when a batch is durable",
+    "kafka.key.deserializer": (
+        "keys are always the binary key column; deserialize with DataFrame operations "
+        "(CAST(key AS STRING), from_json)"
+    ),
+    "kafka.value.deserializer": (
+        "values are always the binary value column; deserialize with DataFrame operations "
+        "(CAST(value AS STRING), from_json)"
+    ),
+    "kafka.interceptor.classes": (
+        "a Java consumer setting; this source uses librdkafka, which has no interceptors"
+    ),
 }
 
 _LOWER_NAMES = {name.lower(): name for name in SOURCE_OPTIONS}

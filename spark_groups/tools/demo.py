@@ -122,7 +122,7 @@ def check_setup() -> tuple[str, Path, Path]:
     """``spark-submit``, the job and its config; raises :class:`SparkGroupsError` naming what
     is missing."""
     job, conf = source_root() / "jobs" / "ingest.py", source_root() / "conf" / "ingest.toml"
-    for needed in (job, conf):
+    for needed in (job, conf, source_root() / "conf" / "log4j2.properties"):
         if not needed.is_file():
             raise SparkGroupsError(
                 f"the demo needs {needed} (run it from a source checkout of spark_groups, "
@@ -134,6 +134,16 @@ def check_setup() -> tuple[str, Path, Path]:
     return submit, job, conf
 
 
+def spark_log_options() -> list[str]:
+    """spark-submit arguments that load ``conf/log4j2.properties`` (Spark at WARN), or, with
+    ``SPARK_GROUPS_SPARK_LOG_LEVEL`` set (e.g. ``info``), that level for Spark's loggers."""
+    java = f"-Dlog4j2.configurationFile={source_root() / 'conf' / 'log4j2.properties'}"
+    level = os.environ.get("SPARK_GROUPS_SPARK_LOG_LEVEL", "").strip()
+    if level:
+        java += f" -Dspark_groups.spark.level={level}"
+    return ["--driver-java-options", java]
+
+
 def run_job(servers: str, submit: str, job: Path, conf: Path) -> None:
     """Run the ingest job through spark-submit, as in production."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
@@ -142,10 +152,14 @@ def run_job(servers: str, submit: str, job: Path, conf: Path) -> None:
         "--master", "local[2]",
         "--driver-memory", "1g",
         "--conf", "spark.ui.enabled=false",
+        *spark_log_options(),
         str(job),
         "--conf", str(conf),
         "--bootstrap-servers", servers,
     ]  # fmt: skip
+    level = os.environ.get("SPARK_GROUPS_SPARK_LOG_LEVEL", "").strip()
+    if level:
+        cmd += ["--spark-log-level", level]
     click.echo(f"\n$ {' '.join(cmd)}\n")
     try:
         subprocess.run(cmd, check=True, env=env)

@@ -14,10 +14,16 @@ from spark_groups.tools.timeline import timeline
 pytestmark = pytest.mark.integration
 
 
-def test_demo_lands_every_order_and_history_shows_who_read_them(tmp_path: Path) -> None:
+def test_demo_lands_every_order_and_history_shows_who_read_them(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     work = tmp_path / "demo"
     result = CliRunner().invoke(main, ["demo", "--work-dir", str(work)])
     assert result.exit_code == 0, result.output
+    # spark-submit writes to the real stdout/stderr: no INFO start-up wall, a line per batch.
+    job = "".join(capfd.readouterr())
+    assert " INFO SparkContext:" not in job and " INFO Executor:" not in job, job[:3000]
+    assert "batch 0: 3000 records, lag 0, 3 partitions assigned" in job, job[-3000:]
     assert "rows: 3000 (produced 3000)" in result.output
     offsets = result.output.split("committed offsets")[1].splitlines()[2:5]
     assert [line.split()[0] for line in offsets] == ["0", "1", "2"]

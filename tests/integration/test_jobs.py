@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -22,6 +23,7 @@ from helpers import FAST_GROUP, unique
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+LOG4J2 = ROOT / "conf" / "log4j2.properties"
 
 
 def scheduled_config(
@@ -69,6 +71,8 @@ def run_job(conf: Path) -> str:
         "--master", "local[2]",
         "--driver-memory", "1g",
         "--conf", "spark.ui.enabled=false",
+        # The job's log4j2 config, as docs/jobs.md runs it: Spark at WARN.
+        "--driver-java-options", f"-Dlog4j2.configurationFile={LOG4J2}",
         str(ROOT / "jobs" / "ingest.py"),
         "--conf", str(conf),
     ]  # fmt: skip
@@ -91,6 +95,11 @@ def test_scheduled_runs_land_every_record_once_and_commit(
     first = produce_ids(bootstrap_servers, topic, range(300), 3)
     log = run_job(conf)
     assert "coordinator metrics at the last batch" in log
+    # Quiet: none of Spark's INFO start-up wall, one line of ours per batch (200 records at
+    # most each, the 3 partitions assigned to this only member).
+    assert " INFO SparkContext:" not in log and " INFO BlockManager" not in log, log[:3000]
+    batches = re.findall(r"batch \d+: (\d+) records, lag \d+, 3 partitions assigned", log)
+    assert len(batches) >= 2 and sum(map(int, batches)) == 300, log[-3000:]
     # The next run reads only what arrived since.
     second = produce_ids(bootstrap_servers, topic, range(300, 450), 3)
     run_job(conf)

@@ -88,3 +88,48 @@ def test_bad_configs_name_what_is_wrong(tmp_path: Path, text: str, message: str)
 def test_a_missing_file_and_the_exit_status(tmp_path: Path, capsys) -> None:
     assert ingest.main(["--conf", str(tmp_path / "nope.toml")]) == 2
     assert "no such config file" in capsys.readouterr().err
+
+
+def test_spark_log_level_comes_from_the_file_or_the_flag(tmp_path: Path, capsys) -> None:
+    path = config(tmp_path, GOOD_SOURCE + GOOD_SINK)
+    assert ingest.load_config(path).spark_log_level == "WARN"
+    info = ingest.load_config(path, sink_overrides={"spark_log_level": "info"})
+    assert info.spark_log_level == "INFO"
+    assert ingest.main(["--conf", path, "--spark-log-level", "LOUD"]) == 2
+    assert "spark_log_level 'LOUD' is not a log4j level" in capsys.readouterr().err
+
+
+def _progress(batch: int, rows: int, ran: bool = True, lag: int = 7) -> dict:
+    """A query progress as pyspark gives it (a dict), with one kafka-group source."""
+    import json
+
+    from spark_groups.metrics import METRICS_KEY
+
+    metrics = {"member_id": "m", "generation": 2, "assigned_partitions": 3, "rebalances": 1}
+    latest = {"orders": {"0": 10}, METRICS_KEY: {**metrics, "lag": lag}}
+    # The batch read orders-0 [2, 8) of a log ending at 10: 2 records left after it.
+    end = {"v": 1, "batch": batch, "ranges": {"orders": {"0": [2, 8]}}}
+    source = {"description": "kafka-group", "latestOffset": json.dumps(latest)}
+    if ran:
+        source["endOffset"] = json.dumps(end)
+    return {
+        "batchId": batch,
+        "numInputRows": rows,
+        "durationMs": {"addBatch": 5, "triggerExecution": 9} if ran else {"triggerExecution": 1},
+        "sources": [source],
+    }
+
+
+def test_one_line_per_batch_with_records_lag_and_assignment(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert ingest.batch_line(_progress(4, 120)) == (
+        "batch 4: 120 records, lag 2, 3 partitions assigned (generation 2, 1 rebalances)"
+    )
+    # Without a readable end offset, the coordinator's lag at the plan.
+    assert ingest.batch_line(_progress(5, 0, ran=False)).startswith("batch 5: 0 records, lag 7,")
+    caplog.set_level("INFO", logger="spark_groups.jobs.ingest")
+    # Batch 0 again, and an idle trigger's progress (no addBatch), are not repeated.
+    progresses = [_progress(0, 5), _progress(1, 6), _progress(2, 0, ran=False)]
+    assert ingest.log_new_batches(progresses, 0) == 1
+    assert [r.getMessage() for r in caplog.records] == [ingest.batch_line(_progress(1, 6))]
