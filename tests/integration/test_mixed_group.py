@@ -212,7 +212,8 @@ def test_an_unexplained_gap_holds_the_partition_until_accept_gap_and_fails_no_me
     from spark_groups.sink import committed_positions
     from spark_groups.tools.cli import main
 
-    from helpers import group_options, produce_ids
+    from broker_support import produce_ids
+    from helpers import group_options
 
     topic, group = make_topic(2), unique("held")
     table, ledger = tmp_path / "table", str(tmp_path / "ledger")
