@@ -28,8 +28,6 @@ this module is the sequence of the protocol's steps.
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -51,6 +49,7 @@ from spark_groups.group.history import RebalanceHistory
 from spark_groups.group.member import GroupMember
 from spark_groups.group.partitions import PartitionTable
 from spark_groups.group.planner import plan_ranges
+from spark_groups.group.sigterm import leave_on_sigterm
 from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.ledger import CATCH_UP_BATCH, OUTSIDE_BATCH, LedgerRow, OffsetLedger
 from spark_groups.metrics import StreamMetrics
@@ -107,6 +106,7 @@ class GroupStream:
         self._targets: dict[TopicPartition, int] | None = None
         self._latest_ends: dict[TopicPartition, int] = {}
         self._stopped = False
+        self._stop_lock = threading.RLock()
         # Partitions assigned after the first plan with no committed offset anywhere are new
         # partitions (a topic grew, a pattern matched a new topic): they start at earliest.
         self._first_plan_done = False
@@ -139,42 +139,27 @@ class GroupStream:
         )
         member.start()
         self._member = member
-        self._install_sigterm_handler()
+        # Spark ends the reader process with SIGTERM and may never call stop(): leave the
+        # group first, so the others need not wait for the session to time out.
+        leave_on_sigterm(self.stop, f"consumer group {self.options.group_id}")
         return member
 
     def stop(self) -> None:
-        """Leave the group and release clients. Idempotent; safe from a signal handler."""
-        if self._stopped:
-            return
-        self._stopped = True
-        with self._lock:
-            self._lock.notify_all()
-        if self._member is not None:
-            self._member.close()
-        if self._resolver is not None:
-            self._resolver.close()
-        if self._history is not None:
-            self._history.flush()
-
-    def _install_sigterm_handler(self) -> None:
-        """Spark ends the reader process with SIGTERM and may never call ``stop()``: leave
-        the group first, so the others need not wait for the session to time out."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        previous = signal.getsignal(signal.SIGTERM)
-
-        def on_sigterm(signum: int, frame: Any) -> None:
+        """Leave the group and release clients. Idempotent, from any thread (Spark's, or
+        the one that leaves on SIGTERM): a second caller returns once the first has left,
+        never while it is still leaving, so the process cannot end half way."""
+        with self._stop_lock:
             if self._stopped:
                 return
-            log.info("SIGTERM: leaving consumer group %s", self.options.group_id)
-            self.stop()
-            if callable(previous):
-                previous(signum, frame)
-            else:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                os.kill(os.getpid(), signal.SIGTERM)
-
-        signal.signal(signal.SIGTERM, on_sigterm)
+            self._stopped = True
+            with self._lock:
+                self._lock.notify_all()
+            if self._member is not None:
+                self._member.close()
+            if self._resolver is not None:
+                self._resolver.close()
+            if self._history is not None:
+                self._history.flush()
 
     # ------------------------------------------------------------------ Spark calls
     def latest_offset(self, start_json: Mapping[str, Any], max_records: int | None) -> Any:
