@@ -283,6 +283,7 @@ class GroupStream:
             return None
         with self._lock:
             committed = self._partitions.committed_offsets()
+            planned = self._partitions.plannable(member.assignment)
         counters = coordinator_metrics.snapshot(
             self.metrics,
             member_id=member.member_id,
@@ -291,6 +292,7 @@ class GroupStream:
             rebalances=member.rebalances,
             log_ends=self._latest_ends,
             committed=committed,
+            planned=planned,
         )
         return coordinator_metrics.latest_offset_json(self._latest_ends, counters)
 

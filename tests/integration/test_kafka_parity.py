@@ -192,3 +192,46 @@ def _ms(timestamp: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000
+
+
+def test_offsets_behind_latest_as_sparks_kafka_source_reports_them(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    """Both sources read 60 records 15 at a time; each batch's min/max/avg offsets behind
+    latest must be the same (Spark's in ``sources[].metrics``, ours through
+    ``kafka_source_metrics``, since a Python source cannot fill that map)."""
+    from spark_groups.metrics import kafka_source_metrics
+
+    topic = make_topic(3)
+    produce_timed(bootstrap_servers, topic, range(60), 3)
+
+    def batches(reader: Any, name: str) -> list[Any]:
+        query = (
+            reader.load()
+            .writeStream.format("noop")
+            .queryName(name)
+            .trigger(availableNow=True)
+            .option("checkpointLocation", str(tmp_path / name))
+            .start()
+        )
+        assert query.awaitTermination(180)
+        return [p for p in query.recentProgress if p.numInputRows > 0]
+
+    theirs = batches(
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "15"),
+        unique("theirs"),
+    )
+    ours = batches(
+        spark.readStream.format("kafka-group").options(
+            **group_options(bootstrap_servers, topic, unique("g"), None, maxOffsetsPerTrigger="15")
+        ),
+        unique("ours"),
+    )
+    assert [p.numInputRows for p in ours] == [p.numInputRows for p in theirs] == [15] * 4
+    expected = [dict(p.sources[0].metrics) for p in theirs]
+    assert expected[0]["maxOffsetsBehindLatest"] == "15"
+    assert [kafka_source_metrics(p.json)[0] for p in ours] == expected
