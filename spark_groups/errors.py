@@ -192,6 +192,23 @@ class SinkFeatureError(SinkError):
         self.features = tuple(features)
 
 
+class SinkTablePropertyError(SinkError):
+    """An existing sink table sets a table property that breaks the sink's exactly-once.
+
+    ``path`` is the table, ``property`` the property at fault and ``value`` its value. Nothing
+    was committed; the error repeats on every restart until the property is unset."""
+
+    def __init__(self, path: str, property: str, value: str, why: str) -> None:
+        super().__init__(
+            f"sink {path}: the table sets {property}={value}: {why}; nothing was committed. "
+            f"Unset it (ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES ('{property}')) or "
+            "write to another table"
+        )
+        self.path = path
+        self.property = property
+        self.value = value
+
+
 class GroupActiveError(SparkGroupsError):
     """An operation that needs an empty consumer group (``spark-groups reset``) found the
     group with active members; stop every member (every query and consumer) first."""
