@@ -183,14 +183,16 @@ class GroupStream:
         self._resolve_new_partitions(member, start)
         self._recheck_held()
         self._durability.check_checkpoint(start)
+        with self._lock:
+            positions = self._partitions.plannable(member.assignment)
+            positions = {tp: o for tp, o in positions.items() if tp not in self._held}
+        # The log ends before the commit: the next plan's, and the ledger's log end at
+        # commit time (lag at commit time = log end - committed offset).
+        ends = self._end_offsets(positions)
         self.commit_durable(start)
         self._warn_if_slow(start.batch)
         if self._history is not None:
             self._history.flush()
-        with self._lock:
-            positions = self._partitions.plannable(member.assignment)
-            positions = {tp: o for tp, o in positions.items() if tp not in self._held}
-        ends = self._end_offsets(positions)
         plan = plan_ranges(positions, ends, max_records)
         for tp, position, end in plan.went_backwards:
             self._log_went_backwards(tp, position, end)
@@ -499,6 +501,7 @@ class GroupStream:
         if self._ledger is None:
             return
         now = datetime.now(UTC)
+        log_ends = self._latest_ends  # seen at (or, for the barrier's commits, before) now
         self._ledger.append(
             [
                 LedgerRow(
@@ -510,6 +513,7 @@ class GroupStream:
                     generation=member.generation,
                     batch=batch,
                     committed_at=now,
+                    log_end=log_ends.get(r.topic_partition),
                 )
                 for r in ranges
             ]
