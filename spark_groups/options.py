@@ -47,6 +47,7 @@ SOURCE_OPTIONS: dict[str, str | None] = {
     "group.remote.assignor": None,
     "offsets.table": None,
     "rebalances.table": None,
+    "offsets.retention": "30d",
     "sink.table": None,
     "checkpointLocation": None,
     "deliveryGuarantee": "at-least-once",
@@ -116,6 +117,7 @@ class SourceOptions:
     max_offsets_per_trigger: int | None = None
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60 * 1000
+    retention_ms: int = 30 * 86_400_000
     include_headers: bool = False
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120_000
@@ -351,6 +353,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         max_offsets_per_trigger=max_records,
         min_offsets_per_trigger=min_records,
         max_trigger_delay_ms=_duration_ms("maxTriggerDelay", ours.get("maxTriggerDelay", "15m")),
+        retention_ms=_duration_ms("offsets.retention", ours.get("offsets.retention", "30d")),
         include_headers=_bool("includeHeaders", ours.get("includeHeaders", "false")),
         fail_on_data_loss=_bool("failOnDataLoss", ours.get("failOnDataLoss", "true")),
         poll_timeout_ms=number("kafkaConsumer.pollTimeoutMs"),

@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from spark_groups import commit_metadata
@@ -82,13 +82,21 @@ class GroupStream:
         self._resolver: EndOffsetResolver | None = None
         self._ledger = (
             OffsetLedger(
-                options.ledger_path, options.group_id, storage_options=dict(options.storage_options)
+                options.ledger_path,
+                options.group_id,
+                storage_options=dict(options.storage_options),
+                retention=timedelta(milliseconds=options.retention_ms) or None,
             )
             if options.ledger_path
             else None
         )
         self._history = (
-            RebalanceHistory(options.history_path, options.group_id, options.storage_options)
+            RebalanceHistory(
+                options.history_path,
+                options.group_id,
+                options.storage_options,
+                retention=timedelta(milliseconds=options.retention_ms) or None,
+            )
             if options.history_path
             else None
         )

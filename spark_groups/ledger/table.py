@@ -33,7 +33,9 @@ directory holding files but no Delta log raises :class:`~spark_groups.errors.Led
 
 **Maintenance** (compaction, vacuum, checkpoints, log clean-up) is in
 :mod:`spark_groups.ledger.maintenance`: the append whose commit is table version
-``n * compact_every`` runs it, right after its commit.
+``n * compact_every`` runs it, right after its commit, and then, with a ``retention``,
+deletes the rows older than that which no position depends on
+(:mod:`spark_groups.ledger.retention`).
 
 **Concurrent writers.** Appends never conflict logically. delta-rs rebases a commit onto
 newer versions itself (``max_commit_retries``, 15 by default); when it still gives up with
@@ -69,6 +71,7 @@ from spark_groups.delta import create_table, open_table, query
 from spark_groups.errors import LedgerError, OptionError
 from spark_groups.files import local_path
 from spark_groups.ledger.maintenance import DELETED_FILE_RETENTION, LOG_RETENTION, maintain
+from spark_groups.ledger.retention import expire
 from spark_groups.offsets import TopicPartition
 
 if TYPE_CHECKING:
@@ -157,7 +160,8 @@ class OffsetLedger:
     ``path`` is a local path or a URI that delta-rs understands (``s3://``, ``abfss://``,
     ...); ``storage_options`` are passed to delta-rs unchanged. The table is created by the
     first :meth:`append`. ``compact_every`` is the maintenance period in table versions
-    (0: never; see the module documentation). Methods are thread-safe; several
+    (0: never; see the module documentation); ``retention`` how long rows are kept (None:
+    forever; see :mod:`spark_groups.ledger.retention`). Methods are thread-safe; several
     ``OffsetLedger`` objects, in one process or several, may append to the same table.
     """
 
@@ -167,6 +171,7 @@ class OffsetLedger:
         group_id: str,
         storage_options: dict[str, str] | None = None,
         compact_every: int = 200,
+        retention: timedelta | None = None,
     ) -> None:
         """Describe the ledger; nothing is read or written until the first method call."""
         if not isinstance(group_id, str) or not group_id:
@@ -183,6 +188,7 @@ class OffsetLedger:
         self.group_id = group_id
         self.storage_options = dict(storage_options) if storage_options else None
         self.compact_every = compact_every
+        self.retention = retention
         self._table: DeltaTable | None = None
         self._has_log_end = True  # False for a ledger written before the column existed
         self._lock = threading.RLock()
@@ -221,6 +227,8 @@ class OffsetLedger:
                 info = {GROUP_ID_KEY: self.group_id}
                 if table is not None and not maintain(table, self.path, info):
                     self._table = None  # reload from storage next time
+                if self.retention:
+                    expire(self, datetime.now(UTC) - self.retention)
 
     def latest_positions(
         self, partitions: Iterable[TopicPartition] | None = None, *, own_only: bool = False
@@ -345,6 +353,17 @@ class OffsetLedger:
             bound = pa.scalar(until, type=pa.timestamp("us", tz="UTC"))
             table = table.filter(pc.less(table.column("committed_at"), bound))
         return table.sort_by(_HISTORY_ORDER)
+
+    def delete_where(self, predicate: str) -> int:
+        """Delete the rows matching the SQL ``predicate`` in one Delta commit (retention:
+        :mod:`spark_groups.ledger.retention`); return how many rows were deleted."""
+        with self._lock:
+            table = self._load()
+            if table is None:
+                return 0
+            with self._wrapped("deleting old rows"):
+                metrics = table.delete(predicate)
+            return int(metrics.get("num_deleted_rows", 0) or 0)
 
     def last_batch(self) -> int | None:
         """The highest batch number this group recorded; ``None`` for an empty ledger."""
