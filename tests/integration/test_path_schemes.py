@@ -1,0 +1,88 @@
+"""Hadoop's and Databricks' path schemes on real storage: ``s3a://`` and ``s3n://`` on a real
+S3-compatible server (S3Proxy), ``dbfs:/`` on a local folder named as the DBFS mount
+(``SPARK_GROUPS_DBFS_MOUNT``, docs/storage.md). delta-rs and pyarrow, no Spark."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+from deltalake import DeltaTable
+
+from spark_groups import checkpoint
+from spark_groups.delta import append, open_table
+from spark_groups.files import location
+from spark_groups.offsets import BatchOffset, TopicPartition
+from spark_groups.paths import DBFS_MOUNT_ENV
+from spark_groups.sink.plan import read_batch_plan
+from spark_groups.tools.s3_server import S3Server
+
+pytestmark = pytest.mark.timeout(120)
+
+OFFSET_LOG = (
+    "v1\n"
+    '{"batchWatermarkMs":0,"batchTimestampMs":1}\n'
+    '{"v":1,"batch":0,"ranges":{"orders":{"0":[0,5]}}}\n'
+)
+
+
+def test_a_table_written_as_s3n_reads_back_as_s3a_and_s3(
+    s3_server: S3Server, s3_bucket: str
+) -> None:
+    bucket = s3_bucket.removeprefix("s3://")
+    options = s3_server.storage_options()  # conditional put on
+    append(f"s3n://{bucket}/orders", pa.table({"id": [1, 2, 3]}), options)
+    append(f"s3a://{bucket}/orders", pa.table({"id": [4]}), options)
+
+    for uri in (f"s3a://{bucket}/orders", f"s3://{bucket}/orders"):
+        table = open_table(uri, options)
+        assert table is not None and table.version() == 1
+        assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3, 4]
+    # pyarrow (the sink's data files) sees the same objects through s3a://
+    where = location(f"s3a://{bucket}/orders", options)
+    infos = where.fs.get_file_info(pafs.FileSelector(where.path, recursive=True))
+    data = [i.path for i in infos if i.path.endswith(".parquet")]
+    assert len(data) == 2
+    assert len(DeltaTable(f"s3://{bucket}/orders", storage_options=options).file_uris()) == 2
+
+
+def test_a_checkpoint_on_s3a_is_read_with_the_storage_options(
+    s3_server: S3Server, s3_bucket: str
+) -> None:
+    bucket = s3_bucket.removeprefix("s3://")
+    fs = s3_server.filesystem()
+    with fs.open_output_stream(f"{bucket}/chk/offsets/0") as out:
+        out.write(OFFSET_LOG.encode())
+    with fs.open_output_stream(f"{bucket}/chk/commits/0") as out:
+        out.write(b"v1\n{}\n")
+    options = s3_server.storage_options()
+    chk = f"s3a://{bucket}/chk"
+
+    plan = read_batch_plan(chk, 0, options)
+    assert [r.until_offset for r in plan.ranges.values()] == [5]
+    assert list(plan.ranges) == [TopicPartition("orders", 0)]
+    batch = BatchOffset.from_json(json.loads(OFFSET_LOG.splitlines()[2]))
+    assert checkpoint.spark_batch_id(chk, batch, options) == 0
+    assert checkpoint.is_committed(chk, 0, options)
+    assert not checkpoint.is_committed(chk, 1, options)
+
+
+def test_a_table_on_dbfs_lands_below_the_mount_with_the_single_writer_opt_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mount = tmp_path / "dbfs"
+    mount.mkdir()
+    monkeypatch.setenv(DBFS_MOUNT_ENV, str(mount))
+    options = {"allow_unsafe_rename": "true"}  # delta-rs' mounted-storage commit
+
+    append("dbfs:/pipelines/orders", pa.table({"id": [1, 2]}), options)
+    append("dbfs:/pipelines/orders", pa.table({"id": [3]}), options)
+
+    assert (mount / "pipelines" / "orders" / "_delta_log" / f"{1:020d}.json").is_file()
+    table = open_table("dbfs:/pipelines/orders", options)
+    assert table is not None and table.version() == 1
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3]
+    assert open_table(str(mount / "pipelines" / "orders")) is not None  # the FUSE path
