@@ -55,14 +55,13 @@ tables = dbutils.widgets.get("tables").strip().rstrip("/") or base
 offsets_table = f"{tables}/_offsets"
 table_path = f"{tables}/orders"
 
-if tables.startswith("/Volumes/"):
-    # One writer only: delta-rs commits on the volume as check-then-rename.
-    storage = {"storage.allow_unsafe_rename": "true"}
-else:
-    # The cloud location's credentials, e.g. for ADLS Gen2:
-    # {"storage.azure_storage_account_key": dbutils.secrets.get("pipelines", "adls-key")}
-    # (or s3: storage.aws_region, storage.aws_conditional_put=etag, ...; docs/storage.md)
-    storage = {}
+# On the volume: one writer only (delta-rs commits there as check-then-rename). On a cloud
+# URI: its credentials, e.g. for ADLS Gen2
+# {"storage.azure_storage_account_key": dbutils.secrets.get("pipelines", "adls-key")}, or for
+# S3 storage.aws_region and storage.aws_conditional_put=etag (docs/storage.md).
+cloud_storage: dict[str, str] = {}
+on_volume = tables.startswith("/Volumes/")
+storage = {"storage.allow_unsafe_rename": "true"} if on_volume else cloud_storage
 
 # COMMAND ----------
 

@@ -11,7 +11,13 @@ safe only with conditional writes (``aws_conditional_put=etag``: S3 itself, MinI
 locking provider (``aws_s3_locking_provider=dynamodb``). Without either, delta-rs 1.6 still
 writes, and two members can both write the same log version, one silently replacing the
 other's commit. :func:`check_commit_safety` refuses that setup unless the user opted in with
-``aws_s3_allow_unsafe_rename=true`` (docs/storage.md).
+``aws_s3_allow_unsafe_rename=true``. Databricks' FUSE mounts (``dbfs:/``, ``/Volumes/...``)
+have no atomic create-if-absent at all; a table there needs ``allow_unsafe_rename=true`` and
+one writer (docs/storage.md).
+
+pyarrow writes the sink's data files and reads checkpoints; :func:`s3_filesystem_args`,
+:func:`azure_filesystem_args` and :func:`gcs_filesystem_args` give its file systems the same
+store and credentials as delta-rs' storage options.
 """
 
 from __future__ import annotations
