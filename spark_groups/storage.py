@@ -91,10 +91,11 @@ def check_commit_safety(
     library reads raises :class:`~spark_groups.errors.StoragePathError`.
     """
     given = storage_options or {}
-    if is_databricks_fuse(resolve(uri, option)):
+    resolved = resolve(uri, option)  # s3n:// is S3 too
+    if is_databricks_fuse(resolved):
         _check_fuse(uri, given, option, prefix)
         return
-    if not is_s3(uri):
+    if not is_s3(resolved):
         return
     conditional = _setting(_CONDITIONAL_PUT, given)
     if conditional is not None and conditional.lower() == "etag":

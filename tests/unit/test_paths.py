@@ -16,7 +16,7 @@ from spark_groups.files import check_location, local_path, location, table_uri
 from spark_groups.options import parse_options
 from spark_groups.paths import DBFS_MOUNT_ENV, is_databricks_fuse, resolve
 from spark_groups.sink.options import parse_sink_options
-from spark_groups.storage import azure_filesystem_args
+from spark_groups.storage import azure_filesystem_args, check_commit_safety
 
 SOURCE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders", "group.id": "etl"}
 ABFSS = "abfss://lake@acct.dfs.core.windows.net/tables/orders"
@@ -238,3 +238,12 @@ def test_hdfs_without_a_hadoop_client_is_a_typed_error_saying_what_is_needed() -
     assert caught.value.option == "checkpointLocation"
     assert "libhdfs" in caught.value.problem and "hadoop classpath" in caught.value.problem
     assert len(caught.value.problem.splitlines()) == 1
+
+
+def test_the_s3_guard_sees_s3n_as_s3(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_CONDITIONAL_PUT", "AWS_S3_LOCKING_PROVIDER", "AWS_S3_ALLOW_UNSAFE_RENAME"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(OptionError, match="aws_conditional_put=etag") as caught:
+        check_commit_safety("s3n://lake/_offsets/etl", {}, "offsets.table")
+    assert caught.value.option == "offsets.table"
+    check_commit_safety("s3n://lake/_offsets/etl", {"aws_conditional_put": "etag"}, "o")
