@@ -1,10 +1,14 @@
 """Hadoop's and Databricks' path schemes on real storage: ``s3a://`` and ``s3n://`` on a real
 S3-compatible server (S3Proxy), ``dbfs:/`` on a local folder named as the DBFS mount
-(``SPARK_GROUPS_DBFS_MOUNT``, docs/storage.md). delta-rs and pyarrow, no Spark."""
+(``SPARK_GROUPS_DBFS_MOUNT``, docs/storage.md): delta-rs and pyarrow directly, and one
+``kafka-group`` query into the ``delta-group`` sink with every path given as ``dbfs:/``."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,10 +19,14 @@ from deltalake import DeltaTable
 from spark_groups import checkpoint
 from spark_groups.delta import append, open_table
 from spark_groups.files import location
+from spark_groups.ledger.table import OffsetLedger
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.paths import DBFS_MOUNT_ENV
 from spark_groups.sink.plan import read_batch_plan
 from spark_groups.tools.s3_server import S3Server
+
+from broker_support import produce_ids
+from helpers import unique
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -86,3 +94,56 @@ def test_a_table_on_dbfs_lands_below_the_mount_with_the_single_writer_opt_in(
     assert table is not None and table.version() == 1
     assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3]
     assert open_table(str(mount / "pipelines" / "orders")) is not None  # the FUSE path
+
+
+@pytest.mark.timeout(300)
+def test_a_query_with_ledger_sink_and_checkpoint_given_as_dbfs_paths_lands_every_record_once(
+    bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    """One member in its own process (so its Python workers see the mount setting), every
+    path of spark_groups written ``dbfs:/...``; Spark's own checkpoint is the FUSE form of
+    the same folder (Spark outside Databricks has no ``dbfs`` file system)."""
+    mount = tmp_path / "dbfs"
+    mount.mkdir()
+    topic, group = make_topic(3), unique("dbfs")
+    counts = produce_ids(bootstrap_servers, topic, range(200), 3)
+    one_writer = {"storage.allow_unsafe_rename": "true"}
+    spec = {
+        "servers": bootstrap_servers,
+        "topic": topic,
+        "group": group,
+        "member": "a",
+        "ledger": "dbfs:/pipelines/_offsets",
+        "table": "dbfs:/pipelines/orders",
+        "checkpoint": str(mount / "pipelines" / "_checkpoints" / "a"),
+        "source_options": {
+            **one_writer,
+            "sink.table": "dbfs:/pipelines/orders",
+            "checkpointLocation": "dbfs:/pipelines/_checkpoints/a",
+        },
+        "sink_options": one_writer,
+        "trigger": "availableNow",
+    }
+    root = Path(__file__).resolve().parents[2]
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=path, **{DBFS_MOUNT_ENV: str(mount)})
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("sink_member.py")), json.dumps(spec)],
+        env=env,
+        cwd=str(root),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    table = DeltaTable(str(mount / "pipelines" / "orders"))
+    ids = table.to_pyarrow_table(columns=["id"]).column("id").to_pylist()
+    assert sorted(ids) == list(range(200)), "a record is missing or written twice"
+    ends = {TopicPartition(topic, p): counts[p] for p in range(3)}
+    ledger = OffsetLedger("dbfs:/pipelines/_offsets", group)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(DBFS_MOUNT_ENV, str(mount))
+        assert ledger.latest_positions() == ends
+    assert (mount / "pipelines" / "_offsets_rebalances" / "_delta_log").is_dir()
+    assert not Path("dbfs:").exists() and not (root / "dbfs:").exists()
