@@ -27,6 +27,20 @@ class OptionError(SparkGroupsError, ValueError):
         super().__init__(f"option '{option}': {problem}")
 
 
+class StoragePathError(OptionError):
+    """A table or checkpoint path spark_groups cannot reach: a scheme neither delta-rs nor
+    pyarrow reads, ``dbfs:/`` where DBFS is not mounted, or a store this pyarrow build has no
+    file system for. ``option`` is the option that gave it, ``path`` the path as given."""
+
+    def __init__(self, option: str, path: str, problem: str) -> None:
+        super().__init__(option, f"{path!r}: {problem}")
+        self.path = path
+        self.problem = problem
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.option, self.path, self.problem))
+
+
 class BrokerUnreachableError(SparkGroupsError):
     """No broker of ``kafka.bootstrap.servers`` answered within the allowed time.
 

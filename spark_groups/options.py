@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Literal, cast, get_args
 
 from spark_groups.errors import OptionError
+from spark_groups.files import check_location
+from spark_groups.paths import resolve
 from spark_groups.starting import StartingOffsets, parse_starting
 from spark_groups.storage import STORAGE_PREFIX, check_commit_safety, storage_options_of
 
@@ -324,13 +326,17 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             f"{min_records} is more than maxOffsetsPerTrigger ({max_records}): no batch could "
             "reach it; lower it or raise maxOffsetsPerTrigger",
         )
-    ledger_path = ours.get("offsets.table", "").strip() or None
-    history = ours.get("rebalances.table", "").strip() or None
+    storage = storage_options_of(options)
+    ledger_path = _path("offsets.table", ours)
+    history = _path("rebalances.table", ours)
     if history is None and ledger_path is not None:
         from spark_groups.group.history import history_path
 
         history = history_path(ledger_path)
-    storage = storage_options_of(options)
+    sink_path = _path("sink.table", ours)
+    checkpoint = _path("checkpointLocation", ours)
+    if checkpoint is not None:
+        check_location(checkpoint, storage, option="checkpointLocation")
     if ledger_path is not None:
         check_commit_safety(ledger_path, storage, "offsets.table", prefix=STORAGE_PREFIX)
     if history is not None:
@@ -346,8 +352,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         remote_assignor=remote_assignor,
         ledger_path=ledger_path,
         history_path=history,
-        sink_path=ours.get("sink.table", "").strip() or None,
-        checkpoint=ours.get("checkpointLocation", "").strip() or None,
+        sink_path=sink_path,
+        checkpoint=checkpoint,
         at_most_once=guarantee == "at-most-once",
         starting_offsets=parse_starting(ours),
         max_offsets_per_trigger=max_records,
@@ -364,6 +370,13 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         kafka=kafka,
         storage_options=storage,
     )
+
+
+def _path(option: str, ours: Mapping[str, str]) -> str | None:
+    """The table or checkpoint path of ``option`` as delta-rs and pyarrow take it (None when
+    not given); a :class:`~spark_groups.errors.StoragePathError` when neither can."""
+    given = ours.get(option, "").strip()
+    return resolve(given, option) if given else None
 
 
 def _choice(option: str, ours: Mapping[str, str], default: str, choices: tuple[str, ...]) -> str:
