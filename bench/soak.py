@@ -245,8 +245,9 @@ def main() -> None:
         try:
             while time.monotonic() - started < args.minutes * 60:
                 if job.poll() is not None:
-                    tail = (work / "job.log").read_text()[-3000:]
-                    raise SystemExit(f"the job ended early:\n{tail}")
+                    text = (work / "job.log").read_text().splitlines()
+                    errors = [line for line in text if "Error" in line or "Exception" in line]
+                    raise SystemExit("the job ended early:\n" + "\n".join(errors[:30]))
                 rows.append(sample(job, work, group, producer.produced))
                 print(rows[-1], flush=True)
                 if args.optimize_every_min and time.monotonic() >= next_optimize:
