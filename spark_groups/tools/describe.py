@@ -104,12 +104,14 @@ def describe_group(
     ledger_path: str | None,
     timeout_s: float = 15,
     sink_path: str | None = None,
+    storage_options: dict[str, str] | None = None,
 ) -> GroupState:
     """The group's state and its partitions (of ``topics``, or every topic it committed).
 
     ``config`` is the bootstrap servers, or librdkafka client settings (with
     ``bootstrap.servers`` and, for a secured cluster, its security settings).
     ``sink_path`` is the group's exactly-once sink table (its positions and gaps are shown).
+    ``storage_options`` (delta-rs' names) open the ledger and the sink table.
     """
     if isinstance(config, str):
         config = {"bootstrap.servers": config}
@@ -142,14 +144,18 @@ def describe_group(
     partitions = [
         TopicPartition(t, p) for t in names for p in sorted(metadata.topics[t].partitions)
     ]
-    in_ledger = OffsetLedger(ledger_path, group).latest_positions(partitions) if ledger_path else {}
+    in_ledger = (
+        OffsetLedger(ledger_path, group, storage_options).latest_positions(partitions)
+        if ledger_path
+        else {}
+    )
     with EndOffsetResolver(config) as resolver:
         ends = resolver.end_offsets(partitions)
     in_sink: dict[TopicPartition, int] = {}
     if sink_path:
         from spark_groups.sink.commit import committed_positions
 
-        in_sink = committed_positions(sink_path, group, partitions)
+        in_sink = committed_positions(sink_path, group, partitions, storage_options)
     rows = [
         PartitionState(
             tp, in_kafka.get(tp), in_ledger.get(tp), ends[tp], in_sink.get(tp), who.get(tp, "")
