@@ -196,3 +196,33 @@ def test_the_cli_never_echoes_a_storage_setting_and_guards_s3_commits() -> None:
         assert f"option '{option.strip()}'" in result.output
         assert "--storage aws_conditional_put=etag" in result.output
         assert secret not in result.output
+
+
+def test_a_compaction_and_a_sink_commit_on_older_snapshots_both_land_correctly(
+    tmp_path: Path,
+) -> None:
+    # What makes compaction safe beside members: each is rebased over the other. A sink
+    # commit made on a snapshot from before a compaction lands with its transaction id; a
+    # compaction of a snapshot from before sink commits keeps their rows.
+    table = tmp_path / "t"
+    sink_like_table(table, 6)
+    member_view = DeltaTable(str(table))  # a member decided on this snapshot
+    compaction_view = DeltaTable(str(table))
+    compaction_view.optimize.compact()
+    tp = PARTITIONS[0]
+    adds = pa.table({"id": pa.array([1000, 1001], pa.int64())})
+    write_deltalake(str(table), adds, mode="append")  # a member's files ...
+    member_view.create_write_transaction(  # ... and its commit, on the old snapshot
+        [],
+        "append",
+        member_view.schema(),
+        commit_properties=CommitProperties(
+            app_transactions=[Transaction(app_id(member_view.metadata().id, GROUP, tp), 1002)]
+        ),
+    )
+    stale = DeltaTable(str(table))
+    write_deltalake(str(table), pa.table({"id": pa.array([2000], pa.int64())}), mode="append")
+    stale.optimize.compact()  # compacts a snapshot without the last commit
+
+    assert ids(table) == [*range(60), 1000, 1001, 2000]
+    assert positions(table)[tp] == 1002
