@@ -158,6 +158,12 @@ def take_lease(
             _set_lease(table, until_ms, by, "taken")
         except CommitFailedError:
             continue  # another run set the lease meanwhile: look again
+        except Exception as exc:
+            raise MaintenanceError(
+                f"table {path}: taking the maintenance lease failed ({type(exc).__name__}: "
+                f"{exc}); nothing was compacted, run again",
+                path=path,
+            ) from exc
         return until_ms
     raise MaintenanceError(
         f"table {path}: the maintenance lease kept changing; run again", path=path
@@ -222,7 +228,21 @@ def optimize(
             except CommitFailedError as exc:
                 log.warning("table %s: compaction met a conflicting commit (%s); again", path, exc)
                 continue
-            checkpoint_and_clean_log(table)
+            except Exception as exc:
+                raise MaintenanceError(
+                    f"table {path}: the compaction failed ({type(exc).__name__}: {exc}); "
+                    "nothing of it was committed, run again",
+                    path=path,
+                ) from exc
+            try:
+                checkpoint_and_clean_log(table)
+            except Exception as exc:  # the compaction is committed; the next run does this
+                log.warning(
+                    "table %s: compacted, but the checkpoint or the log clean-up failed: %s: %s",
+                    path,
+                    type(exc).__name__,
+                    exc,
+                )
             table = _open(path, storage_options)
             return OptimizeResult(
                 before=before,
@@ -262,7 +282,14 @@ def vacuum_table(
             f"({floor:g} hours), which readers of older versions of {path} rely on; give at "
             "least that, or lower the table property first if no reader needs it",
         )
-    deleted = vacuum(table, retention_hours, {"spark_groups.member": by})
+    try:
+        deleted = vacuum(table, retention_hours, {"spark_groups.member": by})
+    except Exception as exc:
+        raise MaintenanceError(
+            f"table {path}: vacuum failed ({type(exc).__name__}: {exc}); files it deleted were "
+            "removed from the table long enough ago, run again to finish",
+            path=path,
+        ) from exc
     table = _open(path, storage_options)
     used = floor if retention_hours is None else float(retention_hours)
     return VacuumResult(deleted=list(deleted), retention_hours=used, version=table.version())

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
-from spark_groups.errors import MaintenanceRunningError, OptionError
+from spark_groups.errors import MaintenanceError, MaintenanceRunningError, OptionError
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.sink.commit import app_id
@@ -226,3 +226,12 @@ def test_a_compaction_and_a_sink_commit_on_older_snapshots_both_land_correctly(
 
     assert ids(table) == [*range(60), 1000, 1001, 2000]
     assert positions(table)[tp] == 1002
+
+
+def test_maintenance_of_a_missing_table_is_a_typed_error(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nothing")
+    with pytest.raises(MaintenanceError) as error:
+        optimize(missing, None, "optimize:test")
+    assert error.value.path == missing
+    result = CliRunner().invoke(main, ["vacuum", missing])
+    assert result.exit_code == 1 and "there is no Delta table there" in result.output
