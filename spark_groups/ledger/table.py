@@ -4,9 +4,14 @@ The ledger is a Delta table written with ``deltalake`` (delta-rs, no JVM). Every
 micro-batch appends one row per partition it read, in a single Delta commit::
 
     group_id string, topic string, partition int32, from_offset int64, until_offset int64,
-    member_id string, generation int32, batch int64, committed_at timestamp[us, UTC]
+    member_id string, generation int32, batch int64, committed_at timestamp[us, UTC],
+    log_end int64
 
-All columns are non-nullable. The table keeps the minimal Delta protocol (reader 1, writer 2).
+All columns but ``log_end`` are non-nullable. ``log_end`` is the partition's log end offset
+the member saw at (or just before) the commit, so ``log_end - until_offset`` is the lag *at
+commit time*; it is null for rows that are no batch's (reset markers, outside offsets) and
+for rows written before the column existed: a ledger without it gets the column, by a schema
+merge, at its next append. The table keeps the minimal Delta protocol (reader 1, writer 2).
 
 **Special rows.** ``batch = -1`` (:data:`CATCH_UP_BATCH`) records that a new owner brought
 the group up to the exactly-once sink's offsets. ``batch = -2`` (:data:`RESET_BATCH`) is a
@@ -92,8 +97,11 @@ LEDGER_SCHEMA = pa.schema(
         pa.field("generation", pa.int32(), nullable=False),
         pa.field("batch", pa.int64(), nullable=False),
         pa.field("committed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("log_end", pa.int64(), nullable=True),
     ]
 )
+#: The schema of ledgers written before ``log_end`` existed (still read and appended to).
+_SCHEMA_WITHOUT_LOG_END = pa.schema([f for f in LEDGER_SCHEMA if f.name != "log_end"])
 
 _SQL_TABLE = "ledger"
 _HISTORY_ORDER = [
@@ -123,7 +131,8 @@ class LedgerRow:
     ``member_id`` and ``generation`` identify the group member (and its group generation)
     that committed the batch numbered ``batch`` (:data:`CATCH_UP_BATCH` for a catch-up with
     the exactly-once sink, :data:`RESET_BATCH` for a reset marker); ``committed_at`` must be
-    timezone-aware (it is stored in UTC).
+    timezone-aware (it is stored in UTC). ``log_end`` is the log end offset seen at commit
+    time (None when unknown).
     """
 
     topic: str
@@ -134,6 +143,7 @@ class LedgerRow:
     generation: int
     batch: int
     committed_at: datetime
+    log_end: int | None = None
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -174,6 +184,7 @@ class OffsetLedger:
         self.storage_options = dict(storage_options) if storage_options else None
         self.compact_every = compact_every
         self._table: DeltaTable | None = None
+        self._has_log_end = True  # False for a ledger written before the column existed
         self._lock = threading.RLock()
 
     def _error(self, message: str) -> LedgerError:
@@ -319,11 +330,12 @@ class OffsetLedger:
         wanted = None if partitions is None else set(partitions)
         if wanted is not None and not wanted:
             return LEDGER_SCHEMA.empty_table()
-        columns = ", ".join(f'"{name}"' for name in LEDGER_SCHEMA.names)
-        table = self._query(f"SELECT {columns} FROM {_SQL_TABLE} WHERE {self._where()}")
+        table = self._query(f"SELECT * FROM {_SQL_TABLE} WHERE {self._where()}")
         if table is None:
             return LEDGER_SCHEMA.empty_table()
-        table = table.cast(LEDGER_SCHEMA)
+        if "log_end" not in table.column_names:  # written before the column existed
+            table = table.append_column("log_end", pa.nulls(table.num_rows, pa.int64()))
+        table = table.select(LEDGER_SCHEMA.names).cast(LEDGER_SCHEMA)
         if wanted is not None:
             table = table.filter(_partition_mask(table, wanted))
         if since is not None:
@@ -385,7 +397,8 @@ class OffsetLedger:
             configuration = dict(table.metadata().configuration)
         actual = [(f.name, f.type) for f in schema]
         expected = [(f.name, f.type) for f in LEDGER_SCHEMA]
-        if actual != expected:
+        self._has_log_end = actual == expected
+        if actual != expected and actual != [(f.name, f.type) for f in _SCHEMA_WITHOUT_LOG_END]:
             raise self._error(
                 f"{self._name}: the Delta table there has another schema, it is "
                 f"not a spark_groups offsets ledger (found {_schema_text(schema)}; expected "
@@ -485,6 +498,7 @@ class OffsetLedger:
             "generation": [r.generation for r in rows],
             "batch": [r.batch for r in rows],
             "committed_at": [r.committed_at for r in rows],  # Arrow converts to UTC
+            "log_end": [r.log_end for r in rows],
         }
         return pa.Table.from_pydict(columns, schema=LEDGER_SCHEMA)
 
@@ -512,6 +526,8 @@ class OffsetLedger:
                     table,
                     data,
                     mode="append",
+                    # A ledger written before log_end existed gets the column now.
+                    schema_mode=None if self._has_log_end else "merge",
                     commit_properties=properties,
                     post_commithook_properties=hooks,
                 )
