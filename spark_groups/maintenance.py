@@ -78,14 +78,26 @@ def deleted_file_retention_hours(table: DeltaTable) -> float:
 
 
 def vacuum(
-    table: DeltaTable, retention_hours: int | None = None, commit_info: dict[str, str] | None = None
+    table: DeltaTable,
+    retention_hours: int | None = None,
+    commit_info: dict[str, str] | None = None,
+    *,
+    full: bool = False,
 ) -> list[str]:
-    """Delete the files that commits removed longer than ``retention_hours`` ago (None: the
-    table's ``delta.deletedFileRetentionDuration``); the files deleted.
+    """Delete data files the table no longer references, older than ``retention_hours``
+    (None: the table's ``delta.deletedFileRetentionDuration``); the files deleted. delta-rs
+    refuses a retention below the table's own.
 
-    delta-rs' *lite* mode: only files the log names as removed. Files no commit mentions (a
-    writer's data files before its commit references them) are never touched, so this is
-    safe beside running writers. delta-rs refuses a retention below the table's own.
+    *Lite* mode (the default): only files named by a remove action (a tombstone) still in the
+    snapshot, removed longer ago than the retention. Files no commit mentions (a writer's data
+    files before its commit) are never touched. But a checkpoint drops tombstones older than
+    the retention, so a file whose tombstone expired before the last checkpoint is never
+    found again in this mode.
+
+    ``full``: Delta's own VACUUM, every file the current version does not reference whose
+    removal, or (for files no commit names) last write, is older than the retention. Safe
+    beside running writers only while the retention exceeds the time any writer's file
+    stays uncommitted.
     """
     from deltalake import CommitProperties
 
@@ -93,6 +105,7 @@ def vacuum(
         retention_hours=retention_hours,
         dry_run=False,
         enforce_retention_duration=True,
+        full=full,
         commit_properties=CommitProperties(custom_metadata=dict(commit_info or {})),
     )
 

@@ -11,9 +11,10 @@ Why it is safe beside the members:
   referenced by no commit), and is tried again from a fresh snapshot;
 - compaction does not touch the transaction ids (``txn``) the sink's exactly-once rests on:
   they stay in the snapshot, the checkpoint carries them;
-- vacuum runs in delta-rs' lite mode: only files that a commit removed longer ago than the
-  retention are deleted; a member's data files written before its commit are named by no
-  commit and never touched.
+- vacuum deletes files the table no longer references only when they were removed (or, for
+  files no commit names, written) longer ago than the retention, at least an hour while
+  members run: a member's data files are unreferenced only from their task to the batch's
+  commit.
 
 The one unsafe case is two compactions at once: delta-rs 1.6.6 commits both, each re-adding
 the same rows (:mod:`spark_groups.maintenance`). So :func:`optimize` first takes the table's
@@ -55,6 +56,9 @@ log = logging.getLogger(__name__)
 
 #: How long a compaction's lease lasts: longer than a compaction of a sink table takes.
 LEASE_SECONDS = 3600
+#: The shortest retention of a vacuum beside running members: longer than a batch, from its
+#: tasks writing their files to the commit that references them.
+MIN_RETAIN_HOURS_BESIDE_MEMBERS = 1
 #: How many times a compaction is tried again after a conflicting commit.
 MAX_ATTEMPTS = 5
 #: Commit info key of the lease commits: ``{"lease": "taken"|"released", "until": ms}``.
@@ -267,23 +271,43 @@ def vacuum_table(
     storage_options: dict[str, str] | None,
     by: str,
     retention_hours: int | None = None,
+    *,
+    members_stopped: bool = False,
 ) -> VacuumResult:
-    """Delete the files commits removed from the table at ``path`` longer than
-    ``retention_hours`` ago (None: the table's ``delta.deletedFileRetentionDuration``, Delta's
-    7 days by default); never below that property, which readers of older snapshots, time
-    travel and streaming readers of the table rely on (:class:`OptionError` names
-    ``--retain-hours``)."""
+    """Delete the data files the table at ``path`` no longer references, removed (or, for
+    files no commit names, written) longer than ``retention_hours`` ago: Delta's VACUUM
+    (:func:`spark_groups.maintenance.vacuum`, full mode; lite mode would miss every file
+    whose tombstone a checkpoint already dropped, which on a sink table checkpointed every
+    100 commits is nearly all of them).
+
+    The retention (None: the table's ``delta.deletedFileRetentionDuration``, Delta's 7 days
+    by default) is never below that property, which readers of older snapshots, time travel
+    and streaming readers of the table rely on, nor, unless ``members_stopped``, below
+    :data:`MIN_RETAIN_HOURS_BESIDE_MEMBERS`: a running member's data files are referenced
+    by no commit until its batch commits. :class:`OptionError` names ``--retain-hours``.
+    """
     table = _open(path, storage_options)
     floor = deleted_file_retention_hours(table)
-    if retention_hours is not None and retention_hours < floor:
+    used = floor if retention_hours is None else float(retention_hours)
+    if used < floor:
         raise OptionError(
             "--retain-hours",
             f"{retention_hours} is below the table's delta.deletedFileRetentionDuration "
             f"({floor:g} hours), which readers of older versions of {path} rely on; give at "
             "least that, or lower the table property first if no reader needs it",
         )
+    if used < MIN_RETAIN_HOURS_BESIDE_MEMBERS and not members_stopped:
+        raise OptionError(
+            "--retain-hours",
+            f"{used:g} hours would delete the data files running members have written but "
+            f"not yet committed; give at least {MIN_RETAIN_HOURS_BESIDE_MEMBERS} hour(s), or "
+            "stop every member of the table first and add --members-stopped",
+        )
     try:
-        deleted = vacuum(table, retention_hours, {"spark_groups.member": by})
+        deleted = vacuum(
+            table, None if retention_hours is None else int(used),
+            {"spark_groups.member": by}, full=True,
+        )  # fmt: skip
     except Exception as exc:
         raise MaintenanceError(
             f"table {path}: vacuum failed ({type(exc).__name__}: {exc}); files it deleted were "
@@ -291,5 +315,4 @@ def vacuum_table(
             path=path,
         ) from exc
     table = _open(path, storage_options)
-    used = floor if retention_hours is None else float(retention_hours)
     return VacuumResult(deleted=list(deleted), retention_hours=used, version=table.version())

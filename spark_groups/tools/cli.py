@@ -412,21 +412,27 @@ def optimize(
 @click.argument("table")
 @click.option(
     "--retain-hours", type=click.IntRange(min=0),
-    help="delete files removed more than N hours ago (default and minimum: the table's "
-    "delta.deletedFileRetentionDuration, 7 days unless set)",
+    help="delete unreferenced files older than N hours (default and minimum: the table's "
+    "delta.deletedFileRetentionDuration, 7 days unless set; at least 1 while members run)",
+)  # fmt: skip
+@click.option(
+    "--members-stopped", is_flag=True,
+    help="every member writing TABLE is stopped: allow a retention below one hour",
 )  # fmt: skip
 @storage_option
-def vacuum(table: str, retain_hours: int | None, storage: tuple[str, ...]) -> None:
-    """Delete the files commits removed from the delta-group sink TABLE longer ago than the
-    retention; files no commit names (a running member's, before its commit) are kept."""
+def vacuum(
+    table: str, retain_hours: int | None, members_stopped: bool, storage: tuple[str, ...]
+) -> None:
+    """Delete the data files the delta-group sink TABLE no longer references, removed (or
+    written) longer ago than the retention, beside running members."""
     from spark_groups.tools.maintain import run_vacuum
 
     options = storage_config(storage)
     with clean_errors(options):
-        done = run_vacuum(table, options, retain_hours)
+        done = run_vacuum(table, options, retain_hours, members_stopped)
     click.echo(
-        f"vacuum {table}: {len(done.deleted)} file(s) deleted, removed more than "
-        f"{done.retention_hours:g} hours ago (version {done.version})"
+        f"vacuum {table}: {len(done.deleted)} file(s) deleted, unreferenced for more than "
+        f"{done.retention_hours:g} hours (version {done.version})"
     )
 
 

@@ -51,8 +51,15 @@ def run_optimize(
 
 
 def run_vacuum(
-    table: str, storage_options: dict[str, str], retain_hours: int | None = None
+    table: str,
+    storage_options: dict[str, str],
+    retain_hours: int | None = None,
+    members_stopped: bool = False,
 ) -> VacuumResult:
-    """Vacuum the sink table ``table``: files commits removed more than ``retain_hours`` ago."""
+    """Vacuum the sink table ``table``: files no longer referenced, older than
+    ``retain_hours``."""
     check_commit_safety(table, storage_options, "TABLE", prefix="--storage ")
-    return vacuum_table(table, storage_options or None, operator("vacuum"), retain_hours)
+    return vacuum_table(
+        table, storage_options or None, operator("vacuum"), retain_hours,
+        members_stopped=members_stopped,
+    )  # fmt: skip

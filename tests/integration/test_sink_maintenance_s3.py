@@ -1,7 +1,7 @@
 """``spark-groups optimize`` / ``vacuum`` of a delta-group sink table on S3 (S3Proxy with
 conditional writes) beside two running member processes, and the CLI reading the ledger and
-the rebalance history on S3 with ``--storage`` (docs/storage.md, "Maintenance"); and the
-table after both, read by delta-spark as Databricks users read it."""
+the rebalance history on S3 with ``--storage`` (docs/storage.md, "Maintenance"). A sink table
+compacted and vacuumed on local disk, read by delta-spark: tests/integration/test_delta_spark.py."""
 
 from __future__ import annotations
 
@@ -13,21 +13,13 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from deltalake import DeltaTable, QueryBuilder
-from test_delta_spark import Side
 from test_sink import IdProducer, Member, member_spec
 
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
-from spark_groups.sink.commit import app_id
 from spark_groups.sink.maintenance import _set_lease, lease_id
 from spark_groups.tools.cli import main
 from spark_groups.tools.s3_server import S3Server
-from spark_groups.tools.spark_jars import (
-    DELTA_SQL_CONF,
-    JarsMissingError,
-    delta_spark_python,
-    jar_conf,
-)
 
 from broker_support import wait_until
 from helpers import unique
@@ -167,7 +159,9 @@ def test_optimize_and_vacuum_on_s3_beside_two_members_every_record_once(
     live = {u.removeprefix("s3://") for u in DeltaTable(table, storage_options=options).file_uris()}
     stale = parquet_on_s3() - live
     assert stale
-    result = cli.invoke(main, ["vacuum", table, "--retain-hours", "0", *storage_args(options)])
+    result = cli.invoke(
+        main, ["vacuum", table, "--retain-hours", "0", "--members-stopped", *storage_args(options)]
+    )
     assert result.exit_code == 0, result.output
     assert f"{len(stale)} file(s) deleted" in result.output
     assert parquet_on_s3() == live
@@ -191,51 +185,3 @@ def test_optimize_and_vacuum_on_s3_beside_two_members_every_record_once(
     ours = [c for c in history if str(c.get("spark_groups.member", "")).startswith("optimize:")]
     infos = json.dumps(ours)
     assert "optimize:" in infos and s3_server.secret_key not in infos
-
-
-@pytest.fixture(scope="module")
-def delta_spark_tool() -> tuple[Path, dict[str, str]]:
-    """delta-spark's Python and the Spark settings that load its jars."""
-    try:
-        return delta_spark_python(), {**jar_conf("delta-spark"), **DELTA_SQL_CONF}
-    except JarsMissingError as exc:
-        pytest.skip(str(exc))
-
-
-def test_after_optimize_and_vacuum_delta_spark_reads_the_same_rows_and_transaction_ids(
-    delta_spark_tool: tuple[Path, dict[str, str]], tmp_path: Path
-) -> None:
-    from deltalake import CommitProperties, Transaction, write_deltalake
-
-    table = tmp_path / "table"
-    write_deltalake(str(table), pa.table({"id": pa.array([], pa.int64())}))
-    table_id = DeltaTable(str(table)).metadata().id
-    expected = {}
-    for i in range(9):  # one file and one transaction version per batch, as the sink commits
-        tp = TopicPartition("orders", i % 3)
-        expected[app_id(table_id, "g", tp)] = (i + 1) * 10
-        write_deltalake(
-            str(table),
-            pa.table({"id": pa.array(range(i * 10, (i + 1) * 10), pa.int64())}),
-            mode="append",
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id(table_id, "g", tp), (i + 1) * 10)]
-            ),
-        )
-    cli = CliRunner()
-    assert cli.invoke(main, ["optimize", str(table)]).exit_code == 0
-    DeltaTable(str(table)).alter.set_table_properties(
-        {"delta.deletedFileRetentionDuration": "interval 0 hours"}
-    )
-    vacuumed = cli.invoke(main, ["vacuum", str(table), "--retain-hours", "0"])
-    assert vacuumed.exit_code == 0 and "9 file(s) deleted" in vacuumed.output, vacuumed.output
-    assert len(list(table.glob("*.parquet"))) == 1
-
-    found = Side(delta_spark_tool, tmp_path, mode="read", tables={"sink": str(table)}).result()
-
-    sink = found["sink"]
-    assert sorted(r["id"] for r in sink["rows"]) == list(range(90))
-    lease = f"spark_groups:{table_id}:maintenance"
-    assert {k: v for k, v in sink["transactions"].items() if k != lease} == expected
-    operations = [c["operation"] for c in sink["history"]]
-    assert "OPTIMIZE" in operations and "VACUUM END" in operations, operations
