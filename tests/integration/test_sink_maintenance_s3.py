@@ -148,23 +148,28 @@ def test_optimize_and_vacuum_on_s3_beside_two_members_every_record_once(
     fs = s3_server.filesystem()
     bucket_path = table.removeprefix("s3://")
 
-    def parquet_on_s3() -> set[str]:
+    def objects() -> set[str]:
+        """Every object of the table outside its log."""
         from pyarrow import fs as pafs
 
         found = fs.get_file_info(pafs.FileSelector(bucket_path, recursive=True))
         return {
-            f.path for f in found if f.path.endswith(".parquet") and "_delta_log/" not in f.path
+            f.path for f in found if f.type == pafs.FileType.File and "/_delta_log/" not in f.path
         }
 
     live = {u.removeprefix("s3://") for u in DeltaTable(table, storage_options=options).file_uris()}
-    stale = parquet_on_s3() - live
+    stale = objects() - live
     assert stale
+    # What it will delete: exactly the unreferenced objects, and an empty object at the
+    # table's own path (a folder marker, relative path "").
+    planned = DeltaTable(table, storage_options=options).vacuum(0, dry_run=True, full=True)
+    assert set(planned) - {""} == {p.removeprefix(f"{bucket_path}/") for p in stale}
     result = cli.invoke(
         main, ["vacuum", table, "--retain-hours", "0", "--members-stopped", *storage_args(options)]
     )
     assert result.exit_code == 0, result.output
-    assert f"{len(stale)} file(s) deleted" in result.output
-    assert parquet_on_s3() == live
+    assert f"{len(planned)} file(s) deleted" in result.output
+    assert objects() == live
     assert sorted(s3_ids(table, options)) == sorted(ids)
 
     # The CLI reads the ledger and the rebalance history on S3 with --storage; the secret
