@@ -291,3 +291,23 @@ class AuthorizationError(SparkGroupsError):
                 self.detail,
             ),
         )
+
+
+class MaintenanceError(SparkGroupsError):
+    """Compaction or vacuum of a table (``spark-groups optimize`` / ``vacuum``) failed or was
+    refused; nothing of it was committed unless the message says so. ``path`` is the table."""
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class MaintenanceRunningError(MaintenanceError):
+    """Another compaction of the same table holds its maintenance lease (two concurrent
+    compactions would each re-add the same rows). ``holder`` is who took the lease,
+    ``expires`` when it lapses (seconds since the epoch)."""
+
+    def __init__(self, message: str, *, path: str, holder: str, expires: float) -> None:
+        super().__init__(message, path=path)
+        self.holder = holder
+        self.expires = expires

@@ -23,6 +23,7 @@ commit and before returning. It:
    1 day) that lie before a checkpoint (Delta's own rule, so every kept version stays
    loadable).
 
+The steps are shared with the sink table's maintenance (:mod:`spark_groups.maintenance`).
 Exactly one append holds a given version, so exactly one writer maintains per period. This
 matters: delta-rs 1.6.6 does **not** detect two concurrent ``optimize.compact`` runs (both
 commit, each re-adding the same rows: duplicated data; ``app_transactions`` passed to
@@ -55,6 +56,7 @@ import time
 from typing import TYPE_CHECKING
 
 from spark_groups.files import local_path
+from spark_groups.maintenance import checkpoint_and_clean_log, compact, vacuum
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -89,24 +91,14 @@ def maintain(table: DeltaTable, path: str, commit_info: dict[str, str]) -> bool:
 
 
 def _maintain_locked(table: DeltaTable, path: str, commit_info: dict[str, str]) -> bool:
-    from deltalake import CommitProperties
-
     started = time.perf_counter()
-    step = "refreshing"
+    step = "compacting"
     try:
-        table.update_incremental()  # include a compaction that just finished elsewhere
-        step = "compacting"
-        metrics = table.optimize.compact(
-            target_size=COMPACT_TARGET_SIZE,
-            commit_properties=CommitProperties(custom_metadata=dict(commit_info)),
-        )
+        metrics = compact(table, commit_info, COMPACT_TARGET_SIZE)
         step = "vacuuming"
-        vacuumed = table.vacuum(dry_run=False)
-        step = "checkpointing"
-        table.update_incremental()
-        table.create_checkpoint()
-        step = "cleaning up the log"
-        table.cleanup_metadata()
+        vacuumed = vacuum(table)
+        step = "checkpointing and cleaning up the log"
+        checkpoint_and_clean_log(table)
     except Exception as exc:
         logger.warning(
             "ledger %s: maintenance failed while %s (the append itself succeeded): %s: %s",

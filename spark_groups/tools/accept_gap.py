@@ -35,14 +35,16 @@ def run_accept_gap(
     until: int,
     offsets_table: str | None,
     reason: str = "",
+    storage_options: dict[str, str] | None = None,
 ) -> AcceptedGap:
     """Accept the gap of ``partition`` (``TOPIC:P``) in ``sink_table`` up to ``until`` for
-    ``group``, and record it in the ledger at ``offsets_table`` when given."""
+    ``group``, and record it in the ledger at ``offsets_table`` when given; both tables are
+    opened with ``storage_options`` (delta-rs' names)."""
     tp = parse_partition(partition)
     by = operator()
-    done = accept_gap(sink_table, group, tp, until, by, reason)
+    done = accept_gap(sink_table, group, tp, until, by, reason, storage_options)
     if done.version is not None and offsets_table:
-        OffsetLedger(offsets_table, group).append(
+        OffsetLedger(offsets_table, group, storage_options).append(
             [
                 LedgerRow(
                     topic=tp.topic,

@@ -5,12 +5,15 @@
     spark-groups reset    GROUP -b HOST:PORT --topic T --to TARGET [--offsets-table] [--dry-run]
     spark-groups accept-gap GROUP --sink-table PATH --partition T:P --until N [--offsets-table]
     spark-groups lag-plot GROUP -b HOST:PORT --offsets-table PATH --out lag.png
+    spark-groups optimize TABLE [--target-size 128MB] [--take-over]
+    spark-groups vacuum   TABLE [--retain-hours N]
     spark-groups demo
 
-Client settings (e.g. SASL) are passed as ``-X key=value``; their secret values never
-appear in output or errors. Errors are :class:`~spark_groups.errors.SparkGroupsError`\\ s
-printed as one line; exit codes: 1 error, 2 bad option, 3 the group has active members.
-See docs/cli.md.
+Client settings (e.g. SASL) are passed as ``-X key=value``, storage settings of the tables
+(delta-rs' names, as the ``storage.*`` query options) as ``--storage key=value``; their
+secret values never appear in output or errors. Errors are
+:class:`~spark_groups.errors.SparkGroupsError`\\ s printed as one line; exit codes: 1 error,
+2 bad option, 3 the group has active members. See docs/cli.md.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from rich.table import Table
 
 from spark_groups.errors import GroupActiveError, OptionError, SparkGroupsError
 from spark_groups.kafka.secrets import scrub
+from spark_groups.storage import check_commit_safety
 from spark_groups.tools.describe import PartitionState, describe_group
 from spark_groups.tools.lag import describe_trend
 
@@ -71,6 +75,36 @@ def client_config(servers: str, settings: tuple[str, ...]) -> dict[str, Any]:
     return config
 
 
+def storage_config(pairs: tuple[str, ...]) -> dict[str, str]:
+    """delta-rs storage options from ``--storage key=value`` pairs (the environment delta-rs
+    reads, ``AWS_*`` and the like, applies too)."""
+    options: dict[str, str] = {}
+    for number, item in enumerate(pairs, 1):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            # Never echo it: it may be a secret key.
+            raise CliError(
+                f"--storage expects key=value; setting number {number} is not", EXIT_BAD_OPTION
+            )
+        options[key.strip()] = value
+    return options
+
+
+def writable(path: str | None, storage: dict[str, str], option: str) -> None:
+    """Refuse to write to a table on S3 whose commits would not be safe beside the running
+    members (the guard queries apply, docs/storage.md)."""
+    if path:
+        check_commit_safety(path, storage, option, prefix="--storage ")
+
+
+#: ``--storage KEY=VALUE`` (repeatable), for every command that opens a table.
+storage_option = click.option(
+    "--storage", "storage", multiple=True, metavar="KEY=VALUE",
+    help="a storage option of the tables, delta-rs' name as in the storage.* query options, "
+    "e.g. --storage aws_conditional_put=etag (repeatable; the environment applies too)",
+)  # fmt: skip
+
+
 def kafka_options(command: Callable) -> Callable:
     """``-b/--bootstrap-servers`` and ``-X key=value`` (repeatable)."""
     command = click.option(
@@ -113,6 +147,7 @@ def main() -> None:
 @click.option("--offsets-table", help="the group's Delta ledger (offsets.table)")
 @click.option("--sink-table", help="the group's delta-group sink table (shows its gaps)")
 @click.option("--topic", "topics", multiple=True, help="only these topics (default: all committed)")
+@storage_option
 def describe(
     group: str,
     bootstrap_servers: str,
@@ -120,12 +155,17 @@ def describe(
     offsets_table: str | None,
     sink_table: str | None,
     topics: tuple[str, ...],
+    storage: tuple[str, ...],
 ) -> None:
     """State of GROUP, and per partition: Kafka offset, ledger offset, log end, lag (and,
     with the ledger, whether the lag at commit time grew or shrank over the last hour)."""
     config = client_config(bootstrap_servers, settings)
-    with clean_errors(config):
-        state = describe_group(config, group, list(topics), offsets_table, sink_path=sink_table)
+    options = storage_config(storage)
+    with clean_errors({**config, **options}):
+        state = describe_group(
+            config, group, list(topics), offsets_table, sink_path=sink_table,
+            storage_options=options or None,
+        )  # fmt: skip
     table = Table(title=f"group {group} ({state.state})")
     columns = ["topic", "partition", "kafka", "ledger", *(["sink"] if sink_table else [])]
     trend = ["lag trend"] if offsets_table else []
@@ -152,6 +192,7 @@ def describe(
 )  # fmt: skip
 @click.option("--offsets-table", help="the group's Delta ledger (the decision is recorded)")
 @click.option("--reason", default="", help="why (kept in the table's commit info)")
+@storage_option
 def accept_gap(
     group: str,
     sink_table: str,
@@ -159,13 +200,19 @@ def accept_gap(
     until_offset: int,
     offsets_table: str | None,
     reason: str,
+    storage: tuple[str, ...],
 ) -> None:
     """Record that GROUP's records of a partition, from where the sink table ends up to
     --until, are left out of the table; members holding the partition then read on."""
     from spark_groups.tools.accept_gap import run_accept_gap
 
-    with clean_errors():
-        done = run_accept_gap(group, sink_table, partition, until_offset, offsets_table, reason)
+    options = storage_config(storage)
+    with clean_errors(options):
+        writable(sink_table, options, "--sink-table")
+        writable(offsets_table, options, "--offsets-table")
+        done = run_accept_gap(
+            group, sink_table, partition, until_offset, offsets_table, reason, options or None
+        )
     if done.version is None:
         click.echo(f"{done.partition}: the table already reaches {done.table_offset}; nothing done")
     else:
@@ -185,6 +232,7 @@ def accept_gap(
 @click.option("--since", help="from this ISO 8601 time on (naive = UTC)")
 @click.option("--until", "until_", metavar="ISO", help="before this ISO 8601 time (naive = UTC)")
 @click.option("--limit", type=click.IntRange(min=0), help="only the newest N events")
+@storage_option
 def history(
     group: str,
     offsets_table: str,
@@ -193,15 +241,17 @@ def history(
     since: str | None,
     until_: str | None,
     limit: int | None,
+    storage: tuple[str, ...],
 ) -> None:
     """Committed batches and rebalances of GROUP in time order: who processed what, when."""
     from spark_groups.tools.timeline import parse_partition, timeline
 
-    with clean_errors():
+    options = storage_config(storage)
+    with clean_errors(options):
         wanted = [parse_partition(p) for p in partitions] or None
         events = timeline(
             offsets_table, group, rebalances_table, wanted,
-            _time(since, "--since"), _time(until_, "--until"), limit,
+            _time(since, "--since"), _time(until_, "--until"), limit, options or None,
         )  # fmt: skip
     table = Table(title=f"group {group}: {len(events)} event(s)")
     for column in ("time (UTC)", "partition", "event", "member", "gen", "what"):
@@ -224,6 +274,7 @@ def history(
 )  # fmt: skip
 @click.option("--offsets-table", help="the group's Delta ledger: reset markers are appended")
 @click.option("--dry-run", is_flag=True, help="print the plan (current -> new), change nothing")
+@storage_option
 def reset(
     group: str,
     bootstrap_servers: str,
@@ -232,16 +283,22 @@ def reset(
     to: str,
     offsets_table: str | None,
     dry_run: bool,
+    storage: tuple[str, ...],
 ) -> None:
     """Set GROUP's position in Kafka and in the ledger. The group must have no members."""
     from spark_groups.tools.reset import apply_reset, parse_target, plan_reset
 
     config = client_config(bootstrap_servers, settings)
-    with clean_errors(config):
+    options = storage_config(storage)
+    with clean_errors({**config, **options}):
         target = parse_target(to)
         if not topics and target.kind != "offsets-json":
             raise OptionError("--topic", "name the topic(s) to reset")
-        state, steps = plan_reset(config, group, list(topics), target, offsets_table)
+        if not dry_run:
+            writable(offsets_table, options, "--offsets-table")
+        state, steps = plan_reset(
+            config, group, list(topics), target, offsets_table, options or None
+        )
         table = Table(title=f"reset of group {group} ({state.state}) to {target.kind}")
         for column in ("topic", "partition", "current", "new", "change"):
             table.add_column(column, justify="left" if column == "topic" else "right")
@@ -256,7 +313,7 @@ def reset(
             note = " (the group is active: a real reset would be refused)" if state.active else ""
             console.print(f"dry run: nothing changed{note}")
             return
-        apply_reset(config, group, state, steps, offsets_table)
+        apply_reset(config, group, state, steps, offsets_table, storage_options=options or None)
         where = "Kafka and the ledger" if offsets_table else "Kafka (no --offsets-table given)"
         console.print(f"reset {len(steps)} partition(s) in {where}")
 
@@ -267,6 +324,7 @@ def reset(
 @click.option("--offsets-table", required=True, help="the group's Delta ledger (offsets.table)")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="the PNG to write")
 @partition_option
+@storage_option
 def lag_plot(
     group: str,
     bootstrap_servers: str,
@@ -274,6 +332,7 @@ def lag_plot(
     offsets_table: str,
     out: str,
     partitions: tuple[str, ...],
+    storage: tuple[str, ...],
 ) -> None:
     """Plot GROUP's committed position and records behind the current log end, over time."""
     from spark_groups.kafka.watermarks import EndOffsetResolver
@@ -283,9 +342,10 @@ def lag_plot(
     from spark_groups.tools.timeline import parse_partition
 
     config = client_config(bootstrap_servers, settings)
-    with clean_errors(config):
+    options = storage_config(storage)
+    with clean_errors({**config, **options}):
         wanted = [parse_partition(p) for p in partitions] or None
-        rows = OffsetLedger(offsets_table, group).history(wanted)
+        rows = OffsetLedger(offsets_table, group, options or None).history(wanted)
         if rows.num_rows == 0:
             raise SparkGroupsError(f"the ledger {offsets_table} has no rows for group {group!r}")
         seen = {
@@ -298,6 +358,82 @@ def lag_plot(
             ends = resolver.end_offsets(seen)
         path = draw(lag_series(rows, ends), out, group)
     click.echo(f"wrote {path} ({len(seen)} partition(s), {rows.num_rows} ledger row(s))")
+
+
+def _size(n: int) -> str:
+    """Bytes for people (binary units)."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+@main.command()
+@click.argument("table")
+@click.option(
+    "--target-size", metavar="SIZE",
+    help="the size compacted files aim at, e.g. 128MB (default: the table's "
+    "delta.targetFileSize, else 100MiB)",
+)  # fmt: skip
+@click.option(
+    "--take-over", is_flag=True,
+    help="take the maintenance lease of a compaction that certainly died",
+)  # fmt: skip
+@storage_option
+def optimize(
+    table: str, target_size: str | None, take_over: bool, storage: tuple[str, ...]
+) -> None:
+    """Compact the small files of the delta-group sink TABLE beside running members, then
+    write a checkpoint and clean up expired log entries."""
+    from spark_groups.tools.maintain import run_optimize
+
+    options = storage_config(storage)
+    with clean_errors(options):
+        done = run_optimize(table, options, target_size, take_over)
+    summary = Table(title=f"optimize {table}")
+    for column in ("", "files", "bytes", "version"):
+        summary.add_column(column, justify="left" if not column else "right")
+    for name, files, version in (
+        ("before", done.before, done.version_before),
+        ("after", done.after, done.version_after),
+    ):
+        summary.add_row(name, str(files.files), _size(files.bytes), str(version))
+    console = Console(width=120)
+    console.print(summary)
+    console.print(
+        f"{done.removed} file(s) compacted into {done.added}"
+        + (f" ({done.attempts} attempts)" if done.attempts > 1 else "")
+    )
+
+
+@main.command()
+@click.argument("table")
+@click.option(
+    "--retain-hours", type=click.IntRange(min=0),
+    help="delete unreferenced files older than N hours (default and minimum: the table's "
+    "delta.deletedFileRetentionDuration, 7 days unless set; at least 1 while members run)",
+)  # fmt: skip
+@click.option(
+    "--members-stopped", is_flag=True,
+    help="every member writing TABLE is stopped: allow a retention below one hour",
+)  # fmt: skip
+@storage_option
+def vacuum(
+    table: str, retain_hours: int | None, members_stopped: bool, storage: tuple[str, ...]
+) -> None:
+    """Delete the data files the delta-group sink TABLE no longer references, removed (or
+    written) longer ago than the retention, beside running members."""
+    from spark_groups.tools.maintain import run_vacuum
+
+    options = storage_config(storage)
+    with clean_errors(options):
+        done = run_vacuum(table, options, retain_hours, members_stopped)
+    click.echo(
+        f"vacuum {table}: {len(done.deleted)} file(s) deleted, unreferenced for more than "
+        f"{done.retention_hours:g} hours (version {done.version})"
+    )
 
 
 @main.command()

@@ -111,12 +111,14 @@ def describe_group(
     ledger_path: str | None,
     timeout_s: float = 15,
     sink_path: str | None = None,
+    storage_options: dict[str, str] | None = None,
 ) -> GroupState:
     """The group's state and its partitions (of ``topics``, or every topic it committed).
 
     ``config`` is the bootstrap servers, or librdkafka client settings (with
     ``bootstrap.servers`` and, for a secured cluster, its security settings).
     ``sink_path`` is the group's exactly-once sink table (its positions and gaps are shown).
+    ``storage_options`` (delta-rs' names) open the ledger and the sink table.
     """
     if isinstance(config, str):
         config = {"bootstrap.servers": config}
@@ -152,7 +154,7 @@ def describe_group(
     trends: dict[TopicPartition, float | None] = {}
     in_ledger: dict[TopicPartition, int] = {}
     if ledger_path:
-        ledger = OffsetLedger(ledger_path, group)
+        ledger = OffsetLedger(ledger_path, group, storage_options)
         in_ledger = ledger.latest_positions(partitions)
         recent = ledger.history(partitions, since=datetime.now(UTC) - TREND_WINDOW)
         trends = {tp: trend(points) for tp, points in lag_at_commit(recent).items()}
@@ -162,7 +164,7 @@ def describe_group(
     if sink_path:
         from spark_groups.sink.commit import committed_positions
 
-        in_sink = committed_positions(sink_path, group, partitions)
+        in_sink = committed_positions(sink_path, group, partitions, storage_options)
     rows = [
         PartitionState(
             tp,

@@ -130,6 +130,7 @@ def plan_reset(
     topics: list[str],
     target: ResetTarget,
     ledger_path: str | None,
+    storage_options: dict[str, str] | None = None,
 ) -> tuple[GroupState, list[ResetStep]]:
     """The group's state and, per partition, its current and new position. Changes nothing.
 
@@ -138,7 +139,7 @@ def plan_reset(
     """
     if target.kind == "offsets-json":
         topics = sorted(set(topics) | {tp.topic for tp in target.offsets})
-    state = describe_group(config, group, topics, ledger_path)
+    state = describe_group(config, group, topics, ledger_path, storage_options=storage_options)
     rows = {row.partition: row for row in state.partitions}
     if target.kind == "offsets-json":
         unknown = sorted(tp for tp in target.offsets if tp not in rows)
@@ -206,6 +207,7 @@ def apply_reset(
     steps: list[ResetStep],
     ledger_path: str | None,
     timeout_s: float = 15,
+    storage_options: dict[str, str] | None = None,
 ) -> None:
     """Set the group's position to ``steps`` in Kafka, then in the ledger (if given).
 
@@ -262,5 +264,5 @@ def apply_reset(
         )
     if ledger_path:
         previous = {s.partition: s.current for s in steps if s.current is not None}
-        OffsetLedger(ledger_path, group).record_reset(wanted, previous, who())
+        OffsetLedger(ledger_path, group, storage_options).record_reset(wanted, previous, who())
     log.info("group %r reset: %s", group, {str(tp): o for tp, o in sorted(wanted.items())})

@@ -82,14 +82,17 @@ def timeline(
     since: datetime | None = None,
     until: datetime | None = None,
     limit: int | None = None,
+    storage_options: dict[str, str] | None = None,
 ) -> list[TimelineEvent]:
     """The group's events in time order, filtered by partition and ``since <= at < until``;
     with ``limit``, only the newest ``limit`` events. ``rebalances_path`` defaults to the
-    ledger's sibling (:func:`~spark_groups.group.history.history_path`)."""
+    ledger's sibling (:func:`~spark_groups.group.history.history_path`); ``storage_options``
+    (delta-rs' names) open both tables."""
     wanted = None if partitions is None else set(partitions)
-    ledger = OffsetLedger(ledger_path, group).history(wanted, since=since, until=until)
-    events = [_from_ledger(row) for row in ledger.to_pylist()]
-    rebalances = read_history(rebalances_path or history_path(ledger_path))
+    ledger = OffsetLedger(ledger_path, group, storage_options)
+    ledger_rows = ledger.history(wanted, since=since, until=until)
+    events = [_from_ledger(row) for row in ledger_rows.to_pylist()]
+    rebalances = read_history(rebalances_path or history_path(ledger_path), storage_options)
     rebalances = rebalances.filter(pc.equal(rebalances.column("group_id"), group))
     for row in _filter_time(rebalances, since, until).to_pylist():
         tp = TopicPartition(row["topic"], row["partition"])

@@ -9,16 +9,19 @@ do not run on 4.3: docs/sink.md, "delta-spark"), from ``bash jars/fetch delta-sp
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from deltalake import DeltaTable
 from test_sink import IdProducer, Member, member_spec, sink_commits, table_ids
 
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
+from spark_groups.tools.cli import main as cli
 from spark_groups.tools.spark_jars import (
     DELTA_SQL_CONF,
     JarsMissingError,
@@ -109,11 +112,22 @@ def test_delta_spark_reads_the_ledger_the_rebalance_history_and_the_sink_table(
         "ledger": str(ledger), "checkpoint": str(tmp_path / "cp"), "trigger": "availableNow",
     }  # fmt: skip
     run_member("A", spec, tmp_path)
+    # A copy of the table compacted and vacuumed by spark-groups (docs/cli.md#optimize).
+    compacted = tmp_path / "compacted"
+    shutil.copytree(table, compacted)
+    DeltaTable(str(compacted)).alter.set_table_properties(
+        {"delta.deletedFileRetentionDuration": "interval 0 hours"}
+    )
+    for command in (["optimize"], ["vacuum", "--retain-hours", "0", "--members-stopped"]):
+        done = CliRunner().invoke(cli, [*command, str(compacted)])
+        assert done.exit_code == 0, done.output
+    assert len(list(compacted.glob("*.parquet"))) == 1
 
     history_table = f"{ledger}_rebalances"
     found = Side(
         delta_spark, tmp_path, mode="read",
-        tables={"sink": str(table), "ledger": str(ledger), "history": history_table},
+        tables={"sink": str(table), "ledger": str(ledger), "history": history_table,
+                "compacted": str(compacted)},
     ).result()  # fmt: skip
 
     sink = found["sink"]
@@ -143,6 +157,13 @@ def test_delta_spark_reads_the_ledger_the_rebalance_history_and_the_sink_table(
     assert committed_positions(str(table), group, tps) == {
         TopicPartition(topic, p): n for p, n in counts.items()
     }
+    # Compacted and vacuumed: the same rows and transaction ids (and the maintenance lease's).
+    after = found["compacted"]
+    by_id = lambda rows: sorted(rows, key=lambda r: r["id"])  # noqa: E731
+    assert by_id(after["rows"]) == by_id(sink["rows"])
+    lease = f"spark_groups:{table_id}:maintenance"
+    assert {k: v for k, v in after["transactions"].items() if k != lease} == sink["transactions"]
+    assert {"OPTIMIZE", "VACUUM END"} <= {c["operation"] for c in after["history"]}
 
     # The ledger: its newest row per partition is the partition's end.
     rows = found["ledger"]["rows"]

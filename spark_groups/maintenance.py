@@ -1,0 +1,120 @@
+"""The maintenance steps every Delta table of spark_groups shares: compaction, vacuum of
+files removed by commits, a checkpoint and the clean-up of expired log entries.
+
+Who runs them, and when, is each table's own business: the ledger after every
+``compact_every``-th append (:mod:`spark_groups.ledger.maintenance`), the ``delta-group``
+sink's table when an operator runs ``spark-groups optimize`` / ``vacuum``
+(:mod:`spark_groups.sink.maintenance`). None of these steps touches Delta transaction ids
+(``txn`` actions): they stay in the snapshot, and the checkpoint carries them.
+
+delta-rs 1.6.6 does **not** detect two concurrent ``optimize.compact`` runs of one table as
+conflicting: both commit, each re-adding the same rows. Callers must keep compactions of a
+table apart.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+#: Delta's default of ``delta.deletedFileRetentionDuration``: 7 days.
+DEFAULT_DELETED_FILE_RETENTION_HOURS = 7 * 24.0
+
+_UNIT_HOURS = {
+    "second": 1 / 3600,
+    "minute": 1 / 60,
+    "hour": 1.0,
+    "day": 24.0,
+    "week": 168.0,
+}
+_INTERVAL = re.compile(r"^\s*interval\s+(\d+(?:\.\d+)?)\s+([a-z]+?)s?\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class FileCount:
+    """The active data files of one table version: how many, and their bytes."""
+
+    files: int
+    bytes: int
+
+
+def active_files(table: DeltaTable) -> FileCount:
+    """How many data files the table's current snapshot references, and their total size."""
+    sizes = pa.table(table.get_add_actions(flatten=True)).column("size_bytes").to_pylist()
+    return FileCount(len(sizes), sum(int(size) for size in sizes))
+
+
+def compact(
+    table: DeltaTable, commit_info: dict[str, str], target_size: int | None = None
+) -> dict[str, Any]:
+    """Rewrite the table's small files into files of about ``target_size`` bytes (None: the
+    table's ``delta.targetFileSize``, else delta-rs' 100 MiB), in one commit carrying
+    ``commit_info``; delta-rs' metrics. Never run two at once on one table (module doc)."""
+    from deltalake import CommitProperties
+
+    table.update_incremental()  # include a compaction that just finished elsewhere
+    return table.optimize.compact(
+        target_size=target_size,
+        commit_properties=CommitProperties(custom_metadata=dict(commit_info)),
+    )
+
+
+def deleted_file_retention_hours(table: DeltaTable) -> float:
+    """The table's ``delta.deletedFileRetentionDuration`` in hours (Delta's 7 days when not
+    set): how long a file removed by a commit stays for readers of older snapshots."""
+    text = table.metadata().configuration.get("delta.deletedFileRetentionDuration")
+    if text is None:
+        return DEFAULT_DELETED_FILE_RETENTION_HOURS
+    match = _INTERVAL.match(text)
+    if match is None or match.group(2).lower() not in _UNIT_HOURS:
+        return DEFAULT_DELETED_FILE_RETENTION_HOURS
+    return float(match.group(1)) * _UNIT_HOURS[match.group(2).lower()]
+
+
+def vacuum(
+    table: DeltaTable,
+    retention_hours: int | None = None,
+    commit_info: dict[str, str] | None = None,
+    *,
+    full: bool = False,
+) -> list[str]:
+    """Delete data files the table no longer references, older than ``retention_hours``
+    (None: the table's ``delta.deletedFileRetentionDuration``); the files deleted. delta-rs
+    refuses a retention below the table's own.
+
+    *Lite* mode (the default): only files named by a remove action (a tombstone) still in the
+    snapshot, removed longer ago than the retention. Files no commit mentions (a writer's data
+    files before its commit) are never touched. But a checkpoint drops tombstones older than
+    the retention, so a file whose tombstone expired before the last checkpoint is never
+    found again in this mode.
+
+    ``full``: Delta's own VACUUM, every file the current version does not reference whose
+    removal, or (for files no commit names) last write, is older than the retention. Safe
+    beside running writers only while the retention exceeds the time any writer's file
+    stays uncommitted.
+    """
+    from deltalake import CommitProperties
+
+    return table.vacuum(
+        retention_hours=retention_hours,
+        dry_run=False,
+        enforce_retention_duration=True,
+        full=full,
+        commit_properties=CommitProperties(custom_metadata=dict(commit_info or {})),
+    )
+
+
+def checkpoint_and_clean_log(table: DeltaTable) -> None:
+    """Write a checkpoint of the newest version (opening the table then reads it instead of
+    replaying every JSON commit), then delete log entries older than
+    ``delta.logRetentionDuration`` that lie before a checkpoint (Delta's own rule: every kept
+    version stays loadable)."""
+    table.update_incremental()
+    table.create_checkpoint()
+    table.cleanup_metadata()

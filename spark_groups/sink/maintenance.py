@@ -1,0 +1,318 @@
+"""Compaction and vacuum of a ``delta-group`` sink table beside running members, through
+delta-rs (the writer the members use, so the commits are safe wherever theirs are: local
+disk, and S3 with ``aws_conditional_put=etag`` or a lock).
+
+Why it is safe beside the members:
+
+- the sink's commits only *add* files (and set transaction ids); a compaction only removes
+  files that are already committed and adds their rewrite (``dataChange=false``). delta-rs
+  rebases either over the other, so neither has to give way. A compaction that does meet a
+  conflict fails with ``CommitFailedError``, committing nothing (its new files are
+  referenced by no commit), and is tried again from a fresh snapshot;
+- compaction does not touch the transaction ids (``txn``) the sink's exactly-once rests on:
+  they stay in the snapshot, the checkpoint carries them;
+- vacuum deletes files the table no longer references only when they were removed (or, for
+  files no commit names, written) longer ago than the retention, at least an hour while
+  members run: a member's data files are unreferenced only from their task to the batch's
+  commit.
+
+The one unsafe case is two compactions at once: delta-rs 1.6.6 commits both, each re-adding
+the same rows (:mod:`spark_groups.maintenance`). So :func:`optimize` first takes the table's
+**maintenance lease**: a commit without files that sets the transaction id
+``spark_groups:<table id>:maintenance`` to the time (ms since the epoch) the lease lapses.
+Two runs taking it at once both set that one id, so delta-rs lets exactly one commit and
+fails the other (the same compare-and-set the sink's commits use, safe on S3 with
+conditional writes). A run finding a live lease refuses with
+:class:`~spark_groups.errors.MaintenanceRunningError`; the holder releases it at the end by
+setting the id to the time of release. A run that died keeps the lease for
+:data:`LEASE_SECONDS`, or until a run with ``take_over`` takes it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from spark_groups.delta import open_table
+from spark_groups.errors import MaintenanceError, MaintenanceRunningError, OptionError
+from spark_groups.files import table_uri
+from spark_groups.maintenance import (
+    FileCount,
+    active_files,
+    checkpoint_and_clean_log,
+    compact,
+    deleted_file_retention_hours,
+    vacuum,
+)
+from spark_groups.sink.commit import APP_ID_PREFIX
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+log = logging.getLogger(__name__)
+
+#: How long a compaction's lease lasts: longer than a compaction of a sink table takes.
+LEASE_SECONDS = 3600
+#: The shortest retention of a vacuum beside running members: longer than a batch, from its
+#: tasks writing their files to the commit that references them.
+MIN_RETAIN_HOURS_BESIDE_MEMBERS = 1
+#: How many times a compaction is tried again after a conflicting commit.
+MAX_ATTEMPTS = 5
+#: Commit info key of the lease commits: ``{"lease": "taken"|"released", "until": ms}``.
+LEASE_KEY = "spark_groups.maintenance"
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    """What ``optimize`` did: the active files before and after, the table versions, the
+    files it removed and added, and how many compactions were tried."""
+
+    before: FileCount
+    after: FileCount
+    version_before: int
+    version_after: int
+    removed: int
+    added: int
+    attempts: int
+
+
+@dataclass(frozen=True)
+class VacuumResult:
+    """What ``vacuum`` did: the files deleted, the retention used (hours), the version."""
+
+    deleted: list[str]
+    retention_hours: float
+    version: int
+
+
+def lease_id(table: DeltaTable) -> str:
+    """The transaction app id of the table's maintenance lease."""
+    return f"{APP_ID_PREFIX}:{table.metadata().id}:maintenance"
+
+
+def _open(path: str, storage_options: dict[str, str] | None) -> DeltaTable:
+    try:
+        table = open_table(table_uri(path), storage_options)
+    except Exception as exc:
+        raise MaintenanceError(
+            f"table {path}: cannot open it: {type(exc).__name__}: {exc}", path=path
+        ) from exc
+    if table is None:
+        raise MaintenanceError(f"table {path}: there is no Delta table there", path=path)
+    return table
+
+
+def _lease_holder(table: DeltaTable, until_ms: int) -> str:
+    """Who took the lease that lapses at ``until_ms`` (from the recent commits' info)."""
+    for commit in table.history(50):
+        lease = commit.get(LEASE_KEY)
+        if lease and json.loads(lease).get("until") == until_ms:
+            return str(commit.get("spark_groups.member", "unknown"))
+    return "unknown"
+
+
+def _set_lease(table: DeltaTable, until_ms: int, by: str, state: str) -> None:
+    """Commit, on ``table``'s snapshot, the lease id set to ``until_ms`` (no files)."""
+    from deltalake import CommitProperties, Transaction
+
+    info = {
+        "spark_groups.member": by,
+        LEASE_KEY: json.dumps({"lease": state, "until": until_ms}, separators=(",", ":")),
+    }
+    table.create_write_transaction(
+        [],
+        "append",
+        table.schema(),
+        partition_by=list(table.metadata().partition_columns) or None,
+        commit_properties=CommitProperties(
+            app_transactions=[Transaction(lease_id(table), until_ms)], custom_metadata=info
+        ),
+    )
+
+
+def take_lease(
+    path: str, storage_options: dict[str, str] | None, by: str, *, take_over: bool = False
+) -> int:
+    """Take the maintenance lease of the table at ``path`` for ``by``; the ms it lapses at.
+
+    Raises :class:`MaintenanceRunningError` when another run holds it (unless ``take_over``).
+    """
+    from deltalake.exceptions import CommitFailedError
+
+    for _attempt in range(MAX_ATTEMPTS * 2):
+        table = _open(path, storage_options)
+        now_ms = int(time.time() * 1000)
+        held = table.transaction_version(lease_id(table))
+        if held is not None and held > now_ms and not take_over:
+            holder = _lease_holder(table, held)
+            raise MaintenanceRunningError(
+                f"table {path}: a compaction by {holder} holds the maintenance lease until "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(held / 1000))}; two "
+                "compactions at once would duplicate rows. Wait for it to end, or, if that "
+                "run is certainly dead, run again with --take-over",
+                path=path,
+                holder=holder,
+                expires=held / 1000,
+            )
+        until_ms = now_ms + LEASE_SECONDS * 1000
+        try:
+            _set_lease(table, until_ms, by, "taken")
+        except CommitFailedError:
+            continue  # another run set the lease meanwhile: look again
+        except Exception as exc:
+            raise MaintenanceError(
+                f"table {path}: taking the maintenance lease failed ({type(exc).__name__}: "
+                f"{exc}); nothing was compacted, run again",
+                path=path,
+            ) from exc
+        return until_ms
+    raise MaintenanceError(
+        f"table {path}: the maintenance lease kept changing; run again", path=path
+    )
+
+
+def release_lease(
+    path: str, storage_options: dict[str, str] | None, by: str, until_ms: int
+) -> None:
+    """Release the lease taken as ``until_ms``, if this run still holds it (a failure is
+    logged: the lease then lapses by itself)."""
+    from deltalake.exceptions import CommitFailedError
+
+    for _attempt in range(MAX_ATTEMPTS):
+        try:
+            table = _open(path, storage_options)
+            if table.transaction_version(lease_id(table)) != until_ms:
+                log.error(
+                    "table %s: another run took the maintenance lease over while %s compacted; "
+                    "check the table for rows added twice",
+                    path,
+                    by,
+                )
+                return
+            _set_lease(table, int(time.time() * 1000), by, "released")
+            return
+        except CommitFailedError:
+            continue
+        except Exception as exc:
+            log.warning("table %s: releasing the maintenance lease failed: %s", path, exc)
+            return
+    log.warning("table %s: the maintenance lease kept changing; it lapses by itself", path)
+
+
+def optimize(
+    path: str,
+    storage_options: dict[str, str] | None,
+    by: str,
+    *,
+    target_size: int | None = None,
+    take_over: bool = False,
+) -> OptimizeResult:
+    """Compact the sink table at ``path`` toward ``target_size`` bytes under the maintenance
+    lease, then write a checkpoint and clean up expired log entries (module doc).
+
+    A compaction whose commit conflicts is tried again from a fresh snapshot, up to
+    :data:`MAX_ATTEMPTS` times; then :class:`MaintenanceError` (nothing committed).
+    """
+    from deltalake.exceptions import CommitFailedError
+
+    if target_size is not None and target_size <= 0:
+        raise OptionError("--target-size", f"must be a positive size, got {target_size}")
+    table = _open(path, storage_options)
+    version_before, before = table.version(), active_files(table)
+    until_ms = take_lease(path, storage_options, by, take_over=take_over)
+    try:
+        info = {"spark_groups.member": by}
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            table = _open(path, storage_options)
+            try:
+                metrics = compact(table, info, target_size)
+            except CommitFailedError as exc:
+                log.warning("table %s: compaction met a conflicting commit (%s); again", path, exc)
+                continue
+            except Exception as exc:
+                raise MaintenanceError(
+                    f"table {path}: the compaction failed ({type(exc).__name__}: {exc}); "
+                    "nothing of it was committed, run again",
+                    path=path,
+                ) from exc
+            try:
+                checkpoint_and_clean_log(table)
+            except Exception as exc:  # the compaction is committed; the next run does this
+                log.warning(
+                    "table %s: compacted, but the checkpoint or the log clean-up failed: %s: %s",
+                    path,
+                    type(exc).__name__,
+                    exc,
+                )
+            table = _open(path, storage_options)
+            return OptimizeResult(
+                before=before,
+                after=active_files(table),
+                version_before=version_before,
+                version_after=table.version(),
+                removed=int(metrics.get("numFilesRemoved", 0)),
+                added=int(metrics.get("numFilesAdded", 0)),
+                attempts=attempt,
+            )
+        raise MaintenanceError(
+            f"table {path}: the compaction met conflicting commits {MAX_ATTEMPTS} times; "
+            "nothing was committed, run again",
+            path=path,
+        )
+    finally:
+        release_lease(path, storage_options, by, until_ms)
+
+
+def vacuum_table(
+    path: str,
+    storage_options: dict[str, str] | None,
+    by: str,
+    retention_hours: int | None = None,
+    *,
+    members_stopped: bool = False,
+) -> VacuumResult:
+    """Delete the data files the table at ``path`` no longer references, removed (or, for
+    files no commit names, written) longer than ``retention_hours`` ago: Delta's VACUUM
+    (:func:`spark_groups.maintenance.vacuum`, full mode; lite mode would miss every file
+    whose tombstone a checkpoint already dropped, which on a sink table checkpointed every
+    100 commits is nearly all of them).
+
+    The retention (None: the table's ``delta.deletedFileRetentionDuration``, Delta's 7 days
+    by default) is never below that property, which readers of older snapshots, time travel
+    and streaming readers of the table rely on, nor, unless ``members_stopped``, below
+    :data:`MIN_RETAIN_HOURS_BESIDE_MEMBERS`: a running member's data files are referenced
+    by no commit until its batch commits. :class:`OptionError` names ``--retain-hours``.
+    """
+    table = _open(path, storage_options)
+    floor = deleted_file_retention_hours(table)
+    used = floor if retention_hours is None else float(retention_hours)
+    if used < floor:
+        raise OptionError(
+            "--retain-hours",
+            f"{retention_hours} is below the table's delta.deletedFileRetentionDuration "
+            f"({floor:g} hours), which readers of older versions of {path} rely on; give at "
+            "least that, or lower the table property first if no reader needs it",
+        )
+    if used < MIN_RETAIN_HOURS_BESIDE_MEMBERS and not members_stopped:
+        raise OptionError(
+            "--retain-hours",
+            f"{used:g} hours would delete the data files running members have written but "
+            f"not yet committed; give at least {MIN_RETAIN_HOURS_BESIDE_MEMBERS} hour(s), or "
+            "stop every member of the table first and add --members-stopped",
+        )
+    try:
+        deleted = vacuum(
+            table, None if retention_hours is None else int(used),
+            {"spark_groups.member": by}, full=True,
+        )  # fmt: skip
+    except Exception as exc:
+        raise MaintenanceError(
+            f"table {path}: vacuum failed ({type(exc).__name__}: {exc}); files it deleted were "
+            "removed from the table long enough ago, run again to finish",
+            path=path,
+        ) from exc
+    table = _open(path, storage_options)
+    return VacuumResult(deleted=list(deleted), retention_hours=used, version=table.version())
