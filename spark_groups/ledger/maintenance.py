@@ -8,10 +8,14 @@ commit and before returning. It:
 
 1. compacts small files (``optimize.compact`` with a bounded :data:`COMPACT_TARGET_SIZE`, so
    one compaction never rewrites more than about that many bytes once the table is large);
-2. vacuums, in delta-rs' default *lite* mode: only files that a commit removed (tombstones)
-   and that were removed longer ago than ``delta.deletedFileRetentionDuration`` are deleted.
-   Files that no commit mentions (a concurrent writer's not yet committed Parquet file) are
-   never touched. The table is created with a retention of :data:`DELETED_FILE_RETENTION`
+2. vacuums in *full* mode (Delta's own VACUUM): every file the current version does not
+   reference and that was removed (or, for a file no commit names, written) longer ago than
+   ``delta.deletedFileRetentionDuration`` is deleted. Not *lite* mode: a checkpoint drops
+   tombstones older than the retention, and with a slow trigger 200 commits take longer
+   than that, so lite mode would never see those files again and they would stay forever.
+   Full mode is safe beside the other writers of a ledger: an append writes its file and
+   commits it in the same call, milliseconds apart, far inside the retention. The table is
+   created with a retention of :data:`DELETED_FILE_RETENTION`
    (1 hour): a reader (a CLI, a notebook, another ledger) that reads the files within an
    hour of loading its snapshot finds every one of them, even if the snapshot's files were
    compacted away meanwhile; and the directory does not keep a week of tiny files, as
@@ -96,7 +100,7 @@ def _maintain_locked(table: DeltaTable, path: str, commit_info: dict[str, str]) 
     try:
         metrics = compact(table, commit_info, COMPACT_TARGET_SIZE)
         step = "vacuuming"
-        vacuumed = vacuum(table)
+        vacuumed = vacuum(table, full=True)
         step = "checkpointing and cleaning up the log"
         checkpoint_and_clean_log(table)
     except Exception as exc:
