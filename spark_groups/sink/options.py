@@ -30,6 +30,7 @@ SINK_OPTIONS: dict[str, str | None] = {
     "failOnGap": "true",
     "member": None,
     "compression": "snappy",
+    "compactEvery": "0",
 }
 
 #: Parquet codecs accepted by ``compression`` (what pyarrow writes and Delta readers read).
@@ -54,6 +55,7 @@ class SinkOptions:
     fail_on_gap: bool = True
     member: str = field(default_factory=socket.gethostname)
     compression: str = "snappy"
+    compact_every: int = 0
     storage_options: dict[str, str] | None = field(default=None, repr=False)
 
 
@@ -126,6 +128,11 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             "compression", f"use one of {', '.join(COMPRESSIONS)}, got {compression!r}"
         )
     member = ours.get("member", "").strip() or socket.gethostname()
+    compact_raw = ours.get("compactEvery", "0").strip()
+    if not compact_raw.isdigit():
+        raise OptionError(
+            "compactEvery", f"a number of table versions (0: never), got {compact_raw!r}"
+        )
     check_commit_safety(path, storage, "path", prefix=STORAGE_PREFIX)
     return SinkOptions(
         path=path,
@@ -137,4 +144,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         member=member,
         compression=compression,
         storage_options=storage or None,
+        compact_every=int(compact_raw),
     )

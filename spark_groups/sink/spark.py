@@ -47,6 +47,7 @@ from pyspark.sql.datasource import (
 
 from spark_groups.errors import SinkError
 from spark_groups.files import table_uri
+from spark_groups.sink.autocompact import compact_if_due
 from spark_groups.sink.commit import DeltaSink
 from spark_groups.sink.options import SINK_FORMAT, SinkOptions, parse_sink_options
 from spark_groups.sink.plan import read_batch_plan
@@ -133,7 +134,8 @@ class DeltaGroupStreamWriter(DataSourceStreamArrowWriter):
         except SinkError:
             self._sink().abort(files)
             raise
-        self._sink().commit(plan, files, self.schema)
+        result = self._sink().commit(plan, files, self.schema)
+        compact_if_due(self.options, result.version)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver side: a task failed; delete the files the others wrote."""

@@ -1,0 +1,55 @@
+"""Compaction of the sink's table between batches (the sink option ``compactEvery``).
+
+The sink adds one small file per Kafka partition per batch. With ``compactEvery=N`` the
+batch whose commit is table version ``n * N`` compacts the table right after its commit, on
+the driver, with :func:`spark_groups.sink.maintenance.optimize`: the same compaction as
+``spark-groups optimize``, under the table's maintenance lease, keeping every transaction id.
+Exactly one commit holds a given version, so one member per period compacts, whichever it
+is; a member finding the lease taken (an operator's ``optimize``, or another member whose
+compaction is still running) skips its turn. The batch is committed before this runs, so a
+compaction that fails is logged and never fails the batch; the next period tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from spark_groups.errors import MaintenanceRunningError
+from spark_groups.sink.options import SinkOptions
+
+log = logging.getLogger(__name__)
+
+
+def compact_if_due(options: SinkOptions, version: int | None) -> bool:
+    """Compact the table of ``options`` when its new ``version`` is a multiple of
+    ``options.compact_every``; return True when a compaction ran and committed."""
+    every = options.compact_every
+    if not every or version is None or version == 0 or version % every:
+        return False
+    from spark_groups.sink.maintenance import optimize
+
+    started = time.monotonic()
+    try:
+        result = optimize(options.path, options.storage_options, f"sink:{options.member}")
+    except MaintenanceRunningError as exc:
+        log.info("sink %s: compaction at version %d skipped: %s", options.path, version, exc)
+        return False
+    except Exception as exc:  # the batch is committed; the next period tries again
+        log.warning(
+            "sink %s: compaction at version %d failed (the batch is committed): %s: %s",
+            options.path,
+            version,
+            type(exc).__name__,
+            exc,
+        )
+        return False
+    log.info(
+        "sink %s: compacted at version %d in %.1f s: %d file(s) -> %d",
+        options.path,
+        version,
+        time.monotonic() - started,
+        result.before.files,
+        result.after.files,
+    )
+    return True
