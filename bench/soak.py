@@ -186,14 +186,15 @@ trigger = "{trigger}"
 
 
 def verify(table: Path, produced: int) -> tuple[int, int]:
-    """(rows, distinct (partition, offset)) of the sink table."""
+    """(rows, distinct (partition, offset)) of the sink table, counted per partition (a
+    distinct over tuples took minutes on 1.5 million rows)."""
     from deltalake import DeltaTable, QueryBuilder
 
     qb = QueryBuilder().register("t", DeltaTable(str(table)))
     got = qb.execute(
-        'SELECT COUNT(*) AS n, COUNT(DISTINCT ("partition", "offset")) AS d FROM t'
+        'SELECT COUNT(*) AS n, COUNT(DISTINCT "offset") AS d FROM t GROUP BY "partition"'
     ).read_all()
-    return int(got.column("n")[0].as_py()), int(got.column("d")[0].as_py())
+    return sum(got.column("n").to_pylist()), sum(got.column("d").to_pylist())
 
 
 def main() -> None:
