@@ -138,6 +138,8 @@ def one_shape(partitions: int, trigger_s: float, batches: int, rows: int, scratc
 def render(results: list[dict], command: str) -> str:
     """The markdown section for docs/benchmarks.md."""
     lines = [
+        "## Compaction",
+        "",
         f"`{command}` ({datetime.now(UTC):%Y-%m-%d}; local disk, delta-rs, no Spark). Tables "
         "written the way the `delta-group` sink writes them: one file per Kafka partition per "
         "batch, one commit per batch with a transaction id per partition.",

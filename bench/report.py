@@ -329,12 +329,13 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         )
     lines += ["", *_growth_notes(results), f"![cost growth]({plot.name})", ""]
     lines += _NOTES
-    # Sections other benchmarks keep in this page (bench.end_offsets, bench.barrier_wait)
-    # survive a rewrite.
-    from bench import barrier_wait, end_offsets
+    # Sections other benchmarks keep in this page (bench.end_offsets, bench.barrier_wait,
+    # bench.soak, bench.compaction) survive a rewrite.
+    from bench import barrier_wait, compaction, end_offsets, soak
 
     old = path.read_text() if path.exists() else ""
-    for start, end in ((end_offsets.START, end_offsets.END), barrier_wait.MARKERS):
+    kept = ((end_offsets.START, end_offsets.END), barrier_wait.MARKERS, soak.MARKERS)
+    for start, end in (*kept, compaction.MARKERS):
         if start in old and end in old:
             lines += ["", start + old.split(start, 1)[1].split(end, 1)[0] + end]
     path.write_text("\n".join(lines) + "\n")

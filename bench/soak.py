@@ -35,6 +35,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
 from confluent_kafka import Producer
 
 from bench.common import create_topics, unique
@@ -191,9 +192,11 @@ def verify(table: Path, produced: int) -> tuple[int, int]:
     from deltalake import DeltaTable, QueryBuilder
 
     qb = QueryBuilder().register("t", DeltaTable(str(table)))
-    got = qb.execute(
-        'SELECT COUNT(*) AS n, COUNT(DISTINCT "offset") AS d FROM t GROUP BY "partition"'
-    ).read_all()
+    got = pa.table(
+        qb.execute(
+            'SELECT COUNT(*) AS n, COUNT(DISTINCT "offset") AS d FROM t GROUP BY "partition"'
+        ).read_all()
+    )
     return sum(got.column("n").to_pylist()), sum(got.column("d").to_pylist())
 
 
@@ -287,6 +290,8 @@ def render(
 ) -> str:
     """The markdown section for docs/benchmarks.md."""
     lines = [
+        "## Soak",
+        "",
         f"Soak of {stamp}: `PYTHONPATH=. python -m bench.soak --minutes {args.minutes:g} "
         f"--rate {args.rate} --partitions {args.partitions} --trigger '{args.trigger}' "
         f"--optimize-every-min {args.optimize_every_min:g}` (the ingest job, `local[2]`, "
