@@ -37,6 +37,7 @@ from typing import Any
 from spark_groups import commit_metadata
 from spark_groups import metrics as coordinator_metrics
 from spark_groups.errors import (
+    BrokerUnreachableError,
     CommitError,
     DataLossError,
     GroupMembershipError,
@@ -195,12 +196,21 @@ class GroupStream:
             positions = self._partitions.plannable(member.assignment)
             positions = {tp: o for tp, o in positions.items() if tp not in self._held}
         # The log ends before the commit: the next plan's, and the ledger's log end at
-        # commit time (lag at commit time = log end - committed offset).
-        ends = self._end_offsets(positions)
+        # commit time (lag at commit time = log end - committed offset). A broker that does
+        # not answer must not hold back the commit of a durable batch: commit first, then
+        # ask again (and fail as before if it still does not answer).
+        ends: dict[TopicPartition, int] | None
+        try:
+            ends = self._end_offsets(positions)
+        except BrokerUnreachableError as exc:
+            log.warning("log ends unknown before the commit of batch %d: %s", start.batch, exc)
+            ends = None
         self.commit_durable(start)
         self._warn_if_slow(start.batch)
         if self._history is not None:
             self._history.flush()
+        if ends is None:
+            ends = self._end_offsets(positions)
         plan = plan_ranges(positions, ends, max_records)
         for tp, position, end in plan.went_backwards:
             self._log_went_backwards(tp, position, end)
