@@ -148,8 +148,14 @@ class GroupStream:
             mode=self.options.end_offsets_mode,
             timeout_s=self.options.broker_timeout_ms / 1000.0,
         )
-        member.start()
+        # Known before start(): the first assignment may arrive before start() returns, and
+        # its history row needs this member's id.
         self._member = member
+        try:
+            member.start()
+        except BaseException:
+            self._member = None
+            raise
         # Spark ends the reader process with SIGTERM and may never call stop(): leave the
         # group first, so the others need not wait for the session to time out.
         leave_on_sigterm(self.stop, f"consumer group {self.options.group_id}")

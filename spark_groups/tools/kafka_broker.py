@@ -278,8 +278,9 @@ class KafkaBroker:
             self._java_command(
                 "kafka.tools.StorageTool",
                 "format",
-                "-t",
-                self._cluster_id,
+                # One argument: a random id may start with "-", which argparse would take
+                # for an option (1 start in 32 failed with "expected one argument").
+                f"--cluster-id={self._cluster_id}",
                 "-c",
                 str(self._config_path),
             ),
