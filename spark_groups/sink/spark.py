@@ -10,9 +10,12 @@
 Where each piece runs (Spark's Python data source API):
 
 * ``DeltaGroupDataSource.streamWriter()``: in a Python worker on the driver, for every
-  micro-batch, and again in the worker that commits it. Options and the query's columns are
-  checked there, so a pipeline without the ``topic``/``partition``/``offset`` columns fails
-  its first batch with a clear :class:`~spark_groups.errors.SinkError`.
+  micro-batch, and again in the worker that commits it. Options, the query's columns and
+  whether the checkpoint can be read are checked there, so a pipeline without the
+  ``topic``/``partition``/``offset`` columns fails its first batch with a clear
+  :class:`~spark_groups.errors.SinkError`, one whose checkpoint this Python cannot read
+  (on S3 without ``storage.*`` options that reach it) with an
+  :class:`~spark_groups.errors.OptionError` on ``checkpointLocation``.
 * ``DeltaGroupStreamWriter.write()``: on executors, one call per task: the task's rows are
   written as Parquet files, one per Kafka partition (``spark_groups.sink.writer``); a
   :class:`SinkTaskMessage` describing them goes back to the driver.
@@ -45,6 +48,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from spark_groups.checkpoint import check_readable
 from spark_groups.errors import SinkError
 from spark_groups.files import table_uri
 from spark_groups.sink.commit import DeltaSink
@@ -177,6 +181,9 @@ class DeltaGroupDataSource(DataSource):
             )
         arrow = arrow_schema_of(schema)
         o = self.parsed
+        # The commit reads the batch's plan there: fail now, before any task writes, if this
+        # Python cannot (on S3: no storage.* options that reach it).
+        check_readable(o.checkpoint, o.storage_options)
         partition_by = o.partition_by
         if partition_by is None:
             existing = DeltaSink(
