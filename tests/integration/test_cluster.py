@@ -181,3 +181,73 @@ def test_the_main_job_on_two_workers_writes_only_to_the_object_store(
     # The storage credentials are in no log: the job's output and the executors'.
     logs = output + "".join((f / n).read_text() for f in executors.values() for n in ("stderr",))
     assert s3_server.secret_key not in logs
+
+
+def test_a_local_sink_table_on_the_cluster_is_refused_before_anything_is_committed(
+    cluster: SparkCluster,
+    bootstrap_servers: str,
+    make_topic,
+    s3_server: S3Server,
+    s3_bucket: str,
+    tmp_path: Path,
+) -> None:
+    topic, group = make_topic(3), unique("cluster")
+    ledger, table = f"{s3_bucket}/_offsets/{group}", tmp_path / "table"
+    storage = s3_server.storage_options()
+    source = source_options(bootstrap_servers, topic, group, ledger, storage)
+    conf = job_config(tmp_path, source, {"path": str(table), "checkpoint": str(tmp_path / "cp")})
+    produce_ids(bootstrap_servers, topic, range(300), 3)
+
+    code, output, _ = submit(cluster.master_url, conf, tmp_path)
+
+    # The query fails with the sink's error, naming the option, the master and the way out.
+    assert code != 0
+    assert "LocalTableOnClusterError: option 'path'" in output, output[-4000:]
+    assert f"the sink table '{table}' is a local path" in output
+    assert f"spark.master '{cluster.master_url}'" in output and "sharedMount=true" in output
+    # Nothing was committed anywhere, and no data file was written: the next run (with a
+    # table on the object store) starts from the first record.
+    assert committed_offsets(bootstrap_servers, group, topic, 3) == {}
+    assert OffsetLedger(ledger, group, storage_options=storage).latest_positions() == {}
+    assert not (table / "_delta_log").exists()
+    assert not [p for p in tmp_path.rglob("*.parquet")]
+    assert not [p for p in Path(cluster.dir or "").rglob("*.parquet")]
+
+
+def test_a_local_sink_table_declared_a_shared_mount_is_accepted_on_the_cluster(
+    cluster: SparkCluster, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    """sharedMount=true (the job's shared_mount): the user says every node sees the path, as
+    every worker here does (one machine)."""
+    topic, group = make_topic(3), unique("cluster")
+    table = tmp_path / "table"
+    source = source_options(bootstrap_servers, topic, group, str(tmp_path / "ledger"), {})
+    sink = {"path": str(table), "checkpoint": str(tmp_path / "cp"), "shared_mount": True}
+    produce_ids(bootstrap_servers, topic, range(300), 3)
+
+    code, output, events = submit(cluster.master_url, job_config(tmp_path, source, sink), tmp_path)
+
+    assert code == 0, output[-4000:]
+    assert ids_in(str(table)) == list(range(300))
+    _, ran = tasks_by_executor(events)
+    assert ran and "driver" not in ran
+
+
+def test_local_mode_accepts_a_local_sink_table(spark, bootstrap_servers, make_topic, tmp_path):
+    """On local[2] the executors are the driver's process: a local path is one place."""
+    topic, group = make_topic(2), unique("local")
+    table = tmp_path / "table"
+    produce_ids(bootstrap_servers, topic, range(50), 2)
+    query = (
+        spark.readStream.format("kafka-group")
+        .options(**source_options(bootstrap_servers, topic, group, str(tmp_path / "l"), {}))
+        .load()
+        .writeStream.format("delta-group")
+        .option("group.id", group)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start(str(table))
+    )
+    assert query.awaitTermination(240) and query.exception() is None
+    assert spark.conf.get("spark.master").startswith("local")
+    assert ids_in(str(table)) == list(range(50))
