@@ -4,29 +4,64 @@
 # MAGIC
 # MAGIC A streaming query that is a **member of a Kafka consumer group**, writing **exactly once**
 # MAGIC into a Delta table, then the offsets ledger, the group's lag and the coordinator metrics.
-# MAGIC Run it in two notebooks (or as two jobs) with the same `group.id`: the group splits the
-# MAGIC partitions between them. Install the library on the cluster first
-# MAGIC (`%pip install spark-groups`, or a wheel as a cluster library).
+# MAGIC Install the library on the cluster first (`%pip install spark-groups`, or a wheel as a
+# MAGIC cluster library).
+# MAGIC
+# MAGIC ### Where it keeps its state: a Unity Catalog volume
+# MAGIC
+# MAGIC Everything lives in a **Unity Catalog volume**, `/Volumes/<catalog>/<schema>/<volume>`,
+# MAGIC not under `dbfs:/`: Databricks recommends volumes for files (the DBFS root and DBFS
+# MAGIC mounts are deprecated for data, and an admin can turn them off), Unity Catalog governs
+# MAGIC who may read and write them, and a volume is a local path on the driver and every
+# MAGIC executor. That matters here because spark_groups reads and writes with Python
+# MAGIC libraries (delta-rs, pyarrow), which know local paths and object-store URIs but not
+# MAGIC `dbfs:`. The cluster needs Unity Catalog access (standard or dedicated access mode) and
+# MAGIC `READ VOLUME` and `WRITE VOLUME` on the volume; create it once with
+# MAGIC `CREATE VOLUME IF NOT EXISTS <catalog>.<schema>.<volume>`.
+# MAGIC
+# MAGIC * **The checkpoint** (one per query) is safe on the volume: Spark writes it, spark_groups
+# MAGIC   only reads it.
+# MAGIC * **The offsets ledger and the sink's table** are Delta tables that spark_groups commits to
+# MAGIC   with delta-rs. On a volume's file system a commit cannot be an atomic
+# MAGIC   "create if absent", so delta-rs commits there only with `allow_unsafe_rename`, which is
+# MAGIC   safe for **one writer**: run this notebook as one member when the tables are on the
+# MAGIC   volume. To run two or more members of the group (two notebooks or jobs with the same
+# MAGIC   `group_id`), give the `tables` widget the cloud location behind the volume
+# MAGIC   (`abfss://...`, `s3://...`, `gs://...`), where commits are safe, and its credentials as
+# MAGIC   `storage.*` options (docs/storage.md).
 
 # COMMAND ----------
 
 dbutils.widgets.text("bootstrap_servers", "broker-1:9092,broker-2:9092")
 dbutils.widgets.text("topic", "orders")
 dbutils.widgets.text("group_id", "orders-etl")
-dbutils.widgets.text("base", "dbfs:/pipelines/orders-etl")
 dbutils.widgets.text("member", "notebook-1")
+dbutils.widgets.text("catalog", "main")
+dbutils.widgets.text("schema", "default")
+dbutils.widgets.text("volume", "pipelines")
+dbutils.widgets.text("tables", "")  # empty: on the volume (one member); or a cloud URI
 
 servers = dbutils.widgets.get("bootstrap_servers")
 topic = dbutils.widgets.get("topic")
 group = dbutils.widgets.get("group_id")
-base = dbutils.widgets.get("base")
 member = dbutils.widgets.get("member")
+catalog = dbutils.widgets.get("catalog")
+schema = dbutils.widgets.get("schema")
+volume = dbutils.widgets.get("volume")
 
-# delta-rs (the ledger and the sink) takes local paths or object-store URIs, not dbfs:/.
-local_base = base.replace("dbfs:/", "/dbfs/", 1)
-offsets_table = f"{local_base}/_offsets/{group}"
-table_path = f"{local_base}/tables/orders"
-checkpoint = f"{base}/_checkpoints/{group}-{member}"  # one checkpoint per query
+base = f"/Volumes/{catalog}/{schema}/{volume}/{group}"
+checkpoint = f"{base}/_checkpoints/{member}"  # one checkpoint per query
+tables = dbutils.widgets.get("tables").strip().rstrip("/") or base
+offsets_table = f"{tables}/_offsets"
+table_path = f"{tables}/orders"
+
+# On the volume: one writer only (delta-rs commits there as check-then-rename). On a cloud
+# URI: its credentials, e.g. for ADLS Gen2
+# {"storage.azure_storage_account_key": dbutils.secrets.get("pipelines", "adls-key")}, or for
+# S3 storage.aws_region and storage.aws_conditional_put=etag (docs/storage.md).
+cloud_storage: dict[str, str] = {}
+on_volume = tables.startswith("/Volumes/")
+storage = {"storage.allow_unsafe_rename": "true"} if on_volume else cloud_storage
 
 # COMMAND ----------
 
@@ -45,6 +80,7 @@ orders = (
     .option("subscribe", topic)
     .option("group.id", group)
     .option("offsets.table", offsets_table)
+    .options(**storage)
     .option("startingOffsets", "earliest")
     .option("maxOffsetsPerTrigger", "100000")
     .load()
@@ -67,6 +103,7 @@ query = (
     .option("group.id", group)
     .option("member", member)
     .option("checkpointLocation", checkpoint)
+    .options(**storage)
     .trigger(availableNow=True)
     .queryName(f"{group}-{member}")
     .start(table_path)
@@ -95,7 +132,8 @@ display(
 
 from spark_groups.ledger import OffsetLedger
 
-display(OffsetLedger(offsets_table, group).history().to_pandas())
+ledger_storage = {k.removeprefix("storage."): v for k, v in storage.items()}
+display(OffsetLedger(offsets_table, group, ledger_storage).history().to_pandas())
 
 # COMMAND ----------
 

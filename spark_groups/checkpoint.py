@@ -21,6 +21,7 @@ batch by its offsets, never by its number.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -78,16 +79,21 @@ def _logged_ids(offsets: Location) -> list[int]:
     return sorted((int(name) for name in names if name.isdigit()), reverse=True)
 
 
-def spark_batch_id(checkpoint: str, batch: BatchOffset) -> int | None:
+def spark_batch_id(
+    checkpoint: str, batch: BatchOffset, storage_options: Mapping[str, str] | None = None
+) -> int | None:
     """The Spark batch id whose offset-log entry is ``batch`` (this source's plan), or None
     when no entry is (the batch was planned but Spark has not logged it yet, or
     ``checkpoint`` is not this query's).
 
     The log is read from its newest entry back, and only as far as entries of this batch or
     later: usually one or two files. A batch Spark ran again without new data has several
-    entries; the first is the one that read the records.
+    entries; the first is the one that read the records. ``storage_options`` configure the
+    file system of a checkpoint on an object store (:func:`spark_groups.files.location`).
     """
-    offsets = location(f"{checkpoint.rstrip('/')}/offsets")
+    offsets = location(
+        f"{checkpoint.rstrip('/')}/offsets", storage_options, option="checkpointLocation"
+    )
     found = None
     for batch_id in _logged_ids(offsets):
         try:
@@ -101,7 +107,11 @@ def spark_batch_id(checkpoint: str, batch: BatchOffset) -> int | None:
     return found
 
 
-def is_committed(checkpoint: str, batch_id: int) -> bool:
+def is_committed(
+    checkpoint: str, batch_id: int, storage_options: Mapping[str, str] | None = None
+) -> bool:
     """Whether Spark has marked Spark batch ``batch_id`` finished in ``checkpoint``."""
-    loc = location(commit_log_path(checkpoint, batch_id))
+    loc = location(
+        commit_log_path(checkpoint, batch_id), storage_options, option="checkpointLocation"
+    )
     return loc.exists(loc.path)

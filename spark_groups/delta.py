@@ -5,6 +5,9 @@ Creating a table is a race when several writers start at once. :func:`create_tab
 retries its commit: a writer that loses the race fails (instead of being rebased into a
 second CREATE TABLE on top of the winner's table, seen with deltalake 1.6.6) and then
 *adopts* the table the winner made by opening it.
+
+Every ``uri`` may be any path a user writes (``s3a://``, ``dbfs:/``, a relative path ...):
+it is handed to delta-rs as :func:`spark_groups.files.table_uri` resolves it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from spark_groups.files import local_path
+from spark_groups.files import local_path, table_uri
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -30,7 +33,9 @@ def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> De
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return DeltaTable(uri, storage_options=dict(storage_options) if storage_options else None)
+        return DeltaTable(
+            table_uri(uri), storage_options=dict(storage_options) if storage_options else None
+        )
     except TableNotFoundError:
         return None
 
@@ -61,7 +66,7 @@ def create_table(
         if local is not None:
             local.mkdir(parents=True, exist_ok=True)
         DeltaTable.create(
-            uri,
+            table_uri(uri),
             schema,
             mode="error",
             partition_by=list(partition_by) or None,
@@ -87,7 +92,7 @@ def append(
     if local is not None:
         local.mkdir(parents=True, exist_ok=True)
     write_deltalake(
-        uri,
+        table_uri(uri),
         data,
         mode="append",
         storage_options=dict(storage_options) if storage_options else None,

@@ -27,6 +27,19 @@ class OptionError(SparkGroupsError, ValueError):
         super().__init__(f"option '{option}': {problem}")
 
 
+class StoragePathError(OptionError):
+    """A table or checkpoint path spark_groups cannot reach: a scheme neither delta-rs nor
+    pyarrow reads, ``dbfs:/`` where DBFS is not mounted, or a store this pyarrow build has no
+    file system for. ``option`` is the option that gave it, ``path`` the path as given."""
+
+    def __init__(self, option: str, path: str, problem: str) -> None:
+        super().__init__(option, f"{path!r}: {problem}")
+        self.path = path
+        self.problem = problem
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.option, self.path, self.problem))
+
 
 class LocalTableOnClusterError(OptionError):
     """The ``delta-group`` sink's table (option ``path``) is a path on the local disk, and the
@@ -52,6 +65,7 @@ class LocalTableOnClusterError(OptionError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.path, self.master))
+
 
 class BrokerUnreachableError(SparkGroupsError):
     """No broker of ``kafka.bootstrap.servers`` answered within the allowed time.
@@ -162,6 +176,24 @@ class DataLossError(SparkGroupsError):
         self.until_offset = until_offset
 
 
+class NoOffsetForTimestampError(SparkGroupsError):
+    """A partition has no record at or after the timestamp it was told to start from.
+
+    ``partition`` is the partition, ``timestamp_ms`` the timestamp asked and ``option`` the
+    option that asked it (``startingTimestamp`` or ``startingOffsetsByTimestamp``).
+    """
+
+    def __init__(self, partition: TopicPartition, timestamp_ms: int, option: str) -> None:
+        super().__init__(
+            f"partition {partition} has no record at or after timestamp {timestamp_ms} "
+            f"({option}); set startingOffsetsByTimestampStrategy=latest to start such "
+            "partitions at the log end, or give an earlier timestamp"
+        )
+        self.partition = partition
+        self.timestamp_ms = timestamp_ms
+        self.option = option
+
+
 class SinkError(SparkGroupsError):
     """The exactly-once Delta sink (``delta-group``) cannot write a batch: bad options, a
     pipeline without the source's ``topic``/``partition``/``offset`` columns, rows outside
@@ -198,6 +230,23 @@ class SinkFeatureError(SinkError):
         )
         self.path = path
         self.features = tuple(features)
+
+
+class SinkTablePropertyError(SinkError):
+    """An existing sink table sets a table property that breaks the sink's exactly-once.
+
+    ``path`` is the table, ``property`` the property at fault and ``value`` its value. Nothing
+    was committed; the error repeats on every restart until the property is unset."""
+
+    def __init__(self, path: str, property: str, value: str, why: str) -> None:
+        super().__init__(
+            f"sink {path}: the table sets {property}={value}: {why}; nothing was committed. "
+            f"Unset it (ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES ('{property}')) or "
+            "write to another table"
+        )
+        self.path = path
+        self.property = property
+        self.value = value
 
 
 class GroupActiveError(SparkGroupsError):

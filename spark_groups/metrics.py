@@ -53,6 +53,7 @@ def snapshot(
     rebalances: int,
     log_ends: Mapping[TopicPartition, int],
     committed: Mapping[TopicPartition, int],
+    planned: Mapping[TopicPartition, int] | None = None,
     now: float | None = None,
 ) -> dict[str, Any]:
     """The coordinator metrics of one member, as a JSON-ready dict.
@@ -61,6 +62,11 @@ def snapshot(
     at the last plan and ``committed`` the committed offsets (next offset to read): ``lag`` is
     the records between the two, over owned partitions with a committed offset (as
     ``kafka-consumer-groups.sh`` shows no lag for a partition the group never committed).
+
+    ``planned`` are the positions after the last planned batch (where the next one starts):
+    ``min/max/avgOffsetsBehindLatest`` are Spark's kafka source metrics of the same names
+    (log end minus the end of the batch being reported, over the member's partitions),
+    absent when nothing has been planned.
     """
     now = time.time() if now is None else now
     last = counters.last_rebalance_at
@@ -86,6 +92,32 @@ def snapshot(
         "slow_batches": counters.extra.get("slow_batches", 0),
         "held_partitions": counters.extra.get("held_partitions", 0),
         "lag": lag,
+        **offsets_behind_latest(log_ends, planned or {}, assignment),
+    }
+
+
+#: Spark's kafka source's own metric names (``KafkaMicroBatchStream.metrics``).
+SPARK_KAFKA_METRICS = ("minOffsetsBehindLatest", "maxOffsetsBehindLatest", "avgOffsetsBehindLatest")
+
+
+def offsets_behind_latest(
+    log_ends: Mapping[TopicPartition, int],
+    planned: Mapping[TopicPartition, int],
+    assignment: frozenset[TopicPartition],
+) -> dict[str, int | float]:
+    """Spark's kafka source metrics: how far each owned partition's log end is beyond where
+    the last planned batch ends; min, max and mean over those partitions ({} when none)."""
+    behind = [
+        max(0, end - planned[tp])
+        for tp, end in log_ends.items()
+        if tp in assignment and tp in planned
+    ]
+    if not behind:
+        return {}
+    return {
+        "minOffsetsBehindLatest": min(behind),
+        "maxOffsetsBehindLatest": max(behind),
+        "avgOffsetsBehindLatest": sum(behind) / len(behind),
     }
 
 
@@ -134,3 +166,15 @@ def log_end_offsets(source: Mapping[str, Any]) -> dict[str, dict[str, int]]:
     metrics (the shape Spark's kafka source reports as ``latestOffset``)."""
     latest = _latest(source) or {}
     return {k: v for k, v in latest.items() if k != METRICS_KEY}
+
+
+def kafka_source_metrics(progress: Any) -> list[dict[str, str]]:
+    """For each ``kafka-group`` source of a progress, the map Spark's kafka source reports as
+    ``sources[].metrics`` (``minOffsetsBehindLatest``, ``maxOffsetsBehindLatest``,
+    ``avgOffsetsBehindLatest``; string values, as Spark's): so a dashboard or alert written
+    for ``format("kafka")`` reads ``kafka_source_metrics(p)[i]`` where it read
+    ``p["sources"][i]["metrics"]``."""
+    return [
+        {name: str(m[name]) for name in SPARK_KAFKA_METRICS if name in m}
+        for m in coordinator_metrics(progress)
+    ]

@@ -8,21 +8,18 @@ must be one of :data:`SOURCE_OPTIONS`. See ``docs/options.md`` for the user-faci
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, cast, get_args
 
 from spark_groups.errors import OptionError
-from spark_groups.offsets import TopicPartition
+from spark_groups.files import check_location
+from spark_groups.paths import resolve
+from spark_groups.starting import StartingOffsets, parse_starting
 from spark_groups.storage import STORAGE_PREFIX, check_commit_safety, storage_options_of
 
 KAFKA_PREFIX = "kafka."
-
-# Spark's kafka source spells these offsets -2 (earliest) and -1 (latest) in JSON.
-EARLIEST = -2
-LATEST = -1
 
 #: The classic protocol's client-side assignors.
 AssignmentStrategy = Literal["cooperative-sticky", "range", "roundrobin"]
@@ -52,11 +49,17 @@ SOURCE_OPTIONS: dict[str, str | None] = {
     "group.remote.assignor": None,
     "offsets.table": None,
     "rebalances.table": None,
+    "offsets.retention": "30d",
     "sink.table": None,
     "checkpointLocation": None,
     "deliveryGuarantee": "at-least-once",
     "startingOffsets": "latest",
+    "startingTimestamp": None,
+    "startingOffsetsByTimestamp": None,
+    "startingOffsetsByTimestampStrategy": "error",
     "maxOffsetsPerTrigger": None,
+    "minOffsetsPerTrigger": None,
+    "maxTriggerDelay": "15m",
     "includeHeaders": "false",
     "failOnDataLoss": "true",
     "kafkaConsumer.pollTimeoutMs": "120000",
@@ -97,18 +100,6 @@ _LOWER_NAMES = {name.lower(): name for name in SOURCE_OPTIONS}
 
 
 @dataclass(frozen=True)
-class StartingOffsets:
-    """Where a partition with no committed offset starts: earliest, latest, or per partition."""
-
-    default: int = LATEST
-    per_partition: Mapping[TopicPartition, int] = field(default_factory=dict)
-
-    def for_partition(self, tp: TopicPartition) -> int:
-        """The starting offset for ``tp``: a real offset, or :data:`EARLIEST` / :data:`LATEST`."""
-        return self.per_partition.get(tp, self.default)
-
-
-@dataclass(frozen=True)
 class SourceOptions:
     """The validated options of one ``kafka-group`` source. Picklable; no secrets in repr."""
 
@@ -126,6 +117,9 @@ class SourceOptions:
     at_most_once: bool = False
     starting_offsets: StartingOffsets = field(default_factory=StartingOffsets)
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000
+    retention_ms: int = 30 * 86_400_000
     include_headers: bool = False
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120_000
@@ -202,37 +196,29 @@ def _positive_int(name: str, raw: str) -> int:
     return value
 
 
-def _starting_offsets(raw: str) -> StartingOffsets:
-    name = "startingOffsets"
-    text = raw.strip()
-    if text.lower() in ("earliest", "latest"):
-        return StartingOffsets(EARLIEST if text.lower() == "earliest" else LATEST)
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as exc:
+#: Spark's time units (``Utils.timeStringAsMs``) in milliseconds.
+_DURATION_UNITS_MS: dict[str, float] = {
+    "us": 0.001,
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
+
+
+def _duration_ms(option: str, raw: str) -> int:
+    """A duration the way Spark writes them (``15m``, ``30s``, ``500ms``; a bare number is
+    milliseconds) in whole milliseconds."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
+    if match is None or match.group(2) not in ("", *_DURATION_UNITS_MS):
         raise OptionError(
-            name, f'expected earliest, latest or JSON like {{"topic":{{"0":23}}}}: {exc}'
-        ) from None
-    if not isinstance(parsed, dict):
-        raise OptionError(name, "JSON must be an object of topics")
-    per_partition: dict[TopicPartition, int] = {}
-    for topic, parts in parsed.items():
-        if not isinstance(parts, dict):
-            raise OptionError(name, f"topic {topic!r} must map partition numbers to offsets")
-        for part, offset in parts.items():
-            try:
-                partition = int(part)
-            except ValueError:
-                raise OptionError(name, f"{topic!r}: partition {part!r} is not a number") from None
-            if not isinstance(offset, int) or isinstance(offset, bool) or offset < EARLIEST:
-                raise OptionError(
-                    name,
-                    f"{topic}-{partition}: offset must be -2 (earliest), -1 (latest) or >= 0, "
-                    f"got {offset!r}",
-                )
-            per_partition[TopicPartition(topic, partition)] = offset
-    # Partitions not listed start from latest, as in Spark's kafka source.
-    return StartingOffsets(LATEST, per_partition)
+            option,
+            f"expected a duration such as 15m, 30s or 500ms (a number and a unit), got {raw!r}",
+        )
+    number, unit = int(match.group(1)), match.group(2) or "ms"
+    return int(number * _DURATION_UNITS_MS[unit])
 
 
 def _pattern(raw: str) -> str:
@@ -324,14 +310,33 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         return _positive_int(name, ours.get(name, SOURCE_OPTIONS[name] or ""))
 
     guarantee = _choice("deliveryGuarantee", ours, "at-least-once", DELIVERY_GUARANTEES)
-    max_per_trigger = ours.get("maxOffsetsPerTrigger")
-    ledger_path = ours.get("offsets.table", "").strip() or None
-    history = ours.get("rebalances.table", "").strip() or None
+    max_per_trigger, min_per_trigger = (
+        ours.get("maxOffsetsPerTrigger"),
+        ours.get("minOffsetsPerTrigger"),
+    )
+    max_records = (
+        None if max_per_trigger is None else _positive_int("maxOffsetsPerTrigger", max_per_trigger)
+    )
+    min_records = (
+        None if min_per_trigger is None else _positive_int("minOffsetsPerTrigger", min_per_trigger)
+    )
+    if max_records is not None and min_records is not None and min_records > max_records:
+        raise OptionError(
+            "minOffsetsPerTrigger",
+            f"{min_records} is more than maxOffsetsPerTrigger ({max_records}): no batch could "
+            "reach it; lower it or raise maxOffsetsPerTrigger",
+        )
+    storage = storage_options_of(options)
+    ledger_path = _path("offsets.table", ours)
+    history = _path("rebalances.table", ours)
     if history is None and ledger_path is not None:
         from spark_groups.group.history import history_path
 
         history = history_path(ledger_path)
-    storage = storage_options_of(options)
+    sink_path = _path("sink.table", ours)
+    checkpoint = _path("checkpointLocation", ours)
+    if checkpoint is not None:
+        check_location(checkpoint, storage, option="checkpointLocation")
     if ledger_path is not None:
         check_commit_safety(ledger_path, storage, "offsets.table", prefix=STORAGE_PREFIX)
     if history is not None:
@@ -347,15 +352,14 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         remote_assignor=remote_assignor,
         ledger_path=ledger_path,
         history_path=history,
-        sink_path=ours.get("sink.table", "").strip() or None,
-        checkpoint=ours.get("checkpointLocation", "").strip() or None,
+        sink_path=sink_path,
+        checkpoint=checkpoint,
         at_most_once=guarantee == "at-most-once",
-        starting_offsets=_starting_offsets(ours.get("startingOffsets", "latest")),
-        max_offsets_per_trigger=(
-            None
-            if max_per_trigger is None
-            else _positive_int("maxOffsetsPerTrigger", max_per_trigger)
-        ),
+        starting_offsets=parse_starting(ours),
+        max_offsets_per_trigger=max_records,
+        min_offsets_per_trigger=min_records,
+        max_trigger_delay_ms=_duration_ms("maxTriggerDelay", ours.get("maxTriggerDelay", "15m")),
+        retention_ms=_duration_ms("offsets.retention", ours.get("offsets.retention", "30d")),
         include_headers=_bool("includeHeaders", ours.get("includeHeaders", "false")),
         fail_on_data_loss=_bool("failOnDataLoss", ours.get("failOnDataLoss", "true")),
         poll_timeout_ms=number("kafkaConsumer.pollTimeoutMs"),
@@ -366,6 +370,13 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         kafka=kafka,
         storage_options=storage,
     )
+
+
+def _path(option: str, ours: Mapping[str, str]) -> str | None:
+    """The table or checkpoint path of ``option`` as delta-rs and pyarrow take it (None when
+    not given); a :class:`~spark_groups.errors.StoragePathError` when neither can."""
+    given = ours.get(option, "").strip()
+    return resolve(given, option) if given else None
 
 
 def _choice(option: str, ours: Mapping[str, str], default: str, choices: tuple[str, ...]) -> str:

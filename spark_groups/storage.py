@@ -11,7 +11,13 @@ safe only with conditional writes (``aws_conditional_put=etag``: S3 itself, MinI
 locking provider (``aws_s3_locking_provider=dynamodb``). Without either, delta-rs 1.6 still
 writes, and two members can both write the same log version, one silently replacing the
 other's commit. :func:`check_commit_safety` refuses that setup unless the user opted in with
-``aws_s3_allow_unsafe_rename=true`` (docs/storage.md).
+``aws_s3_allow_unsafe_rename=true``. Databricks' FUSE mounts (``dbfs:/``, ``/Volumes/...``)
+have no atomic create-if-absent at all; a table there needs ``allow_unsafe_rename=true`` and
+one writer (docs/storage.md).
+
+pyarrow writes the sink's data files and reads checkpoints; :func:`s3_filesystem_args`,
+:func:`azure_filesystem_args` and :func:`gcs_filesystem_args` give its file systems the same
+store and credentials as delta-rs' storage options.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ import os
 from collections.abc import Mapping
 from urllib.parse import urlparse
 
-from spark_groups.errors import OptionError
+from spark_groups.errors import OptionError, StoragePathError
+from spark_groups.paths import is_databricks_fuse, resolve
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +41,9 @@ S3_SCHEMES = frozenset({"s3", "s3a"})
 _CONDITIONAL_PUT = ("aws_conditional_put", "conditional_put")
 _LOCKING = ("aws_s3_locking_provider",)
 _UNSAFE_OPT_IN = ("aws_s3_allow_unsafe_rename",)
+#: delta-rs' opt-in to plain (check, then rename) commits on a mounted file system.
+_MOUNT_OPT_IN = ("allow_unsafe_rename", "mount_allow_unsafe_rename")
+_MOUNT_OPT_IN_ENV = "MOUNT_ALLOW_UNSAFE_RENAME"
 
 
 def storage_options_of(options: Mapping[str, str]) -> dict[str, str]:
@@ -68,18 +78,25 @@ def is_s3(uri: str) -> bool:
 def check_commit_safety(
     uri: str, storage_options: Mapping[str, str] | None, option: str, *, prefix: str = ""
 ) -> None:
-    """Refuse a table on S3 whose commits would not be safe beside another writer.
+    """Refuse a table whose commits would not be safe beside another writer.
 
-    Safe: ``aws_conditional_put=etag`` or an ``aws_s3_locking_provider`` (in the storage
-    options or the environment). Allowed with a warning: ``aws_s3_allow_unsafe_rename=true``
-    (one writer only, the user's explicit choice). Anything else raises
-    :class:`~spark_groups.errors.OptionError` on ``option`` (the option that named the
-    table) saying what to set; ``prefix`` is how the user writes storage options there
-    (``storage.``). Other schemes and local paths pass.
+    On S3, safe means ``aws_conditional_put=etag`` or an ``aws_s3_locking_provider`` (in the
+    storage options or the environment); allowed with a warning: ``aws_s3_allow_unsafe_rename
+    =true`` (one writer only, the user's explicit choice). On Databricks' FUSE mounts (DBFS,
+    Unity Catalog volumes) nothing is safe: delta-rs commits there only with
+    ``allow_unsafe_rename=true`` (``MOUNT_ALLOW_UNSAFE_RENAME``), allowed with a warning.
+    Anything else raises :class:`~spark_groups.errors.OptionError` on ``option`` (the
+    option that named the table) saying what to set; ``prefix`` is how the user writes
+    storage options there (``storage.``). Other stores and local paths pass; a path no
+    library reads raises :class:`~spark_groups.errors.StoragePathError`.
     """
-    if not is_s3(uri):
-        return
     given = storage_options or {}
+    resolved = resolve(uri, option)  # s3n:// is S3 too
+    if is_databricks_fuse(resolved):
+        _check_fuse(uri, given, option, prefix)
+        return
+    if not is_s3(resolved):
+        return
     conditional = _setting(_CONDITIONAL_PUT, given)
     if conditional is not None and conditional.lower() == "etag":
         return
@@ -103,6 +120,29 @@ def check_commit_safety(
         f"If-None-Match), or {prefix}aws_s3_locking_provider=dynamodb with its lock table, "
         "or the same as environment variables (AWS_CONDITIONAL_PUT=etag); to accept the "
         f"risk with a single writer, set {prefix}aws_s3_allow_unsafe_rename=true "
+        "(docs/storage.md)",
+    )
+
+
+def _check_fuse(uri: str, given: Mapping[str, str], option: str, prefix: str) -> None:
+    lowered = {k.lower(): v.strip().lower() for k, v in given.items()}
+    values = [lowered[name] for name in _MOUNT_OPT_IN if name in lowered]
+    values.append(os.environ.get(_MOUNT_OPT_IN_ENV, "").strip().lower())
+    if "true" in values:
+        log.warning(
+            "%s on a Databricks FUSE mount (allow_unsafe_rename=true): two writers of this "
+            "table can overwrite each other's commits; keep to one writer",
+            option,
+        )
+        return
+    raise OptionError(
+        option,
+        f"the Delta table {uri} is on a Databricks FUSE mount (DBFS or a Unity Catalog "
+        "volume), which offers no atomic create-if-absent: delta-rs commits there only as a "
+        "check-then-rename, with which two members can overwrite each other's commit. Put "
+        "the table on the object store itself (abfss://, s3://, gs://, with its credentials "
+        f"as {prefix}* options); to accept the risk with a single writer, set "
+        f"{prefix}allow_unsafe_rename=true. Checkpoints on a volume are fine "
         "(docs/storage.md)",
     )
 
@@ -140,4 +180,115 @@ def s3_filesystem_args(storage_options: Mapping[str, str]) -> dict[str, object]:
             args["endpoint_override"] = parsed.netloc + parsed.path.rstrip("/")
         else:
             args["endpoint_override"] = endpoint
+    return args
+
+
+#: Azure keys with no pyarrow equivalent: a bearer token (delta-rs' ``azure_storage_token``).
+_AZURE_UNTRANSLATABLE = ("azure_storage_token", "bearer_token", "token")
+#: Google service-account keys pyarrow's GCS file system cannot take as arguments.
+_GCS_UNTRANSLATABLE = (
+    "google_service_account",
+    "service_account",
+    "google_service_account_path",
+    "service_account_path",
+    "google_service_account_key",
+    "service_account_key",
+    "google_application_credentials",
+)
+
+
+def azure_filesystem_args(
+    account: str | None, storage_options: Mapping[str, str], *, option: str, path: str
+) -> dict[str, object]:
+    """pyarrow ``AzureFileSystem`` arguments equivalent to delta-rs ``storage_options``:
+    the account (``account`` from the URI, else ``azure_storage_account_name``), and an
+    account key, a SAS token or a service principal (client id, secret, tenant). Without
+    credentials pyarrow uses Azure's DefaultAzureCredential (environment, managed
+    identity). Raises :class:`~spark_groups.errors.StoragePathError` on ``option`` when the
+    account is unknown or the only credential is a bearer token, which pyarrow cannot use."""
+    name = account or _lookup(storage_options, "azure_storage_account_name", "account_name")
+    name = name or os.environ.get("AZURE_STORAGE_ACCOUNT_NAME")
+    if not name:
+        raise StoragePathError(
+            option,
+            path,
+            "names no storage account: write abfss://<container>@<account>.dfs.core."
+            "windows.net/<path>, or set storage.azure_storage_account_name",
+        )
+    args: dict[str, object] = {"account_name": name}
+    key = _lookup(
+        storage_options,
+        "azure_storage_account_key",
+        "azure_storage_access_key",
+        "azure_storage_master_key",
+        "account_key",
+        "access_key",
+        "master_key",
+    )
+    sas = _lookup(
+        storage_options, "azure_storage_sas_key", "azure_storage_sas_token", "sas_key", "sas_token"
+    )
+    client = _lookup(storage_options, "azure_storage_client_id", "azure_client_id", "client_id")
+    secret = _lookup(
+        storage_options, "azure_storage_client_secret", "azure_client_secret", "client_secret"
+    )
+    tenant = _lookup(
+        storage_options,
+        "azure_storage_tenant_id",
+        "azure_storage_authority_id",
+        "azure_tenant_id",
+        "azure_authority_id",
+        "tenant_id",
+        "authority_id",
+    )
+    if key:
+        args["account_key"] = key
+    elif sas:
+        args["sas_token"] = sas
+    elif client and secret and tenant:
+        args.update(client_id=client, client_secret=secret, tenant_id=tenant)
+    elif _lookup(storage_options, *_AZURE_UNTRANSLATABLE):
+        raise StoragePathError(
+            option,
+            path,
+            "pyarrow's Azure file system (which reads and writes the files here) takes no "
+            "bearer token (storage.azure_storage_token); give an account key, a SAS token or "
+            "a service principal (azure_client_id, azure_client_secret, azure_tenant_id) as "
+            "storage.* options, or none to use DefaultAzureCredential",
+        )
+    endpoint = _lookup(storage_options, "azure_storage_endpoint", "azure_endpoint", "endpoint")
+    if endpoint:
+        parsed = urlparse(endpoint)
+        authority = parsed.netloc or endpoint
+        args.update(blob_storage_authority=authority, dfs_storage_authority=authority)
+        if parsed.scheme in ("http", "https"):
+            args.update(blob_storage_scheme=parsed.scheme, dfs_storage_scheme=parsed.scheme)
+    return args
+
+
+def gcs_filesystem_args(
+    storage_options: Mapping[str, str], *, option: str, path: str
+) -> dict[str, object]:
+    """pyarrow ``GcsFileSystem`` arguments equivalent to delta-rs ``storage_options``.
+
+    pyarrow's GCS client finds its credentials itself (``GOOGLE_APPLICATION_CREDENTIALS``,
+    the machine's service account) and takes no key file or key as an argument, so a
+    service account given only as a storage option raises
+    :class:`~spark_groups.errors.StoragePathError` on ``option``, saying to set the
+    environment variable (which delta-rs reads too) instead."""
+    given = sorted(k for k in storage_options if k.lower() in _GCS_UNTRANSLATABLE)
+    if given:
+        raise StoragePathError(
+            option,
+            path,
+            f"pyarrow's GCS file system (which reads and writes the files here) cannot take "
+            f"{', '.join('storage.' + k for k in given)}: it reads its credentials from "
+            "GOOGLE_APPLICATION_CREDENTIALS or the machine's service account. Set "
+            "GOOGLE_APPLICATION_CREDENTIALS to the key file on the driver and the executors "
+            "(spark.executorEnv.GOOGLE_APPLICATION_CREDENTIALS); delta-rs reads it too",
+        )
+    args: dict[str, object] = {}
+    skip = _lookup(storage_options, "google_skip_signature", "skip_signature")
+    if skip is not None and skip.strip().lower() == "true":
+        args["anonymous"] = True
     return args

@@ -64,7 +64,7 @@ class DurabilityWatch:
         if self.checkpoint is None or self._checked or start.batch < 0:
             return
         try:
-            found = checkpoint.spark_batch_id(self.checkpoint, start)
+            found = checkpoint.spark_batch_id(self.checkpoint, start, self.storage_options)
         except Exception as exc:
             raise OptionError(
                 "checkpointLocation",
@@ -97,11 +97,13 @@ class DurabilityWatch:
         try:
             spark_id = self._spark_ids.get(batch.batch)
             if spark_id is None:
-                spark_id = checkpoint.spark_batch_id(self.checkpoint, batch)
+                spark_id = checkpoint.spark_batch_id(
+                    self.checkpoint, batch, self.storage_options
+                )
                 if spark_id is None:
                     return False  # not logged yet: Spark logs a batch just after planning it
                 self._spark_ids[batch.batch] = spark_id
-            return checkpoint.is_committed(self.checkpoint, spark_id)
+            return checkpoint.is_committed(self.checkpoint, spark_id, self.storage_options)
         except Exception as exc:
             self._warn_once("checkpoint", f"cannot read the checkpoint {self.checkpoint}: {exc}")
             return False

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Literal, get_args
 
 import pyarrow as pa
@@ -28,6 +29,9 @@ from spark_groups.errors import LedgerError
 from spark_groups.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
+
+#: How often (at most) :meth:`RebalanceHistory.flush` applies the retention.
+EXPIRE_EVERY_S = 3600.0
 
 #: What happened to a member's partitions.
 Event = Literal["assigned", "revoked", "lost"]
@@ -70,11 +74,18 @@ class RebalanceHistory:
     """Queue rebalance events and append them to a Delta table in batches."""
 
     def __init__(
-        self, path: str, group_id: str, storage_options: Mapping[str, str] | None = None
+        self,
+        path: str,
+        group_id: str,
+        storage_options: Mapping[str, str] | None = None,
+        retention: timedelta | None = None,
     ) -> None:
         self.path = path
         self.group_id = group_id
         self.storage_options = dict(storage_options) if storage_options else None
+        #: Events older than this are deleted (at most once an hour, after a flush).
+        self.retention = retention
+        self._expired_at: float | None = None
         self._pending: list[RebalanceEvent] = []
         self._lock = threading.Lock()
 
@@ -136,7 +147,32 @@ class RebalanceHistory:
             with self._lock:
                 self._pending = events + self._pending
             return 0
+        if self.retention and (
+            self._expired_at is None or time.monotonic() - self._expired_at > EXPIRE_EVERY_S
+        ):
+            self._expired_at = time.monotonic()
+            self.expire(datetime.now(UTC) - self.retention)
         return len(rows)
+
+    def expire(self, cutoff: datetime) -> int:
+        """Delete this group's events before ``cutoff`` (timezone-aware); return how many.
+        A failure is logged and deletes nothing."""
+        try:
+            table = open_table(self.path, self.storage_options)
+            if table is None:
+                return 0
+            group = self.group_id.replace("'", "''")
+            metrics = table.delete(
+                f"\"group_id\" = '{group}' AND \"at\" < "
+                f"arrow_cast('{cutoff.isoformat()}', 'Timestamp(Microsecond, Some(\"UTC\"))')"
+            )
+        except Exception as exc:
+            log.warning("rebalance history %s: retention skipped this time: %s", self.path, exc)
+            return 0
+        deleted = int(metrics.get("num_deleted_rows", 0) or 0)
+        if deleted:
+            log.info("rebalance history %s: deleted %d event row(s)", self.path, deleted)
+        return deleted
 
 
 def read_history(path: str, storage_options: Mapping[str, str] | None = None) -> pa.Table:

@@ -5,6 +5,8 @@ Pure functions, no Kafka and no Spark, so the rules are easy to test:
 * every owned partition with new records gets one range ``[position, end)``;
 * a read limit (``maxOffsetsPerTrigger``) is shared between partitions in proportion to how
   far behind each one is, as Spark's kafka source does;
+* ``minOffsetsPerTrigger`` skips a trigger with too little to read, up to
+  ``maxTriggerDelay`` (:func:`wait_for_more`);
 * a partition whose end went below its position (the log was truncated or recreated) is
   reported, not silently re-read.
 """
@@ -24,6 +26,8 @@ class Plan:
 
     ranges: tuple[OffsetRange, ...]
     went_backwards: tuple[tuple[TopicPartition, int, int], ...] = ()
+    #: Offsets available to read before any read limit (what ``minOffsetsPerTrigger`` counts).
+    available: int = 0
 
 
 def plan_ranges(
@@ -58,4 +62,19 @@ def plan_ranges(
         for tp, n in take.items()
         if n > 0
     )
-    return Plan(ranges, tuple(backwards))
+    return Plan(ranges, tuple(backwards), total)
+
+
+def wait_for_more(
+    available: int,
+    min_records: int | None,
+    since_last_batch_s: float | None,
+    max_delay_s: float,
+) -> bool:
+    """``minOffsetsPerTrigger``: skip this trigger while fewer than ``min_records`` offsets
+    are available, unless ``max_delay_s`` (``maxTriggerDelay``) has passed since the last
+    batch. The first batch of a query (``since_last_batch_s`` None) never waits, as in
+    Spark's kafka source."""
+    if min_records is None or since_last_batch_s is None:
+        return False
+    return available < min_records and since_last_batch_s < max_delay_s

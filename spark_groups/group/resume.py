@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from spark_groups import commit_metadata
+from spark_groups.errors import NoOffsetForTimestampError
 from spark_groups.offsets import Handover, TopicPartition
-from spark_groups.options import EARLIEST, LATEST, StartingOffsets
+from spark_groups.starting import EARLIEST, LATEST, AtTimestamp, StartingOffsets, StartRule
 
 if TYPE_CHECKING:
     from spark_groups.group.member import GroupMember
@@ -46,8 +47,12 @@ class Start:
     origin: Origin
 
 
-def start_rule(starting: StartingOffsets, tp: TopicPartition, discovered_later: bool) -> int:
-    """A real offset, or EARLIEST / LATEST: where ``tp`` starts without any commit."""
+def start_rule(
+    starting: StartingOffsets, tp: TopicPartition, discovered_later: bool
+) -> StartRule:
+    """A real offset, EARLIEST, LATEST or a timestamp: where ``tp`` starts without any
+    commit. A partition that appeared while the query ran starts at EARLIEST unless a JSON
+    option names it."""
     if discovered_later:
         return starting.per_partition.get(tp, EARLIEST)
     return starting.for_partition(tp)
@@ -123,18 +128,41 @@ def sink_positions(
 
 
 def starting_offsets(
-    rules: Mapping[TopicPartition, int], resolver: EndOffsetResolver
+    rules: Mapping[TopicPartition, StartRule],
+    resolver: EndOffsetResolver,
+    starting: StartingOffsets,
 ) -> dict[TopicPartition, int]:
     """Real offsets for ``rules`` (from :func:`start_rule`): EARLIEST and LATEST are looked
-    up as the log start and end."""
+    up as the log start and end, a timestamp as the first record at or after it; where no
+    record is that late, ``starting.timestamp_strategy`` decides (``latest``: the log end;
+    ``error``: :class:`NoOffsetForTimestampError` naming the partition)."""
+    by_time = {tp: v.ms for tp, v in rules.items() if isinstance(v, AtTimestamp)}
+    found = resolver.offsets_for_times(by_time) if by_time else {}
+    too_late = [tp for tp, offset in found.items() if offset is None]
+    if too_late and starting.timestamp_strategy == "error":
+        tp = sorted(too_late)[0]
+        option = (
+            "startingTimestamp"
+            if isinstance(starting.default, AtTimestamp)
+            else "startingOffsetsByTimestamp"
+        )
+        raise NoOffsetForTimestampError(tp, by_time[tp], option)
     need_earliest = [tp for tp, v in rules.items() if v == EARLIEST]
-    need_latest = [tp for tp, v in rules.items() if v == LATEST]
+    need_latest = [tp for tp, v in rules.items() if v == LATEST] + too_late
     earliest = resolver.start_offsets(need_earliest) if need_earliest else {}
     latest = resolver.end_offsets(need_latest) if need_latest else {}
-    return {
-        tp: earliest[tp] if v == EARLIEST else latest[tp] if v == LATEST else v
-        for tp, v in rules.items()
-    }
+    out: dict[TopicPartition, int] = {}
+    for tp, rule in rules.items():
+        if isinstance(rule, AtTimestamp):
+            offset = found[tp]
+            out[tp] = latest[tp] if offset is None else offset
+        elif rule == EARLIEST:
+            out[tp] = earliest[tp]
+        elif rule == LATEST:
+            out[tp] = latest[tp]
+        else:
+            out[tp] = rule
+    return out
 
 
 def choose(

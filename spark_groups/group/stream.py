@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from spark_groups import commit_metadata
@@ -48,7 +48,7 @@ from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.history import RebalanceHistory
 from spark_groups.group.member import GroupMember
 from spark_groups.group.partitions import PartitionTable
-from spark_groups.group.planner import plan_ranges
+from spark_groups.group.planner import plan_ranges, wait_for_more
 from spark_groups.group.sigterm import leave_on_sigterm
 from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.ledger import CATCH_UP_BATCH, OUTSIDE_BATCH, LedgerRow, OffsetLedger
@@ -60,7 +60,8 @@ from spark_groups.offsets import (
     TopicPartition,
     positions_to_json,
 )
-from spark_groups.options import LATEST, SourceOptions
+from spark_groups.options import SourceOptions
+from spark_groups.starting import LATEST
 from spark_groups.worker_logging import log_to_stderr
 
 log = logging.getLogger(__name__)
@@ -81,13 +82,21 @@ class GroupStream:
         self._resolver: EndOffsetResolver | None = None
         self._ledger = (
             OffsetLedger(
-                options.ledger_path, options.group_id, storage_options=dict(options.storage_options)
+                options.ledger_path,
+                options.group_id,
+                storage_options=dict(options.storage_options),
+                retention=timedelta(milliseconds=options.retention_ms) or None,
             )
             if options.ledger_path
             else None
         )
         self._history = (
-            RebalanceHistory(options.history_path, options.group_id, options.storage_options)
+            RebalanceHistory(
+                options.history_path,
+                options.group_id,
+                options.storage_options,
+                retention=timedelta(milliseconds=options.retention_ms) or None,
+            )
             if options.history_path
             else None
         )
@@ -111,6 +120,7 @@ class GroupStream:
         # partitions (a topic grew, a pattern matched a new topic): they start at earliest.
         self._first_plan_done = False
         self._highest_batch = -1  # the highest batch number this stream has seen
+        self._last_batch_at: float | None = None  # when the last batch was planned
         # Ranges another consumer of the group committed, where partitions resumed (the
         # first batch of each carries it for the sink), and partitions held back because the
         # sink's table would get a gap nothing explains (group.gaps). Guarded by _lock.
@@ -181,17 +191,31 @@ class GroupStream:
         self._resolve_new_partitions(member, start)
         self._recheck_held()
         self._durability.check_checkpoint(start)
+        with self._lock:
+            positions = self._partitions.plannable(member.assignment)
+            positions = {tp: o for tp, o in positions.items() if tp not in self._held}
+        # The log ends before the commit: the next plan's, and the ledger's log end at
+        # commit time (lag at commit time = log end - committed offset).
+        ends = self._end_offsets(positions)
         self.commit_durable(start)
         self._warn_if_slow(start.batch)
         if self._history is not None:
             self._history.flush()
-        with self._lock:
-            positions = self._partitions.plannable(member.assignment)
-            positions = {tp: o for tp, o in positions.items() if tp not in self._held}
-        ends = self._end_offsets(positions)
         plan = plan_ranges(positions, ends, max_records)
         for tp, position, end in plan.went_backwards:
             self._log_went_backwards(tp, position, end)
+        if self._targets is None and wait_for_more(
+            plan.available,
+            self.options.min_offsets_per_trigger,
+            None if self._last_batch_at is None else time.monotonic() - self._last_batch_at,
+            self.options.max_trigger_delay_ms / 1000.0,
+        ):
+            log.debug(
+                "minOffsetsPerTrigger: %d offsets available, waiting for %d",
+                plan.available,
+                self.options.min_offsets_per_trigger,
+            )
+            return start_json
         with self._lock:
             # Planning and the barrier meet here: a revocation that began while the ends were
             # fetched has made its partitions REVOKING, so they are left out; one that begins
@@ -222,7 +246,7 @@ class GroupStream:
                 )
                 self.stop()
             return start_json
-        self._planned_at[batch.batch] = time.monotonic()
+        self._planned_at[batch.batch] = self._last_batch_at = time.monotonic()
         self.metrics.batches_planned += 1
         log.debug("planned batch %d: %s", batch.batch, batch.to_json()["ranges"])
         if self.options.at_most_once:
@@ -269,6 +293,7 @@ class GroupStream:
             return None
         with self._lock:
             committed = self._partitions.committed_offsets()
+            planned = self._partitions.plannable(member.assignment)
         counters = coordinator_metrics.snapshot(
             self.metrics,
             member_id=member.member_id,
@@ -277,6 +302,7 @@ class GroupStream:
             rebalances=member.rebalances,
             log_ends=self._latest_ends,
             committed=committed,
+            planned=planned,
         )
         return coordinator_metrics.latest_offset_json(self._latest_ends, counters)
 
@@ -356,7 +382,11 @@ class GroupStream:
             for tp in new
             if tp not in known and tp not in replayed
         }
-        starts = resume.starting_offsets(rules, self._resolver) if rules else {}
+        starts = (
+            resume.starting_offsets(rules, self._resolver, self.options.starting_offsets)
+            if rules
+            else {}
+        )
         self._pin(member, {tp: v for tp, v in starts.items() if rules[tp] == LATEST})
         chosen = resume.choose(new, known, replayed, starts, discovered_later)
         sources: dict[str, tuple[int | None, str]] = {}
@@ -479,6 +509,7 @@ class GroupStream:
         if self._ledger is None:
             return
         now = datetime.now(UTC)
+        log_ends = self._latest_ends  # seen at (or, for the barrier's commits, before) now
         self._ledger.append(
             [
                 LedgerRow(
@@ -490,6 +521,7 @@ class GroupStream:
                     generation=member.generation,
                     batch=batch,
                     committed_at=now,
+                    log_end=log_ends.get(r.topic_partition),
                 )
                 for r in ranges
             ]

@@ -194,6 +194,18 @@ class EndOffsetResolver:
         with self._owned():
             return self._list(tps, _EARLIEST, time.monotonic() + self.timeout_s)
 
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int | None]:
+        """The first offset whose record timestamp is at or after each partition's timestamp
+        (ms since the epoch); None where no record is that late (ListOffsets by time)."""
+        tps = sorted(timestamps)
+        if not tps:
+            return {}
+        with self._owned():
+            found = self._list(tps, timestamps, time.monotonic() + self.timeout_s)
+            return {tp: (None if offset < 0 else offset) for tp, offset in found.items()}
+
     def close(self) -> None:
         """Close the consumer; a later call makes a new one. Idempotent.
 
@@ -311,12 +323,20 @@ class EndOffsetResolver:
         )
 
     def _list(
-        self, tps: list[TopicPartition], which: int, deadline: float
+        self, tps: list[TopicPartition], which: int | Mapping[TopicPartition, int], deadline: float
     ) -> dict[TopicPartition, int]:
-        """ListOffsets for ``tps`` (``which`` is _LATEST or _EARLIEST)."""
+        """ListOffsets for ``tps``: ``which`` is _LATEST, _EARLIEST or a timestamp (ms) per
+        partition. By time, -1 answers "no record that late"; otherwise it is an error."""
         consumer = self._get_consumer()
-        request = [KafkaTopicPartition(tp.topic, tp.partition, which) for tp in tps]
-        what = f"to list the {'end' if which == _LATEST else 'start'} offsets of {_names(tps)}"
+        by_time = isinstance(which, Mapping)
+        request = [
+            KafkaTopicPartition(
+                tp.topic, tp.partition, which[tp] if isinstance(which, Mapping) else which
+            )
+            for tp in tps
+        ]
+        kind = "by time" if by_time else "end" if which == _LATEST else "start"
+        what = f"to list the {kind} offsets of {_names(tps)}"
         refreshed = False
         while True:
             left = deadline - time.monotonic()
@@ -377,7 +397,7 @@ class EndOffsetResolver:
                     raise SparkGroupsError(
                         f"ListOffsets for {tp} on {self._servers()} failed: {got.error.name()}"
                     )
-                if got.offset < 0:
+                if got.offset < 0 and not (by_time and got.offset == -1):
                     raise SparkGroupsError(
                         f"ListOffsets for {tp} on {self._servers()} answered no offset "
                         f"({got.offset})"

@@ -4,9 +4,14 @@ The ledger is a Delta table written with ``deltalake`` (delta-rs, no JVM). Every
 micro-batch appends one row per partition it read, in a single Delta commit::
 
     group_id string, topic string, partition int32, from_offset int64, until_offset int64,
-    member_id string, generation int32, batch int64, committed_at timestamp[us, UTC]
+    member_id string, generation int32, batch int64, committed_at timestamp[us, UTC],
+    log_end int64
 
-All columns are non-nullable. The table keeps the minimal Delta protocol (reader 1, writer 2).
+All columns but ``log_end`` are non-nullable. ``log_end`` is the partition's log end offset
+the member saw at (or just before) the commit, so ``log_end - until_offset`` is the lag *at
+commit time*; it is null for rows that are no batch's (reset markers, outside offsets) and
+for rows written before the column existed: a ledger without it gets the column, by a schema
+merge, at its next append. The table keeps the minimal Delta protocol (reader 1, writer 2).
 
 **Special rows.** ``batch = -1`` (:data:`CATCH_UP_BATCH`) records that a new owner brought
 the group up to the exactly-once sink's offsets. ``batch = -2`` (:data:`RESET_BATCH`) is a
@@ -28,7 +33,9 @@ directory holding files but no Delta log raises :class:`~spark_groups.errors.Led
 
 **Maintenance** (compaction, vacuum, checkpoints, log clean-up) is in
 :mod:`spark_groups.ledger.maintenance`: the append whose commit is table version
-``n * compact_every`` runs it, right after its commit.
+``n * compact_every`` runs it, right after its commit, and then, with a ``retention``,
+deletes the rows older than that which no position depends on
+(:mod:`spark_groups.ledger.retention`).
 
 **Concurrent writers.** Appends never conflict logically. delta-rs rebases a commit onto
 newer versions itself (``max_commit_retries``, 15 by default); when it still gives up with
@@ -64,6 +71,7 @@ from spark_groups.delta import create_table, open_table, query
 from spark_groups.errors import LedgerError, OptionError
 from spark_groups.files import local_path
 from spark_groups.ledger.maintenance import DELETED_FILE_RETENTION, LOG_RETENTION, maintain
+from spark_groups.ledger.retention import expire
 from spark_groups.offsets import TopicPartition
 
 if TYPE_CHECKING:
@@ -92,8 +100,11 @@ LEDGER_SCHEMA = pa.schema(
         pa.field("generation", pa.int32(), nullable=False),
         pa.field("batch", pa.int64(), nullable=False),
         pa.field("committed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("log_end", pa.int64(), nullable=True),
     ]
 )
+#: The schema of ledgers written before ``log_end`` existed (still read and appended to).
+_SCHEMA_WITHOUT_LOG_END = pa.schema([f for f in LEDGER_SCHEMA if f.name != "log_end"])
 
 _SQL_TABLE = "ledger"
 _HISTORY_ORDER = [
@@ -123,7 +134,8 @@ class LedgerRow:
     ``member_id`` and ``generation`` identify the group member (and its group generation)
     that committed the batch numbered ``batch`` (:data:`CATCH_UP_BATCH` for a catch-up with
     the exactly-once sink, :data:`RESET_BATCH` for a reset marker); ``committed_at`` must be
-    timezone-aware (it is stored in UTC).
+    timezone-aware (it is stored in UTC). ``log_end`` is the log end offset seen at commit
+    time (None when unknown).
     """
 
     topic: str
@@ -134,6 +146,7 @@ class LedgerRow:
     generation: int
     batch: int
     committed_at: datetime
+    log_end: int | None = None
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -147,7 +160,8 @@ class OffsetLedger:
     ``path`` is a local path or a URI that delta-rs understands (``s3://``, ``abfss://``,
     ...); ``storage_options`` are passed to delta-rs unchanged. The table is created by the
     first :meth:`append`. ``compact_every`` is the maintenance period in table versions
-    (0: never; see the module documentation). Methods are thread-safe; several
+    (0: never; see the module documentation); ``retention`` how long rows are kept (None:
+    forever; see :mod:`spark_groups.ledger.retention`). Methods are thread-safe; several
     ``OffsetLedger`` objects, in one process or several, may append to the same table.
     """
 
@@ -157,6 +171,7 @@ class OffsetLedger:
         group_id: str,
         storage_options: dict[str, str] | None = None,
         compact_every: int = 200,
+        retention: timedelta | None = None,
     ) -> None:
         """Describe the ledger; nothing is read or written until the first method call."""
         if not isinstance(group_id, str) or not group_id:
@@ -173,7 +188,9 @@ class OffsetLedger:
         self.group_id = group_id
         self.storage_options = dict(storage_options) if storage_options else None
         self.compact_every = compact_every
+        self.retention = retention
         self._table: DeltaTable | None = None
+        self._has_log_end = True  # False for a ledger written before the column existed
         self._lock = threading.RLock()
 
     def _error(self, message: str) -> LedgerError:
@@ -210,6 +227,8 @@ class OffsetLedger:
                 info = {GROUP_ID_KEY: self.group_id}
                 if table is not None and not maintain(table, self.path, info):
                     self._table = None  # reload from storage next time
+                if self.retention:
+                    expire(self, datetime.now(UTC) - self.retention)
 
     def latest_positions(
         self, partitions: Iterable[TopicPartition] | None = None, *, own_only: bool = False
@@ -319,11 +338,12 @@ class OffsetLedger:
         wanted = None if partitions is None else set(partitions)
         if wanted is not None and not wanted:
             return LEDGER_SCHEMA.empty_table()
-        columns = ", ".join(f'"{name}"' for name in LEDGER_SCHEMA.names)
-        table = self._query(f"SELECT {columns} FROM {_SQL_TABLE} WHERE {self._where()}")
+        table = self._query(f"SELECT * FROM {_SQL_TABLE} WHERE {self._where()}")
         if table is None:
             return LEDGER_SCHEMA.empty_table()
-        table = table.cast(LEDGER_SCHEMA)
+        if "log_end" not in table.column_names:  # written before the column existed
+            table = table.append_column("log_end", pa.nulls(table.num_rows, pa.int64()))
+        table = table.select(LEDGER_SCHEMA.names).cast(LEDGER_SCHEMA)
         if wanted is not None:
             table = table.filter(_partition_mask(table, wanted))
         if since is not None:
@@ -333,6 +353,17 @@ class OffsetLedger:
             bound = pa.scalar(until, type=pa.timestamp("us", tz="UTC"))
             table = table.filter(pc.less(table.column("committed_at"), bound))
         return table.sort_by(_HISTORY_ORDER)
+
+    def delete_where(self, predicate: str) -> int:
+        """Delete the rows matching the SQL ``predicate`` in one Delta commit (retention:
+        :mod:`spark_groups.ledger.retention`); return how many rows were deleted."""
+        with self._lock:
+            table = self._load()
+            if table is None:
+                return 0
+            with self._wrapped("deleting old rows"):
+                metrics = table.delete(predicate)
+            return int(metrics.get("num_deleted_rows", 0) or 0)
 
     def last_batch(self) -> int | None:
         """The highest batch number this group recorded; ``None`` for an empty ledger."""
@@ -385,7 +416,8 @@ class OffsetLedger:
             configuration = dict(table.metadata().configuration)
         actual = [(f.name, f.type) for f in schema]
         expected = [(f.name, f.type) for f in LEDGER_SCHEMA]
-        if actual != expected:
+        self._has_log_end = actual == expected
+        if actual != expected and actual != [(f.name, f.type) for f in _SCHEMA_WITHOUT_LOG_END]:
             raise self._error(
                 f"{self._name}: the Delta table there has another schema, it is "
                 f"not a spark_groups offsets ledger (found {_schema_text(schema)}; expected "
@@ -485,6 +517,7 @@ class OffsetLedger:
             "generation": [r.generation for r in rows],
             "batch": [r.batch for r in rows],
             "committed_at": [r.committed_at for r in rows],  # Arrow converts to UTC
+            "log_end": [r.log_end for r in rows],
         }
         return pa.Table.from_pydict(columns, schema=LEDGER_SCHEMA)
 
@@ -512,6 +545,8 @@ class OffsetLedger:
                     table,
                     data,
                     mode="append",
+                    # A ledger written before log_end existed gets the column now.
+                    schema_mode=None if self._has_log_end else "merge",
                     commit_properties=properties,
                     post_commithook_properties=hooks,
                 )

@@ -9,6 +9,11 @@ anything is committed, with :class:`~spark_groups.errors.SinkFeatureError` namin
 
 delta-spark's defaults (``appendOnly`` and ``invariants`` at writer version 2) and deletion
 vectors (appends add no vectors; delta-rs keeps the ones that exist) are accepted.
+
+Table properties that break exactly-once are refused too
+(:class:`~spark_groups.errors.SinkTablePropertyError`): ``delta.setTransactionRetentionDuration``
+expires the transaction ids (``txn`` actions) of partitions not written for that long, and
+those ids are how the sink knows which batches a partition already holds (docs/sink.md).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from spark_groups.errors import SinkFeatureError
+from spark_groups.errors import SinkFeatureError, SinkTablePropertyError
 
 #: Features an append of the sink's own files keeps intact.
 SAFE_FEATURES = frozenset(
@@ -29,6 +34,14 @@ SAFE_FEATURES = frozenset(
         "vacuumProtocolCheck",
     }
 )
+
+#: Table properties the sink refuses: property -> why it breaks exactly-once.
+UNSAFE_PROPERTIES = {
+    "delta.setTransactionRetentionDuration": (
+        "transaction ids older than that expire, and they are how the sink knows which "
+        "batches a partition already holds: a partition idle that long could be written twice"
+    ),
+}
 
 #: Features a legacy protocol (no feature list) implies, by minimum writer version.
 _LEGACY_WRITER = {
@@ -71,7 +84,8 @@ def unsupported_features(
 
 def check_table_features(table: Any, path: str) -> None:
     """Raise :class:`SinkFeatureError` when the deltalake ``table`` uses features the sink
-    cannot honour (see the module doc)."""
+    cannot honour, :class:`SinkTablePropertyError` when it sets a property that breaks
+    exactly-once (see the module doc)."""
     protocol = table.protocol()
     metadata = [dict(f.metadata or {}) for f in table.schema().fields]
     found = unsupported_features(
@@ -82,3 +96,8 @@ def check_table_features(table: Any, path: str) -> None:
     )
     if found:
         raise SinkFeatureError(path, found)
+    configuration = dict(table.metadata().configuration or {})
+    for name, why in UNSAFE_PROPERTIES.items():
+        value = next((v for k, v in configuration.items() if k.lower() == name.lower()), None)
+        if value is not None:
+            raise SinkTablePropertyError(path, name, value, why)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from spark_groups.errors import OptionError
+from spark_groups.files import check_location
 from spark_groups.storage import STORAGE_PREFIX, check_commit_safety
 
 #: The format name to use with ``df.writeStream.format(...)``.
@@ -92,7 +93,9 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         ours[name] = str(value)
 
     path = ours.get("path", "").strip()
-    if not path:
+    if path:
+        path = check_location(path, storage, option="path")
+    else:
         raise OptionError(
             "path", "the Delta table to write is required: .start(path) or .option('path', ...)"
         )
@@ -104,7 +107,9 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             "(it is part of the table's transaction ids)",
         )
     checkpoint = ours.get("checkpointLocation", "").strip()
-    if not checkpoint:
+    if checkpoint:
+        checkpoint = check_location(checkpoint, storage, option="checkpointLocation")
+    else:
         raise OptionError(
             "checkpointLocation",
             "required as a writeStream option: the sink reads each batch's planned offset "

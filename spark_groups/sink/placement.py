@@ -7,8 +7,9 @@ masters (and ``local-cluster[...]``, its test cluster on one machine). On a clus
 (standalone ``spark://``, ``yarn``, ``k8s://``, Mesos) each executor would write to its own
 machine's disk, the driver would commit files it cannot see, and readers would miss rows. So
 the sink refuses such a table there (:class:`~spark_groups.errors.LocalTableOnClusterError`),
-unless the path is a mount every node shares: Databricks' ``/dbfs/`` and ``/Volumes/``
-FUSE mounts are known ones, any other (NFS) the user declares with ``sharedMount=true``.
+unless the path is a mount every node shares: Databricks' DBFS and Unity Catalog volume
+FUSE mounts (``spark_groups.paths``) are known ones, any other (NFS) the user declares with
+``sharedMount=true``.
 
 The master is what the task sees as its local property ``spark.master``: Spark copies the
 session's ``spark.*`` settings into the local properties of every SQL execution
@@ -24,11 +25,9 @@ import logging
 
 from spark_groups.errors import LocalTableOnClusterError
 from spark_groups.files import local_path
+from spark_groups.paths import is_databricks_fuse
 
 log = logging.getLogger(__name__)
-
-#: Local paths that are shared mounts on every node of the platforms that have them.
-SHARED_MOUNTS = ("/dbfs/", "/Volumes/")
 
 
 def is_local_master(master: str) -> bool:
@@ -38,10 +37,11 @@ def is_local_master(master: str) -> bool:
 
 
 def is_shared_mount(path: str) -> bool:
-    """Whether the local ``path`` is under a mount every node of its platform shares."""
+    """Whether the local ``path`` is on a mount every node of its platform shares:
+    Databricks' DBFS (``/dbfs``, or ``$SPARK_GROUPS_DBFS_MOUNT``) or a Unity Catalog volume
+    (``/Volumes``), also when given as ``dbfs:/...``."""
     resolved = local_path(path)
-    text = str(resolved) if resolved is not None else path
-    return any(text.startswith(m) or text == m.rstrip("/") for m in SHARED_MOUNTS)
+    return resolved is not None and is_databricks_fuse(str(resolved))
 
 
 def check_table_reachable(path: str, master: str | None, shared_mount: bool = False) -> None:

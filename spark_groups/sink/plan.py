@@ -81,15 +81,18 @@ def parse_offset_log(text: str, batch_id: int, where: str = "the offset log") ->
     return BatchPlan.of(batch_id, ranges, outside)
 
 
-def read_batch_plan(checkpoint: str, batch_id: int) -> BatchPlan:
+def read_batch_plan(
+    checkpoint: str, batch_id: int, storage_options: Mapping[str, str] | None = None
+) -> BatchPlan:
     """Read the plan of Spark batch ``batch_id`` from the query's ``checkpoint``.
 
     Raises :class:`~spark_groups.errors.SinkError` when the file is missing (a wrong
-    ``checkpointLocation`` option) or holds no kafka-group offset.
+    ``checkpointLocation`` option) or holds no kafka-group offset. ``storage_options``
+    configure the file system of a checkpoint on an object store.
     """
     where = offset_log_path(checkpoint, batch_id)
     try:
-        loc = location(where)
+        loc = location(where, storage_options, option="checkpointLocation")
         if not loc.exists(loc.path):
             raise SinkError(
                 f"{where} does not exist: is checkpointLocation {checkpoint!r} this query's "

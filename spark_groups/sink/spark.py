@@ -141,7 +141,7 @@ class DeltaGroupStreamWriter(DataSourceStreamArrowWriter):
         log_to_stderr()
         files = _files_of(messages)
         try:
-            plan = read_batch_plan(self.options.checkpoint, batchId)
+            plan = read_batch_plan(self.options.checkpoint, batchId, self.options.storage_options)
         except SinkError:
             self._sink().abort(files)
             raise

@@ -27,6 +27,7 @@ from rich.table import Table
 from spark_groups.errors import GroupActiveError, OptionError, SparkGroupsError
 from spark_groups.kafka.secrets import scrub
 from spark_groups.tools.describe import PartitionState, describe_group
+from spark_groups.tools.lag import describe_trend
 
 __all__ = ["PartitionState", "main"]
 
@@ -120,19 +121,23 @@ def describe(
     sink_table: str | None,
     topics: tuple[str, ...],
 ) -> None:
-    """State of GROUP, and per partition: Kafka offset, ledger offset, log end, lag."""
+    """State of GROUP, and per partition: Kafka offset, ledger offset, log end, lag (and,
+    with the ledger, whether the lag at commit time grew or shrank over the last hour)."""
     config = client_config(bootstrap_servers, settings)
     with clean_errors(config):
         state = describe_group(config, group, list(topics), offsets_table, sink_path=sink_table)
     table = Table(title=f"group {group} ({state.state})")
     columns = ["topic", "partition", "kafka", "ledger", *(["sink"] if sink_table else [])]
-    for column in (*columns, "log end", "lag", "note"):
+    trend = ["lag trend"] if offsets_table else []
+    for column in (*columns, "log end", "lag", *trend, "note"):
         table.add_column(column, justify="left" if column in ("topic", "note") else "right")
     for row in state.partitions:
         sink = [_show(row.sink)] if sink_table else []
+        trend_cell = [describe_trend(row.lag_trend)] if offsets_table else []
         table.add_row(
             row.partition.topic, str(row.partition.partition), _show(row.kafka),
-            _show(row.ledger), *sink, str(row.log_end), _show(row.lag), row.disagreement,
+            _show(row.ledger), *sink, str(row.log_end), _show(row.lag), *trend_cell,
+            row.disagreement,
         )  # fmt: skip
     Console(width=160).print(table)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from spark_groups import commit_metadata
@@ -18,9 +19,12 @@ from spark_groups.kafka.secrets import scrub
 from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition
+from spark_groups.tools.lag import lag_at_commit, trend
 
 #: Group states in which no member is active (a reset is allowed).
 IDLE_STATES = ("EMPTY", "DEAD")
+#: How far back the lag trend looks (its newest points within this window).
+TREND_WINDOW = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,9 @@ class PartitionState:
     log_end: int
     sink: int | None = None
     committed_by: str = ""
+    #: The slope of the lag at commit time over the newest commits, records per minute
+    #: (None: unknown; :mod:`spark_groups.tools.lag`).
+    lag_trend: float | None = None
 
     @property
     def committed(self) -> int | None:
@@ -142,7 +149,13 @@ def describe_group(
     partitions = [
         TopicPartition(t, p) for t in names for p in sorted(metadata.topics[t].partitions)
     ]
-    in_ledger = OffsetLedger(ledger_path, group).latest_positions(partitions) if ledger_path else {}
+    trends: dict[TopicPartition, float | None] = {}
+    in_ledger: dict[TopicPartition, int] = {}
+    if ledger_path:
+        ledger = OffsetLedger(ledger_path, group)
+        in_ledger = ledger.latest_positions(partitions)
+        recent = ledger.history(partitions, since=datetime.now(UTC) - TREND_WINDOW)
+        trends = {tp: trend(points) for tp, points in lag_at_commit(recent).items()}
     with EndOffsetResolver(config) as resolver:
         ends = resolver.end_offsets(partitions)
     in_sink: dict[TopicPartition, int] = {}
@@ -152,7 +165,13 @@ def describe_group(
         in_sink = committed_positions(sink_path, group, partitions)
     rows = [
         PartitionState(
-            tp, in_kafka.get(tp), in_ledger.get(tp), ends[tp], in_sink.get(tp), who.get(tp, "")
+            tp,
+            in_kafka.get(tp),
+            in_ledger.get(tp),
+            ends[tp],
+            in_sink.get(tp),
+            who.get(tp, ""),
+            trends.get(tp),
         )
         for tp in partitions
     ]

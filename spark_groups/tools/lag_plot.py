@@ -1,14 +1,12 @@
 """``spark-groups lag-plot``: how far behind the group was, per partition, over time.
 
-The ledger records the group's position at every commit but not the log end at that moment,
-so the true lag *at commit time* cannot be recovered. What is plotted instead, and said so
-in the title:
-
 - top: the committed position per partition over time (the ledger's rule: the highest
   ``until_offset`` since the last reset), with the log end *now* as a dashed line;
-- bottom: **records behind the current log end** (log end now - position at that time).
-  For a commit long ago this overstates the lag of that moment by every record produced
-  since; it is exact for the newest point.
+- bottom: the **lag at commit time** (the log end seen at each commit minus the position it
+  committed, :mod:`spark_groups.tools.lag`), the way lag tools such as Burrow show it. A
+  ledger written before it recorded log ends (no ``log_end`` column values) cannot give that;
+  for it the bottom panel shows records behind the log end *now* instead, and says so in its
+  title (that overstates the lag of old commits by every record produced since).
 """
 
 from __future__ import annotations
@@ -22,9 +20,11 @@ import pyarrow as pa
 
 from spark_groups.ledger import positions_over_time
 from spark_groups.offsets import TopicPartition
+from spark_groups.tools.lag import lag_at_commit
 
 TITLE = "committed position per partition; dashed: log end now"
-BEHIND_TITLE = "records behind the CURRENT log end (not the lag at commit time)"
+AT_COMMIT_TITLE = "lag at commit time (log end seen at the commit - committed position)"
+BEHIND_TITLE = "records behind the CURRENT log end (no log ends in this ledger)"
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,8 @@ class LagSeries:
     times: list[datetime]
     positions: list[int]
     log_end: int
+    #: ``(commit time, lag at commit time)`` where the ledger recorded the log end.
+    at_commit: list[tuple[datetime, int]]
 
     @property
     def behind(self) -> list[int]:
@@ -45,10 +47,16 @@ def lag_series(
     history: pa.Table, log_ends: Mapping[TopicPartition, int]
 ) -> dict[TopicPartition, LagSeries]:
     """Per partition of ``history`` (ledger rows) with a known log end, its series."""
+    at_commit = lag_at_commit(history)
     series = {}
     for tp, points in sorted(positions_over_time(history).items()):
         if tp in log_ends:
-            series[tp] = LagSeries([t for t, _ in points], [p for _, p in points], log_ends[tp])
+            series[tp] = LagSeries(
+                [t for t, _ in points],
+                [p for _, p in points],
+                log_ends[tp],
+                at_commit.get(tp, []),
+            )
     return series
 
 
@@ -60,15 +68,20 @@ def draw(series: Mapping[TopicPartition, LagSeries], out: str | Path, group: str
     import matplotlib.pyplot as plt
 
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(10, 7))
+    recorded = any(s.at_commit for s in series.values())
     try:
         for tp, s in series.items():
             (line,) = top.step(s.times, s.positions, where="post", marker="o", ms=3, label=str(tp))
             top.axhline(s.log_end, linestyle="--", color=line.get_color(), linewidth=0.8)
-            bottom.step(s.times, s.behind, where="post", marker="o", ms=3, label=str(tp))
+            if recorded:
+                times, lags = [t for t, _ in s.at_commit], [lag for _, lag in s.at_commit]
+                bottom.plot(times, lags, marker="o", ms=3, color=line.get_color(), label=str(tp))
+            else:
+                bottom.step(s.times, s.behind, where="post", marker="o", ms=3, label=str(tp))
         fig.suptitle(f"group {group}")
         top.set_title(TITLE, fontsize=10)
         top.set_ylabel("offset")
-        bottom.set_title(BEHIND_TITLE, fontsize=10)
+        bottom.set_title(AT_COMMIT_TITLE if recorded else BEHIND_TITLE, fontsize=10)
         bottom.set_ylabel("records")
         bottom.set_xlabel("commit time (UTC)")
         if series:

@@ -319,3 +319,25 @@ def test_at_most_once_skips_the_batch_spark_replays_after_a_failure(
     run(fail_batch=None)  # Spark replays batch 1 first, then goes on
     assert sorted(seen) == sorted(set(range(40)) - lost_ids)
     assert committed_offsets(bootstrap_servers, group, topic, 2) == {0: 20, 1: 20}
+
+
+def test_the_ledger_records_the_log_end_at_each_commit(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    """50 offsets per batch over 3 x 100 records: each commit's row carries the log end seen
+    then (100), so the lag at commit time falls batch by batch to 0 (spark-groups lag-plot)."""
+    from spark_groups.tools.lag import lag_at_commit
+
+    topic = make_topic(3)
+    counts = produce_ids(bootstrap_servers, topic, range(300), 3)
+    group, ledger = unique("g"), str(tmp_path / "ledger")
+    opts = group_options(bootstrap_servers, topic, group, ledger, maxOffsetsPerTrigger="50")
+    run_available_now(spark, opts, tmp_path / "cp", "", unique("q"))
+
+    history = OffsetLedger(ledger, group).history()
+    assert history.num_rows >= 3 * 6  # six batches of ~17 offsets per partition
+    assert set(history.column("log_end").to_pylist()) == {100}
+    for tp, points in lag_at_commit(history).items():
+        lags = [lag for _, lag in points]
+        assert lags == sorted(lags, reverse=True) and lags[0] > 50, (tp, lags)
+        assert lags[-1] == 0 and counts[tp.partition] == 100

@@ -10,7 +10,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -41,7 +41,14 @@ def test_describe_shows_kafka_ledger_end_and_lag(
     finally:
         committer.close()
     ledger = str(tmp_path / "ledger")
-    OffsetLedger(ledger, group).append([LedgerRow(topic, 0, 0, 6, "m", 1, 0, datetime.now(UTC))])
+    # Three commits of partition 0 whose lag at commit time grew by 4 records a minute.
+    now = datetime.now(UTC)
+    OffsetLedger(ledger, group).append(
+        [
+            LedgerRow(topic, 0, 2 * b, 2 * b + 2, "m", 1, b, now - timedelta(minutes=3 - b), end)
+            for b, end in ((0, 4), (1, 10), (2, 16))
+        ]
+    )
     result = CliRunner().invoke(
         main, ["describe", group, "-b", bootstrap_servers, "--offsets-table", ledger]
     )
@@ -50,8 +57,8 @@ def test_describe_shows_kafka_ledger_end_and_lag(
         line.split("│")[2].strip(): line for line in result.output.splitlines() if topic in line
     }
     cells = lambda p: [c.strip() for c in lines[p].split("│")[1:-1]]  # noqa: E731
-    assert cells("0") == [topic, "0", "4", "6", "10", "4", "ledger ahead"]
-    assert cells("1") == [topic, "1", "10", "-", "10", "0", ""]
+    assert cells("0") == [topic, "0", "4", "6", "10", "4", "growing (+4/min)", "ledger ahead"]
+    assert cells("1") == [topic, "1", "10", "-", "10", "0", "unknown", ""]
 
 
 def test_describe_names_an_unreachable_cluster() -> None:

@@ -8,6 +8,7 @@ from spark_groups.metrics import (
     METRICS_KEY,
     StreamMetrics,
     coordinator_metrics,
+    kafka_source_metrics,
     latest_offset_json,
     log_end_offsets,
     snapshot,
@@ -51,3 +52,41 @@ def test_metrics_read_back_from_a_progress_json() -> None:
     assert log_end_offsets(progress["sources"][1]) == {"orders": {"0": 100, "1": 50}}
     assert METRICS_KEY not in log_end_offsets(progress["sources"][1])
     assert coordinator_metrics({"sources": [{"latestOffset": None}]}) == []
+
+
+def test_offsets_behind_latest_use_sparks_names_and_string_values() -> None:
+    got = snapshot(
+        StreamMetrics(),
+        member_id="m-1",
+        generation=1,
+        assignment=frozenset({A, B}),
+        rebalances=1,
+        log_ends={A: 100, B: 50, C: 900},
+        committed={},
+        planned={A: 70, B: 50, C: 0},  # C is not owned any more
+    )
+    assert got["minOffsetsBehindLatest"] == 0
+    assert got["maxOffsetsBehindLatest"] == 30
+    assert got["avgOffsetsBehindLatest"] == 15.0
+    progress = {"sources": [{"description": "k", "latestOffset": latest_offset_json({}, got)}]}
+    assert kafka_source_metrics(json.dumps(progress)) == [
+        {
+            "minOffsetsBehindLatest": "0",
+            "maxOffsetsBehindLatest": "30",
+            "avgOffsetsBehindLatest": "15.0",
+        }
+    ]
+
+
+def test_nothing_planned_reports_no_offsets_behind_latest() -> None:
+    got = snapshot(
+        StreamMetrics(),
+        member_id="m",
+        generation=1,
+        assignment=frozenset({A}),
+        rebalances=1,
+        log_ends={A: 10},
+        committed={},
+    )
+    assert "minOffsetsBehindLatest" not in got
+

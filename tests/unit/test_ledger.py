@@ -48,6 +48,7 @@ def rows_of(batch: int, ranges: dict[tuple[str, int], tuple[int, int]], **kw) ->
             generation=kw.get("generation", 3),
             batch=batch,
             committed_at=at,
+            log_end=kw.get("log_end"),
         )
         for (topic, partition), (lo, hi) in ranges.items()
     ]
@@ -62,7 +63,9 @@ def test_append_and_read_back(tmp_path: Path) -> None:
     path = tmp_path / "ledger"
     ledger = OffsetLedger(str(path), "orders-etl")
     ledger.append(rows_of(0, {("orders", 1): (0, 10), ("orders", 0): (5, 7)}))
-    ledger.append(rows_of(1, {("orders", 0): (7, 20)}, member_id="member-2", generation=4))
+    ledger.append(
+        rows_of(1, {("orders", 0): (7, 20)}, member_id="member-2", generation=4, log_end=25)
+    )
 
     history = ledger.history()
     assert history.schema == LEDGER_SCHEMA
@@ -77,6 +80,7 @@ def test_append_and_read_back(tmp_path: Path) -> None:
             "generation": 3,
             "batch": 0,
             "committed_at": T0,
+            "log_end": None,
         },
         {
             "group_id": "orders-etl",
@@ -88,6 +92,7 @@ def test_append_and_read_back(tmp_path: Path) -> None:
             "generation": 3,
             "batch": 0,
             "committed_at": T0,
+            "log_end": None,
         },
         {
             "group_id": "orders-etl",
@@ -99,6 +104,7 @@ def test_append_and_read_back(tmp_path: Path) -> None:
             "generation": 4,
             "batch": 1,
             "committed_at": T0 + timedelta(seconds=1),
+            "log_end": 25,
         },
     ]
     assert ledger.last_batch() == 1
@@ -651,3 +657,30 @@ def test_history_until_is_exclusive(tmp_path: Path) -> None:
     assert window.column("batch").to_pylist() == [1, 2]
     with pytest.raises(LedgerError, match="until"):
         ledger.history(until=datetime(2026, 1, 1))
+
+
+def test_a_ledger_from_before_log_end_gets_the_column_at_its_next_append(tmp_path: Path) -> None:
+    """Ledgers written by earlier versions (no ``log_end``) stay readable and writable."""
+    from spark_groups.delta import create_table
+
+    path = str(tmp_path / "old")
+    old_schema = pa.schema([f for f in LEDGER_SCHEMA if f.name != "log_end"])
+    assert create_table(
+        path,
+        old_schema,
+        name="old",
+        description="a ledger of an earlier version",
+        configuration={ledger_module.GROUP_ID_KEY: "g", ledger_module.FORMAT_KEY: "1"},
+        storage_options=None,
+    ) is None
+    old_row = rows_of(0, {("t", 0): (0, 5)})[0]
+    data = {name: [getattr(old_row, name, "g")] for name in old_schema.names}
+    write_deltalake(path, pa.Table.from_pydict(data, schema=old_schema), mode="append")
+
+    ledger = OffsetLedger(path, "g")
+    assert ledger.history().column("log_end").to_pylist() == [None]
+    ledger.append(rows_of(1, {("t", 0): (5, 9)}, log_end=12))
+    assert ledger.history().column("log_end").to_pylist() == [None, 12]
+    assert "log_end" in DeltaTable(path).schema().to_arrow().names
+    assert ledger.latest_positions() == {TopicPartition("t", 0): 9}
+

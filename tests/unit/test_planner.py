@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spark_groups.errors import SparkGroupsError
-from spark_groups.group.planner import plan_ranges
+from spark_groups.group.planner import plan_ranges, wait_for_more
 from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
@@ -71,3 +71,18 @@ def test_batch_offset_json_round_trip_is_canonical() -> None:
 def test_foreign_offsets_are_refused(bad: dict) -> None:
     with pytest.raises(SparkGroupsError, match="not a spark_groups offset"):
         BatchOffset.from_json(bad)
+
+
+def test_plan_counts_what_is_available_before_the_read_limit() -> None:
+    a, b = TopicPartition("t", 0), TopicPartition("t", 1)
+    plan = plan_ranges({a: 0, b: 10}, {a: 30, b: 20}, max_records=4)
+    assert plan.available == 40
+    assert sum(r.until_offset - r.from_offset for r in plan.ranges) == 4
+
+
+def test_min_offsets_per_trigger_waits_until_enough_or_the_delay() -> None:
+    assert wait_for_more(5, 10, since_last_batch_s=1.0, max_delay_s=60.0)
+    assert not wait_for_more(10, 10, since_last_batch_s=1.0, max_delay_s=60.0)
+    assert not wait_for_more(5, 10, since_last_batch_s=60.0, max_delay_s=60.0)  # delay over
+    assert not wait_for_more(5, 10, since_last_batch_s=None, max_delay_s=60.0)  # first batch
+    assert not wait_for_more(0, None, since_last_batch_s=1.0, max_delay_s=60.0)  # no option

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from spark_groups.errors import SinkError, SinkFeatureError
+from spark_groups.errors import SinkError, SinkFeatureError, SinkTablePropertyError
 from spark_groups.sink.features import check_table_features, unsupported_features
 
 
@@ -47,3 +47,21 @@ def test_the_error_names_the_table_and_the_features_and_is_a_sink_error(tmp_path
     assert error.path == path and error.features == ("columnMapping", "rowTracking")
     assert "columnMapping, rowTracking" in str(error) and path in str(error)
     assert "new table" in str(error)
+
+
+def test_a_transaction_retention_is_refused_naming_the_property_and_the_way_out(
+    tmp_path,
+) -> None:
+    path = str(tmp_path / "t")
+    write_deltalake(
+        path,
+        pa.table({"id": pa.array([1], pa.int64())}),
+        configuration={"delta.setTransactionRetentionDuration": "interval 7 days"},
+    )
+    with pytest.raises(SinkTablePropertyError) as caught:
+        check_table_features(DeltaTable(path), path)
+    error = caught.value
+    assert isinstance(error, SinkError)
+    assert error.property == "delta.setTransactionRetentionDuration"
+    assert error.value == "interval 7 days" and error.path == path
+    assert "UNSET TBLPROPERTIES ('delta.setTransactionRetentionDuration')" in str(error)

@@ -62,3 +62,13 @@ def test_the_sink_option_shared_mount() -> None:
     with pytest.raises(OptionError) as caught:
         parse_sink_options({**base, "sharedmount": "nfs"})
     assert caught.value.option == "sharedMount"
+
+
+def test_a_dbfs_uri_and_the_configured_dbfs_mount_are_shared(tmp_path, monkeypatch) -> None:
+    mount = tmp_path / "dbfs"
+    mount.mkdir()
+    monkeypatch.setenv("SPARK_GROUPS_DBFS_MOUNT", str(mount))
+    check_table_reachable("dbfs:/tables/orders", "yarn")
+    check_table_reachable(str(mount / "tables" / "orders"), "yarn")
+    with pytest.raises(LocalTableOnClusterError):
+        check_table_reachable(str(tmp_path / "elsewhere"), "yarn")

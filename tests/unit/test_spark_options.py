@@ -23,6 +23,9 @@ VALUES = {
     "startingOffsets": "earliest",
     "failOnDataLoss": "false",
     "includeHeaders": "true",
+    "startingOffsetsByTimestamp": '{"orders": {"0": 1700000000000}}',
+    "startingOffsetsByTimestampStrategy": "latest",
+    "maxTriggerDelay": "30s",
 }
 #: The options each accepted one replaces in BASE (only one of subscribe/subscribePattern).
 REPLACES = {"subscribePattern": "subscribe", "kafka.group.id": "group.id"}

@@ -1,0 +1,123 @@
+"""Retention of the offsets ledger: old rows go, every position stays.
+
+A ledger gains a row per partition per batch forever; after months most rows only tell
+history. :func:`expire` deletes the rows committed before a cutoff **that cannot change any
+position**. A partition's position (:meth:`OffsetLedger.latest_positions`) is the highest
+``until_offset`` since its last reset marker, the marker included, and the same over the
+group's own rows (``own_only``: without :data:`OUTSIDE_BATCH` rows). So, per partition, an
+old row is kept when it is
+
+1. the newest reset marker, or
+2. after that marker and holding the highest ``until_offset`` of all rows, or
+3. after that marker, not an outside row, and holding the highest ``until_offset`` of the
+   group's own rows;
+
+every other row older than the cutoff is deleted, in one Delta ``DELETE``. Rows appended
+meanwhile by running members are newer than the cutoff and can only raise the maxima, so
+expiring beside them is safe; a concurrent commit that conflicts makes delta-rs refuse the
+delete, which is then simply skipped until the next maintenance (nothing was removed).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_groups.offsets import TopicPartition
+
+if TYPE_CHECKING:
+    from spark_groups.ledger.table import OffsetLedger
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Keep:
+    """What one partition must keep: its newest reset marker's time and the maxima after it."""
+
+    reset_at: datetime | None
+    max_all: int
+    max_own: int | None
+
+
+def _keeps(history: pa.Table, reset_batch: int, outside_batch: int) -> dict[TopicPartition, _Keep]:
+    rows = history.to_pylist()
+    resets: dict[TopicPartition, datetime] = {}
+    for r in rows:
+        if r["batch"] == reset_batch:
+            tp = TopicPartition(r["topic"], r["partition"])
+            resets[tp] = max(resets.get(tp, r["committed_at"]), r["committed_at"])
+    max_all: dict[TopicPartition, int] = {}
+    max_own: dict[TopicPartition, int] = {}
+    for r in rows:
+        tp = TopicPartition(r["topic"], r["partition"])
+        reset_at = resets.get(tp)
+        after = reset_at is None or r["committed_at"] > reset_at
+        if not after and not (r["batch"] == reset_batch and r["committed_at"] == reset_at):
+            continue
+        max_all[tp] = max(max_all.get(tp, r["until_offset"]), r["until_offset"])
+        if r["batch"] != outside_batch:
+            max_own[tp] = max(max_own.get(tp, r["until_offset"]), r["until_offset"])
+    return {tp: _Keep(resets.get(tp), top, max_own.get(tp)) for tp, top in max_all.items()}
+
+
+def _sql_time(value: datetime) -> str:
+    return f"arrow_cast('{value.isoformat()}', 'Timestamp(Microsecond, Some(\"UTC\"))')"
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _delete_terms(
+    keeps: dict[TopicPartition, _Keep], cutoff: datetime, reset_batch: int, outside_batch: int
+) -> Iterator[str]:
+    """One SQL term per partition: its rows older than ``cutoff`` that may go."""
+    for tp, keep in sorted(keeps.items()):
+        own = "TRUE" if keep.max_own is None else f'"until_offset" < {keep.max_own}'
+        replaceable = (
+            f'("batch" <> {reset_batch} AND "until_offset" < {keep.max_all} '
+            f'AND ("batch" = {outside_batch} OR {own}))'
+        )
+        before_reset = (
+            "FALSE" if keep.reset_at is None else f'"committed_at" < {_sql_time(keep.reset_at)}'
+        )
+        yield (
+            f'("topic" = {_sql_string(tp.topic)} AND "partition" = {tp.partition} '
+            f'AND "committed_at" < {_sql_time(cutoff)} AND ({before_reset} OR {replaceable}))'
+        )
+
+
+def expire(ledger: OffsetLedger, cutoff: datetime) -> int:
+    """Delete ``ledger``'s rows committed before ``cutoff`` (timezone-aware) that no position
+    depends on (see the module documentation); return how many rows were deleted. Any
+    failure is logged and returns 0: the rows stay for the next run."""
+    from spark_groups.ledger.table import OUTSIDE_BATCH, RESET_BATCH
+
+    try:
+        history = ledger.history()
+        at = history.column("committed_at")
+        if pc.sum(pc.less(at, pa.scalar(cutoff, at.type))).as_py() in (None, 0):
+            return 0
+        keeps = _keeps(history, RESET_BATCH, OUTSIDE_BATCH)
+        terms = list(_delete_terms(keeps, cutoff, RESET_BATCH, OUTSIDE_BATCH))
+        group = f'"group_id" = {_sql_string(ledger.group_id)}'
+        predicate = f"{group} AND ({' OR '.join(terms)})"
+        deleted = ledger.delete_where(predicate)
+    except Exception as exc:  # maintenance: never fail the caller's commit
+        log.warning("ledger %s: retention skipped this time: %s", ledger.path, exc)
+        return 0
+    if deleted:
+        log.info(
+            "ledger %s: deleted %d row(s) committed before %s (positions unchanged)",
+            ledger.path,
+            deleted,
+            cutoff.isoformat(),
+        )
+    return deleted
