@@ -30,6 +30,7 @@ SINK_OPTIONS: dict[str, str | None] = {
     "failOnGap": "true",
     "member": None,
     "compression": "snappy",
+    "sharedMount": "false",
 }
 
 #: Parquet codecs accepted by ``compression`` (what pyarrow writes and Delta readers read).
@@ -54,6 +55,7 @@ class SinkOptions:
     fail_on_gap: bool = True
     member: str = field(default_factory=socket.gethostname)
     compression: str = "snappy"
+    shared_mount: bool = False
     storage_options: dict[str, str] | None = field(default=None, repr=False)
 
 
@@ -136,5 +138,6 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         fail_on_gap=_bool("failOnGap", ours.get("failOnGap", "true")),
         member=member,
         compression=compression,
+        shared_mount=_bool("sharedMount", ours.get("sharedMount", "false")),
         storage_options=storage or None,
     )

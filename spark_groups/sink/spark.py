@@ -16,9 +16,11 @@ Where each piece runs (Spark's Python data source API):
   :class:`~spark_groups.errors.SinkError`, one whose checkpoint this Python cannot read
   (on S3 without ``storage.*`` options that reach it) with an
   :class:`~spark_groups.errors.OptionError` on ``checkpointLocation``.
-* ``DeltaGroupStreamWriter.write()``: on executors, one call per task: the task's rows are
-  written as Parquet files, one per Kafka partition (``spark_groups.sink.writer``); a
-  :class:`SinkTaskMessage` describing them goes back to the driver.
+* ``DeltaGroupStreamWriter.write()``: on executors, one call per task: a table on the
+  local disk is refused first when the query runs on a cluster
+  (``spark_groups.sink.placement``); then the task's rows are written as Parquet files,
+  one per Kafka partition (``spark_groups.sink.writer``); a :class:`SinkTaskMessage`
+  describing them goes back to the driver.
 * ``commit()`` / ``abort()``: in a Python worker on the driver (``python_streaming_sink_runner``)
   once all tasks finished (or one failed): the batch's plan is read from the checkpoint and
   :class:`~spark_groups.sink.DeltaSink` makes the one Delta commit, or deletes the files.
@@ -53,6 +55,7 @@ from spark_groups.errors import SinkError
 from spark_groups.files import table_uri
 from spark_groups.sink.commit import DeltaSink
 from spark_groups.sink.options import SINK_FORMAT, SinkOptions, parse_sink_options
+from spark_groups.sink.placement import check_table_reachable
 from spark_groups.sink.plan import read_batch_plan
 from spark_groups.sink.writer import (
     NULL_PARTITION,
@@ -67,6 +70,9 @@ log = logging.getLogger(__name__)
 
 #: The local property Spark sets on every task of a micro-batch to the batch id.
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
+#: The local property that carries the session's Spark master to every task of a SQL
+#: execution (``SQLExecution.withSQLConfPropagated``; see ``spark_groups.sink.placement``).
+MASTER_PROPERTY = "spark.master"
 
 
 class SinkTaskMessage(WriterCommitMessage):
@@ -115,6 +121,12 @@ class DeltaGroupStreamWriter(DataSourceStreamArrowWriter):
         from pyspark import TaskContext
 
         context = TaskContext.get()
+        if context is not None:  # before any file: a local table on a cluster is refused
+            check_table_reachable(
+                self.options.path,
+                context.getLocalProperty(MASTER_PROPERTY),
+                self.options.shared_mount,
+            )
         batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
         prefix = f"{int(batch):05d}-" if batch is not None and batch.isdigit() else ""
         writer = TaskFileWriter(
