@@ -49,6 +49,7 @@ class JobConfig:
     trigger: str
     spark_log_level: str = "WARN"
     partition_by: str = ""
+    shared_mount: bool = False
 
 
 def _static_id(path: str, source: dict[str, str], override: str | None) -> None:
@@ -103,6 +104,7 @@ def load_config(
         "trigger",
         "spark_log_level",
         "partition_by",
+        "shared_mount",
     }
     if extra:
         raise JobConfigError(f"{path}: unknown [sink] key(s) {sorted(extra)}")
@@ -123,6 +125,12 @@ def load_config(
     level = str(sink.get("spark_log_level", "WARN")).upper()
     if level not in ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"):
         raise JobConfigError(f"{path}: [sink] spark_log_level {level!r} is not a log4j level")
+    shared_mount = sink.get("shared_mount", False)
+    if not isinstance(shared_mount, bool):
+        raise JobConfigError(
+            f"{path}: [sink] shared_mount must be true or false (TOML booleans), got "
+            f"{shared_mount!r}"
+        )
     return JobConfig(
         source,
         str(sink["path"]),
@@ -130,7 +138,13 @@ def load_config(
         trigger,
         level,
         str(sink.get("partition_by", "")),
+        shared_mount,
     )
+
+
+def storage_options(source: dict[str, str]) -> dict[str, str]:
+    """The ``storage.*`` options of ``[source]``, prefix kept: the sink takes them as they are."""
+    return {k: v for k, v in source.items() if k.lower().startswith("storage.")}
 
 
 def batch_line(progress: Any) -> str:
@@ -203,8 +217,13 @@ def run(config: JobConfig) -> None:
         .option("group.id", group)
         .option("member", "spark-groups-ingest")
     )
+    # The source's storage.* options (credentials, endpoint, conditional put) reach the sink
+    # too: its table is the source's sink.table, on the same store as the ledger.
+    writer = writer.options(**storage_options(config.source))
     if config.partition_by:
         writer = writer.option("partitionBy", config.partition_by)
+    if config.shared_mount:
+        writer = writer.option("sharedMount", "true")
     writer = writer.option("checkpointLocation", config.checkpoint).queryName("spark-groups-ingest")
     if config.trigger == "availableNow":
         writer = writer.trigger(availableNow=True)

@@ -12,6 +12,12 @@ A streaming query's checkpoint holds two logs, one file per Spark batch id:
 * ``<checkpoint>/commits/<id>``: written (atomically, by a rename) once batch ``id`` has
   finished, its sink included. Its existence is what makes the batch *durable*.
 
+Both are read with pyarrow, not with Spark's Hadoop file systems: a checkpoint on ``s3://`` or
+``s3a://`` is reached with the query's ``storage.*`` options (credentials, endpoint, region;
+the names of :mod:`spark_groups.storage`) or pyarrow's own defaults (``AWS_*`` environment,
+instance metadata), never with Spark's ``fs.s3a.*`` settings. :func:`check_readable` fails a
+query at its start when they do not reach it.
+
 Spark's batch id and the source's batch number (``BatchOffset.batch``) are the same until
 Spark runs a batch without new data (a stateful query whose watermark moved): such a batch
 repeats the previous offsets under the next id. So :func:`spark_batch_id` finds the id of a
@@ -26,8 +32,14 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from spark_groups.errors import OptionError
 from spark_groups.files import Location, location
+from spark_groups.kafka.secrets import scrub
 from spark_groups.offsets import FORMAT_VERSION, BatchOffset
+from spark_groups.storage import STORAGE_PREFIX, is_s3
+
+#: The option that names a query's checkpoint (the source's and the sink's).
+CHECKPOINT_OPTION = "checkpointLocation"
 
 
 def offset_log_path(checkpoint: str, batch_id: int) -> str:
@@ -77,6 +89,39 @@ def _logged_ids(offsets: Location) -> list[int]:
         return []
     names = (info.base_name for info in infos if info.type == pafs.FileType.File)
     return sorted((int(name) for name in names if name.isdigit()), reverse=True)
+
+
+def unreadable(
+    checkpoint: str, exc: BaseException, storage_options: Mapping[str, str] | None = None
+) -> OptionError:
+    """The :class:`~spark_groups.errors.OptionError` (on ``checkpointLocation``) for a
+    checkpoint the driver's Python could not read (``exc``), saying what to set. The error's
+    text is scrubbed of the storage options' secrets."""
+    detail = scrub(f"{type(exc).__name__}: {exc}", storage_options or {})
+    if is_s3(checkpoint):
+        advice = (
+            "spark_groups reads Spark's checkpoint with pyarrow, which does not see Spark's "
+            "fs.s3a.* settings: give this query the storage.* options that reach it "
+            f"({STORAGE_PREFIX}aws_access_key_id, {STORAGE_PREFIX}aws_secret_access_key, "
+            f"{STORAGE_PREFIX}aws_endpoint_url, {STORAGE_PREFIX}aws_region; the same as for "
+            "tables on S3), or the AWS_* environment variables on the driver (docs/storage.md)"
+        )
+    else:
+        advice = "give a path the driver's Python can read (local, file:, or a URI pyarrow knows)"
+    problem = f"cannot read the checkpoint {checkpoint!r}: {detail}. To fix it, {advice}"
+    return OptionError(CHECKPOINT_OPTION, problem)
+
+
+def check_readable(checkpoint: str, storage_options: Mapping[str, str] | None = None) -> None:
+    """Make sure the driver's Python reaches ``checkpoint`` (one metadata request; a
+    checkpoint Spark has not created yet is fine). Raises
+    :class:`~spark_groups.errors.OptionError` from :func:`unreadable` when it does not:
+    wrong or missing credentials, endpoint or region of a checkpoint on S3."""
+    try:
+        loc = location(checkpoint, storage_options, option=CHECKPOINT_OPTION)
+        loc.fs.get_file_info(loc.path)
+    except Exception as exc:
+        raise unreadable(checkpoint, exc, storage_options) from exc
 
 
 def spark_batch_id(

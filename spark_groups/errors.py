@@ -41,6 +41,32 @@ class StoragePathError(OptionError):
         return (type(self), (self.option, self.path, self.problem))
 
 
+class LocalTableOnClusterError(OptionError):
+    """The ``delta-group`` sink's table (option ``path``) is a path on the local disk, and the
+    query runs on a cluster whose executors are other processes than the driver (Spark master
+    ``master``: standalone, YARN, Kubernetes). Each executor would write its data files to its
+    own machine's disk, where the driver's commit and every reader would not find them.
+    Raised by the first task of the first batch, before any file is written or anything
+    committed. ``path`` is the table as given, ``master`` the Spark master."""
+
+    def __init__(self, path: str, master: str) -> None:
+        self.path = path
+        self.master = master
+        super().__init__(
+            "path",
+            f"the sink table {path!r} is a local path, but the query runs on a cluster "
+            f"(spark.master {master!r}): each executor would write its data files to its own "
+            "machine's disk. Use an object store URI (s3://bucket/table, with the storage.* "
+            "options), a shared mount every node sees (/dbfs/..., /Volumes/...), or, for a "
+            "local path that is such a mount on every node (NFS), set the sink option "
+            "sharedMount=true (docs/storage.md, 'On a cluster'); nothing was written or "
+            "committed",
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.path, self.master))
+
+
 class BrokerUnreachableError(SparkGroupsError):
     """No broker of ``kafka.bootstrap.servers`` answered within the allowed time.
 

@@ -1,5 +1,6 @@
 """What every test needs of the broker: which one it is, topics, producing, committed
-offsets, and waiting. Importable from every test module (``tests/`` is on ``sys.path``)."""
+offsets, log ends, and waiting. Importable from every test module (``tests/`` is on
+``sys.path``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 #: Which broker the session starts: "kafka" (Apache Kafka, the default) or "tansu".
@@ -87,6 +88,18 @@ def committed_offsets(servers: str, group: str, topic: str, partitions: int) -> 
     )
     result = admin.list_consumer_group_offsets([request])[group].result(timeout=30)
     return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+
+
+def log_end_offsets(servers: str, topic: str, partitions: int) -> dict[int, int]:
+    """The log end offset of each of ``topic``'s first ``partitions`` partitions."""
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": "log-ends"})
+    try:
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            for p in range(partitions)
+        }
+    finally:
+        consumer.close()
 
 
 def wait_until(

@@ -6,7 +6,8 @@ waiting at the barrier asks here instead, with one of two signals the user can t
 
 * **the checkpoint** (source option ``checkpointLocation``, the query's own): Spark writes
   ``<checkpoint>/commits/<id>`` once batch ``id`` and its sink finished (see
-  ``spark_groups.checkpoint``). Any sink.
+  ``spark_groups.checkpoint``; on S3 it is read with the source's ``storage.*`` options).
+  Any sink.
 * **the sink** (source option ``sink.table``, the ``delta-group`` sink's table): the sink's
   commit sets each Kafka partition's transaction version to the end of the range it wrote,
   so a version at or past a range's end means its records are in the table.
@@ -44,6 +45,7 @@ class DurabilityWatch:
         self.group_id = group_id
         self.storage_options = dict(storage_options) if storage_options else None
         self._checked = False
+        self._reachable = False
         # Our batch number -> the Spark batch id that ran it (found in the offset log).
         self._spark_ids: dict[int, int] = {}
         self._warned: set[str] = set()
@@ -54,24 +56,28 @@ class DurabilityWatch:
         return self.checkpoint is not None or self.sink is not None
 
     def check_checkpoint(self, start: BatchOffset) -> None:
-        """At the first safe point (``latestOffset(start)``, ``start`` a finished batch):
-        make sure ``checkpointLocation`` is this query's checkpoint, once per process.
+        """At every safe point (``latestOffset(start)``, ``start`` a finished batch) until
+        it passed once per process: make sure ``checkpointLocation`` is this query's
+        checkpoint, and that this process reads it.
 
-        Raises :class:`~spark_groups.errors.OptionError` naming the option when its offset
-        log does not hold ``start``: watching another query's commit log could release a
-        revocation before this query's batch is durable.
+        Raises :class:`~spark_groups.errors.OptionError` naming the option when the
+        checkpoint cannot be read (on S3: no ``storage.*`` credentials or endpoint that
+        reach it), at the query's first safe point already, or when its offset log does not
+        hold ``start``: watching a commit log that cannot be read, or another query's,
+        would never release a revocation early, or release one before this query's batch is
+        durable.
         """
-        if self.checkpoint is None or self._checked or start.batch < 0:
+        if self.checkpoint is None or self._checked:
+            return
+        if not self._reachable:
+            checkpoint.check_readable(self.checkpoint, self.storage_options)
+            self._reachable = True
+        if start.batch < 0:
             return
         try:
             found = checkpoint.spark_batch_id(self.checkpoint, start, self.storage_options)
         except Exception as exc:
-            raise OptionError(
-                "checkpointLocation",
-                f"cannot read {self.checkpoint!r}: {type(exc).__name__}: {exc}. Give a path "
-                "the driver's Python can read (local, file:, or a URI pyarrow knows), or "
-                "remove the option (revocations then wait for Spark's next trigger)",
-            ) from exc
+            raise checkpoint.unreadable(self.checkpoint, exc, self.storage_options) from exc
         if found is None:
             raise OptionError(
                 "checkpointLocation",
@@ -97,9 +103,7 @@ class DurabilityWatch:
         try:
             spark_id = self._spark_ids.get(batch.batch)
             if spark_id is None:
-                spark_id = checkpoint.spark_batch_id(
-                    self.checkpoint, batch, self.storage_options
-                )
+                spark_id = checkpoint.spark_batch_id(self.checkpoint, batch, self.storage_options)
                 if spark_id is None:
                     return False  # not logged yet: Spark logs a batch just after planning it
                 self._spark_ids[batch.batch] = spark_id

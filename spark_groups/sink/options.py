@@ -31,6 +31,7 @@ SINK_OPTIONS: dict[str, str | None] = {
     "member": None,
     "compression": "snappy",
     "compactEvery": "0",
+    "sharedMount": "false",
 }
 
 #: Parquet codecs accepted by ``compression`` (what pyarrow writes and Delta readers read).
@@ -56,6 +57,7 @@ class SinkOptions:
     member: str = field(default_factory=socket.gethostname)
     compression: str = "snappy"
     compact_every: int = 0
+    shared_mount: bool = False
     storage_options: dict[str, str] | None = field(default=None, repr=False)
 
 
@@ -143,6 +145,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         fail_on_gap=_bool("failOnGap", ours.get("failOnGap", "true")),
         member=member,
         compression=compression,
+        shared_mount=_bool("sharedMount", ours.get("sharedMount", "false")),
         storage_options=storage or None,
         compact_every=int(compact_raw),
     )

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from spark_groups.checkpoint import kafka_group_offset, offset_log_path
 from spark_groups.errors import SinkError, SparkGroupsError
 from spark_groups.files import location
+from spark_groups.kafka.secrets import scrub
 from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition
 
 
@@ -84,11 +85,11 @@ def parse_offset_log(text: str, batch_id: int, where: str = "the offset log") ->
 def read_batch_plan(
     checkpoint: str, batch_id: int, storage_options: Mapping[str, str] | None = None
 ) -> BatchPlan:
-    """Read the plan of Spark batch ``batch_id`` from the query's ``checkpoint``.
+    """Read the plan of Spark batch ``batch_id`` from the query's ``checkpoint`` (on an
+    object store with ``storage_options``, the sink's ``storage.*`` options).
 
     Raises :class:`~spark_groups.errors.SinkError` when the file is missing (a wrong
-    ``checkpointLocation`` option) or holds no kafka-group offset. ``storage_options``
-    configure the file system of a checkpoint on an object store.
+    ``checkpointLocation`` option), cannot be read, or holds no kafka-group offset.
     """
     where = offset_log_path(checkpoint, batch_id)
     try:
@@ -102,5 +103,6 @@ def read_batch_plan(
     except SinkError:
         raise
     except Exception as exc:
-        raise SinkError(f"{where}: cannot read it: {type(exc).__name__}: {exc}") from exc
+        detail = scrub(f"{type(exc).__name__}: {exc}", storage_options or {})
+        raise SinkError(f"{where}: cannot read it: {detail}") from exc
     return parse_offset_log(text, batch_id, where)

@@ -10,12 +10,17 @@
 Where each piece runs (Spark's Python data source API):
 
 * ``DeltaGroupDataSource.streamWriter()``: in a Python worker on the driver, for every
-  micro-batch, and again in the worker that commits it. Options and the query's columns are
-  checked there, so a pipeline without the ``topic``/``partition``/``offset`` columns fails
-  its first batch with a clear :class:`~spark_groups.errors.SinkError`.
-* ``DeltaGroupStreamWriter.write()``: on executors, one call per task: the task's rows are
-  written as Parquet files, one per Kafka partition (``spark_groups.sink.writer``); a
-  :class:`SinkTaskMessage` describing them goes back to the driver.
+  micro-batch, and again in the worker that commits it. Options, the query's columns and
+  whether the checkpoint can be read are checked there, so a pipeline without the
+  ``topic``/``partition``/``offset`` columns fails its first batch with a clear
+  :class:`~spark_groups.errors.SinkError`, one whose checkpoint this Python cannot read
+  (on S3 without ``storage.*`` options that reach it) with an
+  :class:`~spark_groups.errors.OptionError` on ``checkpointLocation``.
+* ``DeltaGroupStreamWriter.write()``: on executors, one call per task: a table on the
+  local disk is refused first when the query runs on a cluster
+  (``spark_groups.sink.placement``); then the task's rows are written as Parquet files,
+  one per Kafka partition (``spark_groups.sink.writer``); a :class:`SinkTaskMessage`
+  describing them goes back to the driver.
 * ``commit()`` / ``abort()``: in a Python worker on the driver (``python_streaming_sink_runner``)
   once all tasks finished (or one failed): the batch's plan is read from the checkpoint and
   :class:`~spark_groups.sink.DeltaSink` makes the one Delta commit, or deletes the files.
@@ -45,11 +50,13 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from spark_groups.checkpoint import check_readable
 from spark_groups.errors import SinkError
 from spark_groups.files import table_uri
 from spark_groups.sink.autocompact import compact_if_due
 from spark_groups.sink.commit import DeltaSink
 from spark_groups.sink.options import SINK_FORMAT, SinkOptions, parse_sink_options
+from spark_groups.sink.placement import check_table_reachable
 from spark_groups.sink.plan import read_batch_plan
 from spark_groups.sink.writer import (
     NULL_PARTITION,
@@ -64,6 +71,9 @@ log = logging.getLogger(__name__)
 
 #: The local property Spark sets on every task of a micro-batch to the batch id.
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
+#: The local property that carries the session's Spark master to every task of a SQL
+#: execution (``SQLExecution.withSQLConfPropagated``; see ``spark_groups.sink.placement``).
+MASTER_PROPERTY = "spark.master"
 
 
 class SinkTaskMessage(WriterCommitMessage):
@@ -112,6 +122,12 @@ class DeltaGroupStreamWriter(DataSourceStreamArrowWriter):
         from pyspark import TaskContext
 
         context = TaskContext.get()
+        if context is not None:  # before any file: a local table on a cluster is refused
+            check_table_reachable(
+                self.options.path,
+                context.getLocalProperty(MASTER_PROPERTY),
+                self.options.shared_mount,
+            )
         batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
         prefix = f"{int(batch):05d}-" if batch is not None and batch.isdigit() else ""
         writer = TaskFileWriter(
@@ -179,6 +195,9 @@ class DeltaGroupDataSource(DataSource):
             )
         arrow = arrow_schema_of(schema)
         o = self.parsed
+        # The commit reads the batch's plan there: fail now, before any task writes, if this
+        # Python cannot (on S3: no storage.* options that reach it).
+        check_readable(o.checkpoint, o.storage_options)
         partition_by = o.partition_by
         if partition_by is None:
             existing = DeltaSink(

@@ -11,6 +11,7 @@ in a temporary folder that :meth:`S3Server.stop` removes, and supports condition
         s3.create_bucket("tables")
         options = s3.storage_options()          # for delta-rs and the storage.* options
         uri = "s3://tables/orders"
+        s3a = s3.hadoop_conf("tables")          # Spark's S3A, for s3a://tables/... checkpoints
 """
 
 from __future__ import annotations
@@ -120,6 +121,24 @@ class S3Server:
         if conditional_put:
             options["aws_conditional_put"] = "etag"
         return options
+
+    def hadoop_conf(self, bucket: str) -> dict[str, str]:
+        """Hadoop S3A settings that reach this server for bucket ``bucket`` only
+        (``fs.s3a.bucket.BUCKET.*``: endpoint, path-style access, no TLS, region, keys), for
+        ``s3a://BUCKET/...`` paths in Spark (``bash jars/fetch hadoop-aws``). Give them to a
+        running session with ``spark.conf.set(key, value)``, or prefix each key with
+        ``spark.hadoop.`` when building one. The keys hold the credentials: never log them."""
+        prefix = f"fs.s3a.bucket.{bucket.removeprefix('s3://')}."
+        settings = {
+            "endpoint": self.endpoint,
+            "endpoint.region": REGION,
+            "path.style.access": "true",
+            "connection.ssl.enabled": "false",
+            "aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+            "access.key": self.access_key,
+            "secret.key": self.secret_key,
+        }
+        return {prefix + key: value for key, value in settings.items()}
 
     def start(self) -> S3Server:
         """Start the server and wait until it answers HTTP."""

@@ -1,8 +1,9 @@
-"""Spark's settings for the jars of ``bash jars/fetch NAME``: delta-spark and Spark's own Kafka
-source, for the tests, the benchmarks and local runs.
+"""Spark's settings for the jars of ``bash jars/fetch NAME``: delta-spark, Spark's own Kafka
+source and Hadoop's S3A file system, for the tests, the benchmarks and local runs.
 
     conf = {**jar_conf("spark-kafka")}                  # spark.readStream.format("kafka")
     conf = {**jar_conf("delta-spark"), **DELTA_SQL_CONF}  # spark.read.format("delta"), OPTIMIZE
+    conf = {**jar_conf("hadoop-aws")}                   # s3a:// paths (checkpoints)
 
 The jars are given to Spark with ``spark.jars`` (a comma list of files), never
 ``spark.jars.packages``: the poms in ``jars/`` leave out what pyspark already ships, so Spark
@@ -19,7 +20,7 @@ from pathlib import Path
 from spark_groups.errors import SparkGroupsError
 
 #: The jar sets that have a pom in ``jars/`` and are meant for Spark.
-SPARK_JAR_SETS = ("delta-spark", "spark-kafka")
+SPARK_JAR_SETS = ("delta-spark", "spark-kafka", "hadoop-aws")
 
 #: The session settings that turn on Delta's SQL (``OPTIMIZE``, ``VACUUM``, ``DESCRIBE
 #: HISTORY``, ``delta.`path``` tables) once delta-spark's jars are on the classpath.

@@ -1,8 +1,9 @@
 """Real Spark (local[2]) for the integration tests: one session for the whole run.
 
-It carries Spark's own Kafka source (``bash jars/fetch spark-kafka``) when fetched, for the
-benchmark's smoke test. delta-spark is not in it: its jars need pyspark 4.2, so the delta-spark
-tests run it in a process of their own (test_delta_spark.py).
+It carries Spark's own Kafka source (``bash jars/fetch spark-kafka``), for the benchmark's
+smoke test, and Hadoop's S3A (``bash jars/fetch hadoop-aws``), for checkpoints on ``s3a://``
+(the ``s3a_bucket`` fixture), each when fetched. delta-spark is not in it: its jars need
+pyspark 4.2, so the delta-spark tests run it in a process of their own (test_delta_spark.py).
 """
 
 from __future__ import annotations
@@ -15,14 +16,21 @@ from typing import Any
 import pytest
 
 import spark_groups
-from spark_groups.tools.spark_jars import JarsMissingError, jar_conf
+from spark_groups.tools.s3_server import S3Server
+from spark_groups.tools.spark_jars import JarsMissingError, spark_jars
+
+#: The jar sets the session carries when they are fetched.
+SESSION_JARS = ("spark-kafka", "hadoop-aws")
 
 
-def _spark_kafka_conf() -> dict[str, str]:
-    try:
-        return jar_conf("spark-kafka")
-    except JarsMissingError:
-        return {}
+def _fetched_jars_conf() -> dict[str, str]:
+    fetched = []
+    for name in SESSION_JARS:
+        try:
+            fetched.append(spark_jars(name))
+        except JarsMissingError:
+            continue
+    return {"spark.jars": ",".join(fetched)} if fetched else {}
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +43,7 @@ def spark() -> Iterator[Any]:
     session = (
         SparkSession.builder.master("local[2]")
         .appName("spark-groups-tests")
-        .config(map=_spark_kafka_conf())
+        .config(map=_fetched_jars_conf())
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "1g")
@@ -46,3 +54,18 @@ def spark() -> Iterator[Any]:
     spark_groups.register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def s3a_bucket(spark: Any, s3_server: S3Server, s3_bucket: str) -> Iterator[str]:
+    """A fresh bucket that both the session's Spark (Hadoop's S3A, ``s3a://NAME/...``) and
+    delta-rs / pyarrow (``s3://NAME/...``, :meth:`S3Server.storage_options`) reach: its name.
+    The S3A settings are the bucket's own (``fs.s3a.bucket.NAME.*``), removed afterwards."""
+    spark_jars("hadoop-aws")  # fetched, or an error saying how to fetch it
+    name = s3_bucket.removeprefix("s3://")
+    settings = s3_server.hadoop_conf(name)
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    yield name
+    for key in settings:
+        spark.conf.unset(key)

@@ -5,10 +5,12 @@
 Run by tests/integration/test_sink.py (two of these share one group and one table). SPEC is
 a JSON object: servers, topic, group, table, ledger, checkpoint, member, and optionally
 ``sql`` (the pipeline, over the view ``source``), ``source_options`` (added to the source's),
-``sink_options``, ``trigger``, ``stop_file``, ``spark_log_level`` (default ERROR) and
-``log4j_config`` (a log4j2 properties file for Spark's own log). With ``trigger``
-"availableNow" the query reads what is there and the process exits; otherwise it runs until
-``stop_file`` exists. Exit status 0, or 1 if the query failed.
+``sink_options``, ``spark_conf`` (settings for the member's Spark session: jars, Hadoop's
+``spark.hadoop.fs.s3a.*`` for a checkpoint on ``s3a://``), ``trigger``, ``stop_file``,
+``spark_log_level`` (default ERROR) and ``log4j_config`` (a log4j2 properties file for
+Spark's own log). With ``trigger`` "availableNow" the query reads what is there and the
+process exits; otherwise it runs until ``stop_file`` exists. Exit status 0, or 1 if the
+query failed.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def main() -> int:
         .config("spark.driver.memory", "512m")
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.sql.session.timeZone", "UTC")
+        .config(map=spec.get("spark_conf", {}))
         .config("spark.log.level", spec.get("spark_log_level", "ERROR"))
         .config(
             "spark.driver.extraJavaOptions",

@@ -11,19 +11,26 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
 from confluent_kafka import Producer
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from pyspark.sql import functions as F
 
+from spark_groups.files import location
+from spark_groups.ledger.table import OffsetLedger
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.sink.spark import has_delta, read_delta, read_table
+from spark_groups.tools.s3_server import S3Server
+from spark_groups.tools.spark_jars import jar_conf
 
-from broker_support import produce_ids, wait_until
+from broker_support import committed_offsets, log_end_offsets, produce_ids, wait_until
 from helpers import group_options, unique
 
 MEMBER_SCRIPT = Path(__file__).with_name("sink_member.py")
@@ -60,9 +67,9 @@ def ids_source(spark: Any, opts: dict) -> Any:
     )
 
 
-def table_ids(table: Path) -> list[int]:
+def table_ids(table: Path | str, storage_options: Mapping[str, str] | None = None) -> list[int]:
     """Every id in the newest version of the table (duplicates kept), via delta-rs."""
-    dt = DeltaTable(str(table))
+    dt = DeltaTable(str(table), storage_options=storage_options)
     reader = QueryBuilder().register("t", dt).execute("SELECT id FROM t")
     return pa.table(reader.read_all()).column("id").to_pylist()
 
@@ -270,21 +277,28 @@ class IdProducer(threading.Thread):
             producer.close()
 
 
-def sink_commits(table: Path) -> list[dict]:
-    """The commit info of every sink commit in the table's log, oldest first (read directly
-    from the log files: cheap enough to poll)."""
+#: The commit info of each sink commit read so far, by log file (the files never change).
+_COMMIT_INFOS: dict[str, dict | None] = {}
+
+
+def sink_commits(table: Path | str, storage_options: Mapping[str, str] | None = None) -> list[dict]:
+    """The commit info of every sink commit in the table's log (local or on S3), oldest
+    first; read directly from the log files, each once: cheap enough to poll."""
+    log = location(f"{table}/_delta_log", storage_options)
+    selector = pafs.FileSelector(log.path, allow_not_found=True)
+    names = sorted(i.path for i in log.fs.get_file_info(selector) if i.path.endswith(".json"))
     out = []
-    log_dir = table / "_delta_log"
-    if not log_dir.exists():
-        return out
-    for path in sorted(log_dir.glob("*.json")):
-        try:
-            first = json.loads(path.read_text().splitlines()[0])
-        except (OSError, ValueError, IndexError):
-            continue  # being written
-        info = first.get("commitInfo", {})
-        if "spark_groups.member" in info:
-            out.append(info)
+    for name in names:
+        key = f"{table}::{name}"
+        if key not in _COMMIT_INFOS:
+            try:
+                first = json.loads(log.read_text(name).splitlines()[0])
+            except (OSError, ValueError, IndexError):
+                continue  # being written
+            info = first.get("commitInfo", {})
+            _COMMIT_INFOS[key] = info if "spark_groups.member" in info else None
+        if _COMMIT_INFOS[key] is not None:
+            out.append(_COMMIT_INFOS[key])
     return out
 
 
@@ -355,8 +369,9 @@ class Member:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
 
-    def commits(self, table: Path) -> int:
-        return sum(1 for c in sink_commits(table) if c["spark_groups.member"] == self.name)
+    def commits(self, table: Path | str, storage_options: Mapping[str, str] | None = None) -> int:
+        commits = sink_commits(table, storage_options)
+        return sum(1 for c in commits if c["spark_groups.member"] == self.name)
 
     def log_text(self) -> str:
         return "".join(
@@ -364,44 +379,94 @@ class Member:
         )
 
 
+def on_s3(spec: dict, s3: S3Server, bucket: str) -> tuple[dict, dict[str, str], dict[str, str]]:
+    """``spec`` with the sink table and the ledger (and so the history) on S3 in ``bucket``
+    (``s3://NAME``, conditional put), the members' checkpoints (by member name) on
+    ``s3a://NAME/`` (Hadoop's S3A in their Spark, ``bash jars/fetch hadoop-aws``), and the
+    storage options that reach the bucket."""
+    name = bucket.removeprefix("s3://")
+    options = s3.storage_options()
+    storage = {f"storage.{k}": v for k, v in options.items()}
+    s3a = {f"spark.hadoop.{k}": v for k, v in s3.hadoop_conf(name).items()}
+    spec = {
+        **spec,
+        "table": f"{bucket}/table",
+        "ledger": f"{bucket}/_offsets/{spec['group']}",
+        "source_options": storage,
+        "sink_options": storage,
+        "spark_conf": {**jar_conf("hadoop-aws"), **s3a},
+    }
+    return spec, {m: f"s3a://{name}/_checkpoints/{m}" for m in "AB"}, options
+
+
+@pytest.mark.parametrize("store", ["local", "s3"])
 def test_two_member_processes_one_killed_mid_batch_every_id_exactly_once(
-    bootstrap_servers: str, make_topic, tmp_path: Path
+    bootstrap_servers: str, make_topic, tmp_path: Path, store: str, request
 ) -> None:
+    """Two member processes, a producer running, one member SIGKILLed and restarted: every
+    record lands once, and the table's, the ledger's and Kafka's positions reach the log
+    ends. ``s3``: every table on S3 (S3Proxy, conditional put), checkpoints on ``s3a://``."""
     topic = make_topic(4)
-    group, table = unique("g"), tmp_path / "table"
+    group = unique("g")
     spec, logs, stop_file = member_spec(bootstrap_servers, topic, group, tmp_path, "3 seconds")
-    a = Member("A", {**spec, "checkpoint": str(tmp_path / "cp-a")}, logs)
-    b = Member("B", {**spec, "checkpoint": str(tmp_path / "cp-b")}, logs)
+    checkpoints = {"A": str(tmp_path / "cp-a"), "B": str(tmp_path / "cp-b")}
+    options: dict[str, str] | None = None
+    if store == "s3":
+        s3 = request.getfixturevalue("s3_server")
+        spec, checkpoints, options = on_s3(spec, s3, request.getfixturevalue("s3_bucket"))
+    table = spec["table"]
+    a = Member("A", {**spec, "checkpoint": checkpoints["A"]}, logs)
+    b = Member("B", {**spec, "checkpoint": checkpoints["B"]}, logs)
     producer = IdProducer(bootstrap_servers, topic, 4, per_second=150)
     producer.start()
     try:
         a.start()
         b.start()
-        wait_until(lambda: a.commits(table) >= 2 and b.commits(table) >= 1, 180,
-                   "both members to commit batches")  # fmt: skip
+        wait_until(lambda: a.commits(table, options) >= 2 and b.commits(table, options) >= 1,
+                   240, "both members to commit batches")  # fmt: skip
         # Kill A right after its next sink commit: the sink holds that batch, but A's ledger
         # and Kafka commits (at its next trigger) never happen, so whoever takes A's
         # partitions resumes one batch behind the sink.
-        seen = a.commits(table)
-        wait_until(lambda: a.commits(table) > seen, 60, "A's next commit")
+        seen = a.commits(table, options)
+        wait_until(lambda: a.commits(table, options) > seen, 60, "A's next commit")
         a.kill()
-        a_partitions = partitions_written(sink_commits(table), "A")
-        killed_at = len(sink_commits(table))
+        a_partitions = partitions_written(sink_commits(table, options), "A")
+        killed_at = len(sink_commits(table, options))
         # B takes A's partitions over after the session timeout and commits them.
         wait_until(
-            lambda: partitions_written(sink_commits(table)[killed_at:], "B") & a_partitions,
+            lambda: (
+                partitions_written(sink_commits(table, options)[killed_at:], "B") & a_partitions
+            ),
             90,
             "B to take over A's partitions",
         )
         a.start()  # restarted with its checkpoint: Spark replays its unfinished batch
-        restarted_from = a.commits(table)
-        wait_until(lambda: a.commits(table) > restarted_from, 120, "the restarted A to commit")
+        restarted_from = a.commits(table, options)
+        wait_until(
+            lambda: a.commits(table, options) > restarted_from, 180, "the restarted A to commit"
+        )
         producer.stop_event.set()
         producer.join(60)
         assert producer.error is None, producer.error
         produced = set(producer.acked)
         assert len(produced) > 1000
-        wait_until(lambda: set(table_ids(table)) >= produced, 120, "every produced id to land")
+        wait_until(
+            lambda: set(table_ids(table, options)) >= produced, 120, "every produced id to land"
+        )
+        # The table's, the ledger's and Kafka's positions reach the log ends (the ledger and
+        # Kafka at the trigger after the sink's commit).
+        ends = log_end_offsets(bootstrap_servers, topic, 4)
+        positions = {TopicPartition(topic, p): end for p, end in ends.items()}
+        ledger = OffsetLedger(spec["ledger"], group, storage_options=options)
+        wait_until(
+            lambda: (
+                committed_positions(table, group, list(positions), options) == positions
+                and ledger.latest_positions() == positions
+                and committed_offsets(bootstrap_servers, group, topic, 4) == ends
+            ),
+            90,
+            "the sink's, the ledger's and Kafka's positions to reach the log ends",
+        )
         stop_file.touch()
         for member in (a, b):
             assert member.proc is not None
@@ -411,7 +476,7 @@ def test_two_member_processes_one_killed_mid_batch_every_id_exactly_once(
         a.kill()
         b.kill()
 
-    ids = table_ids(table)
+    ids = table_ids(table, options)
     twice = sorted(i for i, n in Counter(ids).items() if n > 1)
     assert not twice, f"written twice: {twice[:20]}"
     assert set(ids) == produced, f"missing: {sorted(produced - set(ids))[:20]}"
@@ -419,3 +484,6 @@ def test_two_member_processes_one_killed_mid_batch_every_id_exactly_once(
     # The sink did fence: rows read again after the kill were dropped, not written.
     fenced = a.log_text() + b.log_text()
     assert "already in the table" in fenced or "straddles" in fenced
+    if options is not None:
+        secrets = (options["aws_secret_access_key"], options["aws_access_key_id"])
+        assert not any(secret in fenced for secret in secrets), "a credential in a log"

@@ -77,6 +77,36 @@ def test_another_querys_commit_log_is_not_durability(tmp_path: Path) -> None:
     assert watch.durable(ours, ours.ranges) == list(ours.ranges)
 
 
+#: Storage options of a checkpoint on S3 that nothing answers for (a closed loopback port).
+UNREACHABLE = {
+    "aws_endpoint_url": "http://127.0.0.1:9",
+    "aws_region": "us-east-1",
+    "aws_access_key_id": "AKIDEXAMPLE",
+    "aws_secret_access_key": "s3kr1t-value",
+}
+
+
+def test_a_checkpoint_this_process_cannot_read_fails_the_first_safe_point(tmp_path) -> None:
+    # Not created yet is fine: Spark creates it when the query starts.
+    DurabilityWatch(str(tmp_path / "new"), None, "g").check_checkpoint(BatchOffset.initial())
+    watch = DurabilityWatch("s3a://bucket/chk", None, "g", UNREACHABLE)
+    with pytest.raises(OptionError) as caught:
+        watch.check_checkpoint(BatchOffset.initial())  # before any batch ran
+    assert caught.value.option == "checkpointLocation"
+    message = str(caught.value)
+    assert "s3a://bucket/chk" in message and "storage.aws_endpoint_url" in message
+    assert "fs.s3a" in message  # Spark's own S3A settings do not reach it
+
+
+def test_the_error_about_an_unreadable_checkpoint_shows_no_secret() -> None:
+    echoed = OSError("request signed with secret s3kr1t-value refused")
+    error = checkpoint.unreadable("s3://bucket/chk", echoed, UNREACHABLE)
+    assert error.option == "checkpointLocation"
+    assert "s3kr1t-value" not in str(error) and "***" in str(error)
+    local = checkpoint.unreadable("/chk", PermissionError("denied"))
+    assert "storage." not in str(local) and "denied" in str(local)
+
+
 def test_the_option_is_parsed() -> None:
     opts = parse_options(
         {

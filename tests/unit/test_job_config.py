@@ -75,6 +75,7 @@ def test_a_second_member_overrides_checkpoint_and_trigger(tmp_path: Path) -> Non
             "is not a valid static member id",
         ),
         ("[source\n", "not valid TOML"),
+        (GOOD_SOURCE + GOOD_SINK + 'shared_mount = "yes"\n', "[sink] shared_mount must be"),
     ],
 )
 def test_bad_configs_name_what_is_wrong(tmp_path: Path, text: str, message: str) -> None:
@@ -133,3 +134,11 @@ def test_one_line_per_batch_with_records_lag_and_assignment(
     progresses = [_progress(0, 5), _progress(1, 6), _progress(2, 0, ran=False)]
     assert ingest.log_new_batches(progresses, 0) == 1
     assert [r.getMessage() for r in caplog.records] == [ingest.batch_line(_progress(1, 6))]
+
+
+def test_storage_options_and_shared_mount_reach_the_sink(tmp_path: Path) -> None:
+    source = GOOD_SOURCE + '"storage.aws_region" = "eu-west-1"\n'
+    loaded = ingest.load_config(config(tmp_path, source + GOOD_SINK + "shared_mount = true\n"))
+    assert loaded.shared_mount is True
+    assert ingest.storage_options(loaded.source) == {"storage.aws_region": "eu-west-1"}
+    assert ingest.load_config(config(tmp_path, GOOD_SOURCE + GOOD_SINK)).shared_mount is False
