@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -104,3 +105,14 @@ def query(table: DeltaTable, name: str, sql: str) -> pa.Table:
     from deltalake import QueryBuilder
 
     return pa.table(QueryBuilder().register(name, table).execute(sql).read_all())
+
+
+def sql_string(value: str) -> str:
+    """``value`` as a SQL string literal (for :func:`query` and delete predicates)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def sql_timestamp(value: datetime) -> str:
+    """The timezone-aware ``value`` as a SQL literal of a ``timestamp[us, UTC]`` column."""
+    return f"arrow_cast('{value.isoformat()}', 'Timestamp(Microsecond, Some(\"UTC\"))')"
+

@@ -24,7 +24,7 @@ from typing import Literal, get_args
 
 import pyarrow as pa
 
-from spark_groups.delta import append, open_table, query
+from spark_groups.delta import append, open_table, query, sql_string, sql_timestamp
 from spark_groups.errors import LedgerError
 from spark_groups.offsets import TopicPartition
 
@@ -161,10 +161,8 @@ class RebalanceHistory:
             table = open_table(self.path, self.storage_options)
             if table is None:
                 return 0
-            group = self.group_id.replace("'", "''")
             metrics = table.delete(
-                f"\"group_id\" = '{group}' AND \"at\" < "
-                f"arrow_cast('{cutoff.isoformat()}', 'Timestamp(Microsecond, Some(\"UTC\"))')"
+                f'"group_id" = {sql_string(self.group_id)} AND "at" < {sql_timestamp(cutoff)}'
             )
         except Exception as exc:
             log.warning("rebalance history %s: retention skipped this time: %s", self.path, exc)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_groups.delta import sql_string, sql_timestamp
 from spark_groups.offsets import TopicPartition
 
 if TYPE_CHECKING:
@@ -67,14 +68,6 @@ def _keeps(history: pa.Table, reset_batch: int, outside_batch: int) -> dict[Topi
     return {tp: _Keep(resets.get(tp), top, max_own.get(tp)) for tp, top in max_all.items()}
 
 
-def _sql_time(value: datetime) -> str:
-    return f"arrow_cast('{value.isoformat()}', 'Timestamp(Microsecond, Some(\"UTC\"))')"
-
-
-def _sql_string(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
 def _delete_terms(
     keeps: dict[TopicPartition, _Keep], cutoff: datetime, reset_batch: int, outside_batch: int
 ) -> Iterator[str]:
@@ -86,11 +79,11 @@ def _delete_terms(
             f'AND ("batch" = {outside_batch} OR {own}))'
         )
         before_reset = (
-            "FALSE" if keep.reset_at is None else f'"committed_at" < {_sql_time(keep.reset_at)}'
+            "FALSE" if keep.reset_at is None else f'"committed_at" < {sql_timestamp(keep.reset_at)}'
         )
         yield (
-            f'("topic" = {_sql_string(tp.topic)} AND "partition" = {tp.partition} '
-            f'AND "committed_at" < {_sql_time(cutoff)} AND ({before_reset} OR {replaceable}))'
+            f'("topic" = {sql_string(tp.topic)} AND "partition" = {tp.partition} '
+            f'AND "committed_at" < {sql_timestamp(cutoff)} AND ({before_reset} OR {replaceable}))'
         )
 
 
@@ -107,7 +100,7 @@ def expire(ledger: OffsetLedger, cutoff: datetime) -> int:
             return 0
         keeps = _keeps(history, RESET_BATCH, OUTSIDE_BATCH)
         terms = list(_delete_terms(keeps, cutoff, RESET_BATCH, OUTSIDE_BATCH))
-        group = f'"group_id" = {_sql_string(ledger.group_id)}'
+        group = f'"group_id" = {sql_string(ledger.group_id)}'
         predicate = f"{group} AND ({' OR '.join(terms)})"
         deleted = ledger.delete_where(predicate)
     except Exception as exc:  # maintenance: never fail the caller's commit

@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_groups.delta import create_table, open_table, query
+from spark_groups.delta import create_table, open_table, query, sql_string
 from spark_groups.errors import LedgerError, OptionError
 from spark_groups.files import local_path
 from spark_groups.ledger.maintenance import DELETED_FILE_RETENTION, LOG_RETENTION, maintain
@@ -583,7 +583,7 @@ class OffsetLedger:
 
     def _where(self) -> str:
         """The SQL predicate selecting this group's rows."""
-        return f'"group_id" = {_sql_string(self.group_id)}'
+        return f'"group_id" = {sql_string(self.group_id)}'
 
     def _query(self, sql: str) -> pa.Table | None:
         """Run ``sql`` against the newest version; ``None`` when the table does not exist."""
@@ -650,11 +650,6 @@ def _partition_mask(table: pa.Table, partitions: set[TopicPartition]) -> pa.Chun
         in_parts = pc.is_in(table.column("partition"), value_set=pa.array(parts, pa.int32()))
         mask = pc.or_(mask, pc.and_(in_topic, in_parts))
     return mask
-
-
-def _sql_string(value: str) -> str:
-    """``value`` as a SQL string literal."""
-    return "'" + value.replace("'", "''") + "'"
 
 
 def _schema_text(schema: pa.Schema) -> str:
