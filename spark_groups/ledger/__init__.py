@@ -13,6 +13,7 @@ from spark_groups.ledger.table import (
     LedgerRow,
     OffsetLedger,
     positions_over_time,
+    rows_with_positions,
 )
 
 __all__ = [
@@ -24,4 +25,5 @@ __all__ = [
     "LedgerRow",
     "OffsetLedger",
     "positions_over_time",
+    "rows_with_positions",
 ]

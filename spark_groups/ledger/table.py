@@ -595,19 +595,30 @@ class OffsetLedger:
                 return query(table, _SQL_TABLE, sql)
 
 
-def positions_over_time(history: pa.Table) -> dict[TopicPartition, list[tuple[datetime, int]]]:
-    """The group's position per partition after each row of ``history`` (rows of
-    :meth:`OffsetLedger.history`), by the rule of :meth:`OffsetLedger.latest_positions`: the
-    highest ``until_offset`` since the last reset marker. The last point of each series is
-    what ``latest_positions`` returns for the same rows."""
+def rows_with_positions(history: pa.Table) -> Iterator[tuple[dict, int]]:
+    """Each row of ``history`` (rows of :meth:`OffsetLedger.history`) in commit order, with
+    its partition's position after it, by the rule of :meth:`OffsetLedger.latest_positions`:
+    the highest ``until_offset`` since the last reset marker."""
     rows = sorted(history.to_pylist(), key=lambda r: (r["committed_at"], r["batch"] == RESET_BATCH))
-    series: dict[TopicPartition, list[tuple[datetime, int]]] = {}
+    positions: dict[TopicPartition, int] = {}
     for row in rows:
         tp = TopicPartition(row["topic"], row["partition"])
-        points = series.setdefault(tp, [])
         until = row["until_offset"]
-        position = until if row["batch"] == RESET_BATCH or not points else max(points[-1][1], until)
-        points.append((row["committed_at"], position))
+        if row["batch"] == RESET_BATCH or tp not in positions:
+            positions[tp] = until
+        else:
+            positions[tp] = max(positions[tp], until)
+        yield row, positions[tp]
+
+
+def positions_over_time(history: pa.Table) -> dict[TopicPartition, list[tuple[datetime, int]]]:
+    """The group's position per partition after each row of ``history``
+    (:func:`rows_with_positions`). The last point of each series is what
+    ``latest_positions`` returns for the same rows."""
+    series: dict[TopicPartition, list[tuple[datetime, int]]] = {}
+    for row, position in rows_with_positions(history):
+        tp = TopicPartition(row["topic"], row["partition"])
+        series.setdefault(tp, []).append((row["committed_at"], position))
     return series
 
 

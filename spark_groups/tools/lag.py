@@ -18,7 +18,7 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from spark_groups.ledger import RESET_BATCH
+from spark_groups.ledger import RESET_BATCH, rows_with_positions
 from spark_groups.offsets import TopicPartition
 
 #: How many of the newest points :func:`trend` fits.
@@ -31,19 +31,12 @@ def lag_at_commit(history: pa.Table) -> dict[TopicPartition, list[tuple[datetime
     """Per partition, ``(commit time, lag at commit time)`` for every row of ``history``
     (:meth:`OffsetLedger.history` rows) that carries a log end, oldest first. The position
     follows the ledger's rule (the highest ``until_offset`` since the last reset)."""
-    rows = sorted(history.to_pylist(), key=lambda r: (r["committed_at"], r["batch"] == RESET_BATCH))
-    position: dict[TopicPartition, int] = {}
     out: dict[TopicPartition, list[tuple[datetime, int]]] = {}
-    for row in rows:
-        tp = TopicPartition(row["topic"], row["partition"])
-        until = row["until_offset"]
-        if row["batch"] == RESET_BATCH or tp not in position:
-            position[tp] = until
-        else:
-            position[tp] = max(position[tp], until)
+    for row, position in rows_with_positions(history):
         log_end = row.get("log_end")
         if log_end is not None and row["batch"] != RESET_BATCH:
-            out.setdefault(tp, []).append((row["committed_at"], max(0, log_end - position[tp])))
+            tp = TopicPartition(row["topic"], row["partition"])
+            out.setdefault(tp, []).append((row["committed_at"], max(0, log_end - position)))
     return out
 
 
