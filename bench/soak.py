@@ -10,7 +10,9 @@ rebalance history in a scratch directory. Every ``--sample-s`` seconds it record
 
 * the memory (proportional set size, PSS) of the driver JVM, of the reader process
   (``python_streaming_source_runner``) and of the Python workers together;
-* the files and bytes of the sink table, the ledger and the rebalance history;
+* the files and bytes of the sink table, the ledger and the rebalance history (the sink's
+  ``sink_files`` counts every file on disk, ``sink_active_files`` only those of the table's
+  current version: compaction removes files from the table, ``vacuum`` from the disk);
 * records produced and committed (the ledger's positions).
 
 ``--optimize-every-min N`` runs ``spark-groups optimize`` on the sink table every N minutes
@@ -125,6 +127,17 @@ def _files(path: Path) -> tuple[int, int]:
     return len(files), sum(p.stat().st_size for p in files)
 
 
+def _active_files(table: Path) -> int:
+    """Files in the sink table's current version (what a reader opens); ``_files`` also
+    counts the files that compaction removed but ``vacuum`` has not yet deleted."""
+    from deltalake import DeltaTable
+
+    try:
+        return len(DeltaTable(str(table)).file_uris())
+    except Exception:  # no table before the first commit
+        return 0
+
+
 def sample(job: subprocess.Popen, work: Path, group: str, produced: int) -> dict:
     """One row of measurements."""
     from spark_groups.ledger import OffsetLedger
@@ -139,6 +152,7 @@ def sample(job: subprocess.Popen, work: Path, group: str, produced: int) -> dict
     for name, path in (("sink", work / "table"), ("ledger", work / "ledger")):
         count, size = _files(path)
         row[f"{name}_files"], row[f"{name}_mb"] = count, round(size / 1e6, 2)
+    row["sink_active_files"] = _active_files(work / "table")
     count, size = _files(Path(str(work / "ledger") + "_rebalances"))
     row["history_files"], row["history_mb"] = count, round(size / 1e6, 2)
     try:
@@ -306,7 +320,8 @@ def render(
         "| --- | --- | --- | --- | --- |",
     ]
     keys = [f"{k}_mb" for k in PROCESSES] + [
-        "sink_files", "sink_mb", "ledger_files", "ledger_mb", "history_files", "history_mb",
+        "sink_files", "sink_active_files", "sink_mb",
+        "ledger_files", "ledger_mb", "history_files", "history_mb",
     ]  # fmt: skip
     for key in keys:
         values = [r[key] for r in rows]
