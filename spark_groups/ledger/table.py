@@ -70,7 +70,13 @@ import pyarrow.compute as pc
 from spark_groups.delta import create_table, open_table, query, sql_string
 from spark_groups.errors import LedgerError, OptionError
 from spark_groups.files import local_path
-from spark_groups.ledger.maintenance import DELETED_FILE_RETENTION, LOG_RETENTION, maintain
+from spark_groups.ledger.maintenance import (
+    CHECKPOINT_INTERVAL,
+    CHECKPOINT_INTERVAL_KEY,
+    DELETED_FILE_RETENTION,
+    LOG_RETENTION,
+    maintain,
+)
 from spark_groups.ledger.retention import expire
 from spark_groups.offsets import TopicPartition
 
@@ -470,6 +476,7 @@ class OffsetLedger:
             FORMAT_KEY: LEDGER_FORMAT,
             "delta.deletedFileRetentionDuration": DELETED_FILE_RETENTION,
             "delta.logRetentionDuration": LOG_RETENTION,
+            CHECKPOINT_INTERVAL_KEY: CHECKPOINT_INTERVAL,
         }
         create_error = create_table(
             self.path,

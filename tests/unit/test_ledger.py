@@ -28,6 +28,7 @@ from spark_groups.ledger import (
     positions_over_time,
 )
 from spark_groups.ledger import table as ledger_module
+from spark_groups.ledger.maintenance import CHECKPOINT_INTERVAL
 from spark_groups.ledger.maintenance import maintain as maintain_ledger
 from spark_groups.offsets import TopicPartition
 
@@ -359,6 +360,22 @@ def test_compaction_every_n_commits(tmp_path: Path) -> None:
     assert len(list(path.glob("*.parquet"))) == 6
 
 
+def test_checkpoint_interval_is_short_and_given_to_older_ledgers(tmp_path: Path) -> None:
+    path = tmp_path / "ledger"
+    ledger = OffsetLedger(str(path), "g", compact_every=3)
+    ledger.append(rows_of(0, {("t", 0): (0, 1)}))
+    config = DeltaTable(str(path)).metadata().configuration
+    assert config["delta.checkpointInterval"] == CHECKPOINT_INTERVAL == "10"
+    # A ledger written by an earlier version (Delta's default interval of 100) ...
+    DeltaTable(str(path)).alter.set_table_properties({"delta.checkpointInterval": "100"})
+    ledger.append(rows_of(1, {("t", 0): (1, 2)}))  # version 3: maintenance
+    # ... gets the short interval at its next maintenance, and loses no row.
+    config = DeltaTable(str(path)).metadata().configuration
+    assert config["delta.checkpointInterval"] == "10"
+    assert ledger.latest_positions() == {TopicPartition("t", 0): 2}
+    assert ledger.history().num_rows == 2
+
+
 def test_compaction_counts_table_versions_across_objects(tmp_path: Path) -> None:
     path = tmp_path / "ledger"
     first = OffsetLedger(str(path), "g", compact_every=5)
@@ -665,14 +682,17 @@ def test_a_ledger_from_before_log_end_gets_the_column_at_its_next_append(tmp_pat
 
     path = str(tmp_path / "old")
     old_schema = pa.schema([f for f in LEDGER_SCHEMA if f.name != "log_end"])
-    assert create_table(
-        path,
-        old_schema,
-        name="old",
-        description="a ledger of an earlier version",
-        configuration={ledger_module.GROUP_ID_KEY: "g", ledger_module.FORMAT_KEY: "1"},
-        storage_options=None,
-    ) is None
+    assert (
+        create_table(
+            path,
+            old_schema,
+            name="old",
+            description="a ledger of an earlier version",
+            configuration={ledger_module.GROUP_ID_KEY: "g", ledger_module.FORMAT_KEY: "1"},
+            storage_options=None,
+        )
+        is None
+    )
     old_row = rows_of(0, {("t", 0): (0, 5)})[0]
     data = {name: [getattr(old_row, name, "g")] for name in old_schema.names}
     write_deltalake(path, pa.Table.from_pydict(data, schema=old_schema), mode="append")
@@ -683,4 +703,3 @@ def test_a_ledger_from_before_log_end_gets_the_column_at_its_next_append(tmp_pat
     assert ledger.history().column("log_end").to_pylist() == [None, 12]
     assert "log_end" in DeltaTable(path).schema().to_arrow().names
     assert ledger.latest_positions() == {TopicPartition("t", 0): 9}
-
