@@ -7,7 +7,7 @@ Prints one JSON line: the join time, the per-batch driver times and the process'
 
 * stream: a ``GroupStream`` (what Spark's reader process holds), driven like Spark drives
   it: ``latest_offset(previous)`` commits the previous batch (offsets ledger + Kafka) and
-  plans the next (``endOffsets=fetch``, or the ``end_offsets`` argument). pyspark's data
+  plans the next (``endOffsets=auto``, the default, or the ``end_offsets`` argument). pyspark's data
   source module is imported, as in the reader process.
 * plain: a plain Consumer in the same group setup doing the least a plain application does
   per batch: the log ends of every partition in one ``AdminClient.list_offsets`` call and a
@@ -55,7 +55,7 @@ def run_stream(args: dict[str, Any], producer: Producer) -> dict[str, Any]:
     opts = source_options(args["servers"], args["topics"], group)
     if args.get("ledger", True):
         opts["offsets.table"] = str(Path(args["scratch"]) / group / "ledger")
-    opts["endOffsets"] = args.get("end_offsets", "fetch")
+    opts["endOffsets"] = args.get("end_offsets", "auto")
     stream = GroupStream(parse_options(opts))
     try:
         started = time.perf_counter()

@@ -223,8 +223,8 @@ def run_growth_and_scale(cfg: Config, spark: Any, servers: str, scratch: Path, s
     n_topics, per_topic = _topics_for(biggest, cfg.scale_topics)
     topics = create_topics(servers, per_topic, n_topics, prefix="scale")
     produce(servers, topics, per_topic, biggest, 100)
-    scale_result["stream_listoffsets"] = scale.planner(
-        "stream", servers, topics, per_topic, cfg.plan_rounds, scratch, end_offsets="listOffsets"
+    scale_result["stream_fetch"] = scale.planner(
+        "stream", servers, topics, per_topic, cfg.plan_rounds, scratch, end_offsets="fetch"
     )
     scale_result["stream_no_ledger"] = scale.planner(
         "stream", servers, topics, per_topic, cfg.plan_rounds, scratch, ledger=False
