@@ -105,6 +105,30 @@ def rss_mb(pid: int | str = "self") -> tuple[float, float]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+def memory_breakdown_mb(pid: int | str = "self") -> dict[str, float]:
+    """Where a process's resident memory is, in MB, from /proc/<pid>/smaps: ``anonymous``
+    (its own heap, stacks and buffers), ``file`` (pages of mapped files, mostly shared
+    libraries' code: clean, shared with every process mapping them, dropped by the kernel
+    under pressure) and ``deltalake_lib`` (the part of ``file`` that is delta-rs' library)."""
+    out = {"anonymous": 0.0, "file": 0.0, "deltalake_lib": 0.0}
+    mapping = ""
+    with open(f"/proc/{pid}/smaps") as smaps:
+        for line in smaps:
+            head = line.split(None, 1)[0]
+            if not head.endswith(":"):  # a mapping's header line: range perms offset dev inode path
+                parts = line.split()
+                mapping = parts[5] if len(parts) > 5 else ""
+            elif head == "Rss:":
+                kb = int(line.split()[1]) / 1024
+                if mapping.startswith("/"):
+                    out["file"] += kb
+                    if "deltalake" in mapping:
+                        out["deltalake_lib"] += kb
+                else:
+                    out["anonymous"] += kb
+    return out
+
+
 def _package_version(name: str) -> str:
     try:
         return version(name)

@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from bench.common import GROUP_TIMING, rss_mb, unique, wait_until
+from bench.common import GROUP_TIMING, memory_breakdown_mb, rss_mb, unique, wait_until
 
 
 def _produce_one_each(producer: Producer, topics: list[str], partitions: int) -> None:
@@ -77,6 +77,7 @@ def run_stream(args: dict[str, Any], producer: Producer) -> dict[str, Any]:
                 raise RuntimeError("latest_offset planned nothing although records were added")
             offset = planned
         rss, peak = rss_mb()
+        memory = memory_breakdown_mb()
     finally:
         stream.stop()
     out = io.StringIO()
@@ -89,6 +90,7 @@ def run_stream(args: dict[str, Any], producer: Producer) -> dict[str, Any]:
         "rss_mb": rss,
         "peak_mb": peak,
         "imports_rss_mb": imports_rss,
+        "memory_mb": memory,
         "owned": owned,
     }
 

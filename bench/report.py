@@ -289,6 +289,7 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         f"{_ratio(st['rss_mb'], pl['rss_mb'])} | < 150 MB: {_met(st['rss_mb'] < 150)} |",
         f"| of which imports alone (pyspark, spark_groups, deltalake, pyarrow) (MB) | "
         f"{st['imports_rss_mb']:.0f} | | | |",
+        *_memory_rows(st.get("memory_mb")),
         *_no_ledger_rows(sc.get("stream_no_ledger"), pl),
         f"| join until the first plan (s) | {_s(st['join_s'])} | {_s(pl['join_s'])} | | |",
         f"| ledger commit p50 (ms), last {led['window']:,} of {led['batches']:,} batches x "
@@ -386,6 +387,18 @@ def _cumtime(profile: str, function: str) -> float:
         if line.rstrip().endswith(f"({function})"):
             return float(line.split()[3])
     return 0.0
+
+
+def _memory_rows(memory: dict[str, float] | None) -> list[str]:
+    """Rows splitting the reader process's RSS into its own memory and mapped files."""
+    if not memory:
+        return []
+    return [
+        f"| of which mapped files, clean and shared (libraries' code; delta-rs' library alone "
+        f"{memory['deltalake_lib']:.0f}) (MB) | {memory['file']:.0f} | | | |",
+        f"| of which the process's own (anonymous) memory (MB) | {memory['anonymous']:.0f} "
+        "| | | |",
+    ]
 
 
 def _scale_notes(sc: dict[str, Any], led: dict[str, Any]) -> list[str]:
