@@ -104,7 +104,22 @@ class GroupMembershipError(SparkGroupsError):
 
 
 class CommitError(SparkGroupsError):
-    """Offsets of a finished batch could not be committed to the ledger or to Kafka."""
+    """Offsets could not be committed to Kafka.
+
+    ``partitions`` are those the commit was for (empty when unknown) and ``code`` the Kafka
+    error code of the refusal (None when unknown).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        partitions: Iterable[TopicPartition] = (),
+        code: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.partitions = frozenset(partitions)
+        self.code = code
 
 
 class StaleGenerationError(CommitError):
@@ -131,10 +146,8 @@ class StaleGenerationError(CommitError):
         partitions: Iterable[TopicPartition] = (),
         code: int | None = None,
     ) -> None:
-        super().__init__(message)
+        super().__init__(message, partitions=partitions, code=code)
         self.generation = generation
-        self.partitions = frozenset(partitions)
-        self.code = code
 
     @property
     def transient(self) -> bool:

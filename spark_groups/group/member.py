@@ -86,8 +86,7 @@ def _to_kafka(
     if metadata is None:
         return [KafkaTopicPartition(p.topic, p.partition, offsets[p]) for p in partitions]
     return [
-        KafkaTopicPartition(p.topic, p.partition, offsets[p], metadata=metadata)
-        for p in partitions
+        KafkaTopicPartition(p.topic, p.partition, offsets[p], metadata=metadata) for p in partitions
     ]
 
 
@@ -328,7 +327,11 @@ class GroupMember:
                     partitions=offsets,
                     code=code,
                 ) from exc
-            raise CommitError(f"offset commit failed: {exc}") from exc
+            raise CommitError(
+                f"the offset commit of {len(offsets)} partition(s) of {topics} failed: {exc}",
+                partitions=offsets,
+                code=code,
+            ) from exc
         failed = [p for p in (result or []) if p.error is not None]
         if failed:
             first = failed[0]
@@ -345,7 +348,9 @@ class GroupMember:
                     code=first.error.code(),  # type: ignore[union-attr]
                 )
             raise CommitError(
-                f"offset commit failed for {first.topic}-{first.partition}: {first.error}"
+                f"offset commit failed for {first.topic}-{first.partition}: {first.error}",
+                partitions=[TopicPartition(p.topic, p.partition) for p in failed],
+                code=first.error.code(),  # type: ignore[union-attr]
             )
         return frozenset(done)
 
@@ -560,9 +565,7 @@ class GroupMember:
         except KafkaException:  # not in a group yet
             pass
 
-    def _on_assign(
-        self, consumer: Consumer, partitions: list[KafkaTopicPartition]
-    ) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
         cooperative = self._cooperative
         if cooperative:
             consumer.incremental_assign(partitions)
@@ -587,9 +590,7 @@ class GroupMember:
         finally:
             self._first_assignment.set()
 
-    def _on_revoke(
-        self, consumer: Consumer, partitions: list[KafkaTopicPartition]
-    ) -> None:
+    def _on_revoke(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
         revoked = _to_ours(partitions)
         self._refresh_identity(consumer)  # a cooperative revocation comes with a new generation
         log.info("revoking %d partitions: %s", len(revoked), sorted(str(p) for p in revoked))
@@ -599,9 +600,7 @@ class GroupMember:
         finally:
             self._assignment = self._assignment - revoked
 
-    def _on_lost(
-        self, consumer: Consumer, partitions: list[KafkaTopicPartition]
-    ) -> None:
+    def _on_lost(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
         lost = _to_ours(partitions)
         self._assignment = self._assignment - lost
         log.warning(
@@ -637,4 +636,3 @@ class GroupMember:
                 future.set_exception(
                     self._failure or self._membership_error("the group member is closed")
                 )
-

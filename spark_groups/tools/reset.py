@@ -38,6 +38,7 @@ from spark_groups.errors import (
 from spark_groups.kafka.client import (
     Consumer,
     ConsumerGroupTopicPartitions,
+    KafkaError,
     KafkaException,
     KafkaTopicPartition,
 )
@@ -240,7 +241,8 @@ def apply_reset(
         message = f"Kafka refused the new offsets of group {group!r}: {scrub(str(exc), config)}"
         if name in ("GROUP_NOT_EMPTY", "UNKNOWN_MEMBER_ID", "REBALANCE_IN_PROGRESS"):
             raise GroupActiveError(message + " (is a member active?)") from None
-        raise CommitError(message) from None
+        code = error.code() if isinstance(error, KafkaError) else None
+        raise CommitError(message, partitions=wanted, code=code) from None
     except TimeoutError:
         raise BrokerUnreachableError(
             f"no answer from {config.get('bootstrap.servers')} within {timeout_s:.0f} s"
@@ -254,7 +256,11 @@ def apply_reset(
         )
         if first.error.name() in ("GROUP_NOT_EMPTY", "UNKNOWN_MEMBER_ID"):
             raise GroupActiveError(message + " (a member joined meanwhile?)")
-        raise CommitError(message)
+        raise CommitError(
+            message,
+            partitions=[TopicPartition(p.topic, p.partition) for p in refused],
+            code=first.error.code(),
+        )
     now = {TopicPartition(p.topic, p.partition): p.offset for p in read_back.topic_partitions}
     ignored = sorted(tp for tp, o in wanted.items() if now.get(tp) != o)
     if ignored:
