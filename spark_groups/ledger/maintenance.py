@@ -24,7 +24,8 @@ commit and before returning. It:
 3. writes a checkpoint of the compacted state, so that opening the table reads one small
    Parquet checkpoint instead of replaying thousands of JSON commits;
 4. deletes log entries older than ``delta.logRetentionDuration`` (:data:`LOG_RETENTION`,
-   1 day) that lie before a checkpoint (Delta's own rule, so every kept version stays
+   1 hour: at one batch a second a day of log would be ~86,000 JSON files to list on object
+   storage, and no reader of a ledger needs old versions) that lie before a checkpoint (Delta's own rule, so every kept version stays
    loadable).
 
 The steps are shared with the sink table's maintenance (:mod:`spark_groups.maintenance`).
@@ -55,8 +56,11 @@ The ledger's ``delta.checkpointInterval`` is :data:`CHECKPOINT_INTERVAL` (10), n
 100: delta-rs reads the JSON commits since the last checkpoint concurrently, one blocking
 thread each, and keeps those threads alive between commits. At 100 the driver's reader
 process held ~100 such threads and ~25 MB more memory than at 10 (measured with deltalake
-1.6.6); a checkpoint of a compacted ledger is one small Parquet file. Ledgers created
-before this setting get it at their next maintenance.
+1.6.6); a checkpoint of a compacted ledger is one small Parquet file.
+
+Ledgers created by earlier versions get these settings at their next maintenance
+(:data:`UPGRADED_PROPERTIES`: a property still at the value earlier versions gave it, or
+unset, is changed; one an operator set to anything else is left alone).
 """
 
 from __future__ import annotations
@@ -77,10 +81,16 @@ logger = logging.getLogger(__name__)
 #: How long files removed by compaction are kept before vacuum may delete them.
 DELETED_FILE_RETENTION = "interval 1 hours"
 #: How long Delta log entries are kept (only those before a checkpoint are ever deleted).
-LOG_RETENTION = "interval 1 days"
+LOG_RETENTION = "interval 1 hours"
 #: Commits between two checkpoints of the ledger (Delta's default is 100; see the module doc).
 CHECKPOINT_INTERVAL = "10"
 CHECKPOINT_INTERVAL_KEY = "delta.checkpointInterval"
+#: Table properties a maintenance brings up to date: key -> (the value earlier versions of
+#: spark_groups left, None for unset; the value now).
+UPGRADED_PROPERTIES: dict[str, tuple[str | None, str]] = {
+    CHECKPOINT_INTERVAL_KEY: (None, CHECKPOINT_INTERVAL),
+    "delta.logRetentionDuration": ("interval 1 days", LOG_RETENTION),
+}
 #: Target size of compacted files; files this large are not rewritten again.
 COMPACT_TARGET_SIZE = 16 * 1024 * 1024
 
@@ -108,9 +118,13 @@ def _maintain_locked(table: DeltaTable, path: str, commit_info: dict[str, str]) 
     started = time.perf_counter()
     step = "reading the table properties"
     try:
-        if table.metadata().configuration.get(CHECKPOINT_INTERVAL_KEY) != CHECKPOINT_INTERVAL:
-            step = "setting delta.checkpointInterval"
-            table.alter.set_table_properties({CHECKPOINT_INTERVAL_KEY: CHECKPOINT_INTERVAL})
+        config = table.metadata().configuration
+        upgrades = {
+            key: new for key, (old, new) in UPGRADED_PROPERTIES.items() if config.get(key) == old
+        }
+        if upgrades:
+            step = f"setting {', '.join(sorted(upgrades))}"
+            table.alter.set_table_properties(upgrades)
         step = "compacting"
         metrics = compact(table, commit_info, COMPACT_TARGET_SIZE)
         step = "vacuuming"

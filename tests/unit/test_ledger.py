@@ -17,6 +17,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
+from spark_groups.delta import create_table
 from spark_groups.errors import LedgerError, OptionError
 from spark_groups.ledger import (
     GROUP_ID_KEY,
@@ -28,7 +29,7 @@ from spark_groups.ledger import (
     positions_over_time,
 )
 from spark_groups.ledger import table as ledger_module
-from spark_groups.ledger.maintenance import CHECKPOINT_INTERVAL
+from spark_groups.ledger.maintenance import CHECKPOINT_INTERVAL, LOG_RETENTION
 from spark_groups.ledger.maintenance import maintain as maintain_ledger
 from spark_groups.offsets import TopicPartition
 
@@ -360,18 +361,39 @@ def test_compaction_every_n_commits(tmp_path: Path) -> None:
     assert len(list(path.glob("*.parquet"))) == 6
 
 
-def test_checkpoint_interval_is_short_and_given_to_older_ledgers(tmp_path: Path) -> None:
+def test_short_checkpoint_interval_and_log_retention(tmp_path: Path) -> None:
     path = tmp_path / "ledger"
-    ledger = OffsetLedger(str(path), "g", compact_every=3)
-    ledger.append(rows_of(0, {("t", 0): (0, 1)}))
+    OffsetLedger(str(path), "g").append(rows_of(0, {("t", 0): (0, 1)}))
     config = DeltaTable(str(path)).metadata().configuration
     assert config["delta.checkpointInterval"] == CHECKPOINT_INTERVAL == "10"
-    # A ledger written by an earlier version (Delta's default interval of 100) ...
-    DeltaTable(str(path)).alter.set_table_properties({"delta.checkpointInterval": "100"})
-    ledger.append(rows_of(1, {("t", 0): (1, 2)}))  # version 3: maintenance
-    # ... gets the short interval at its next maintenance, and loses no row.
+    assert config["delta.logRetentionDuration"] == LOG_RETENTION == "interval 1 hours"
+
+
+def test_a_ledger_of_an_earlier_version_gets_them_at_its_next_maintenance(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger"
+    # A ledger as earlier versions created it: no checkpoint interval (Delta's 100), a day
+    # of log; and a file retention an operator changed, which must be left alone.
+    create_table(
+        str(path),
+        LEDGER_SCHEMA,
+        description="an earlier ledger",
+        configuration={
+            GROUP_ID_KEY: "g",
+            ledger_module.FORMAT_KEY: ledger_module.LEDGER_FORMAT,
+            "delta.deletedFileRetentionDuration": "interval 2 hours",
+            "delta.logRetentionDuration": "interval 1 days",
+        },
+    )
+    ledger = OffsetLedger(str(path), "g", compact_every=2)
+    ledger.append(rows_of(0, {("t", 0): (0, 1)}))
+    assert "delta.checkpointInterval" not in DeltaTable(str(path)).metadata().configuration
+    ledger.append(rows_of(1, {("t", 0): (1, 2)}))  # version 2: maintenance
     config = DeltaTable(str(path)).metadata().configuration
     assert config["delta.checkpointInterval"] == "10"
+    assert config["delta.logRetentionDuration"] == "interval 1 hours"
+    assert config["delta.deletedFileRetentionDuration"] == "interval 2 hours"
     assert ledger.latest_positions() == {TopicPartition("t", 0): 2}
     assert ledger.history().num_rows == 2
 
