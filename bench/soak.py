@@ -323,11 +323,13 @@ def render(
         "sink_files", "sink_active_files", "sink_mb",
         "ledger_files", "ledger_mb", "history_files", "history_mb",
     ]  # fmt: skip
+    # Samples taken before the job's processes existed say nothing of their memory.
+    measured = [r for r in rows if float(r["jvm_mb"]) > 0] or rows
     for key in keys:
-        values = [r[key] for r in rows]
+        values = [float(r[key]) for r in measured]
         lines.append(
             f"| {key} | {values[0]:g} | {values[-1]:g} | {max(values):g} | "
-            f"{slope_per_hour(rows, key):+.1f} |"
+            f"{slope_per_hour(measured, key):+.1f} |"
         )
     return "\n".join(lines)
 

@@ -25,8 +25,10 @@ commit and before returning. It:
    Parquet checkpoint instead of replaying thousands of JSON commits;
 4. deletes log entries older than ``delta.logRetentionDuration`` (:data:`LOG_RETENTION`,
    1 hour: at one batch a second a day of log would be ~86,000 JSON files to list on object
-   storage, and no reader of a ledger needs old versions) that lie before a checkpoint (Delta's own rule, so every kept version stays
-   loadable).
+   storage, and no reader of a ledger needs old versions) that lie before a checkpoint
+   (Delta's own rule, so every kept version stays loadable). A writer whose snapshot is
+   older than that refreshes it before appending (``REFRESH_AFTER_S`` in
+   :mod:`spark_groups.ledger.table`).
 
 The steps are shared with the sink table's maintenance (:mod:`spark_groups.maintenance`).
 Exactly one append holds a given version, so exactly one writer maintains per period. This

@@ -93,6 +93,12 @@ FORMAT_KEY = "spark_groups.ledger_format"
 LEDGER_FORMAT = "1"
 #: How many times :meth:`OffsetLedger.append` tries a commit that delta-rs gave up on.
 MAX_COMMIT_ATTEMPTS = 8
+#: An append refreshes its table snapshot first when it is older than this. Fresher
+#: snapshots are written on as they are (delta-rs rebases the commit); a snapshot older than
+#: the ledger's log retention (1 hour) could not be: the commits after it are deleted and
+#: delta-rs fails with "Invalid table version" (a query with an hour-long trigger beside a
+#: busy member of the same ledger).
+REFRESH_AFTER_S = 600.0
 
 #: The Arrow schema of the ledger table (column order as stored).
 LEDGER_SCHEMA = pa.schema(
@@ -196,6 +202,7 @@ class OffsetLedger:
         self.compact_every = compact_every
         self.retention = retention
         self._table: DeltaTable | None = None
+        self._fresh_at = 0.0  # time.monotonic() when _table was last brought up to date
         self._has_log_end = True  # False for a ledger written before the column existed
         self._lock = threading.RLock()
 
@@ -405,6 +412,7 @@ class OffsetLedger:
                 self._table = None
             else:
                 self._validate(self._table)
+                self._fresh_at = time.monotonic()
                 return self._table
         with self._wrapped("opening the table"):
             table = open_table(self.path, self.storage_options)
@@ -413,6 +421,7 @@ class OffsetLedger:
             return None
         self._validate(table)
         self._table = table
+        self._fresh_at = time.monotonic()
         return table
 
     def _validate(self, table: DeltaTable) -> None:
@@ -544,7 +553,8 @@ class OffsetLedger:
         for attempt in range(1, MAX_COMMIT_ATTEMPTS + 1):
             # No refresh before writing: a stale snapshot is fine for a blind append (delta-rs
             # rebases it onto newer versions), and refreshing cost ~5 ms per commit.
-            table = self._table if self._table is not None else self._load()
+            stale = time.monotonic() - self._fresh_at > REFRESH_AFTER_S
+            table = self._table if self._table is not None and not stale else self._load()
             if table is None:
                 table = self._create()
             try:
@@ -583,6 +593,7 @@ class OffsetLedger:
                     f"{type(exc).__name__}: {exc}"
                 ) from exc
             else:
+                self._fresh_at = time.monotonic()  # the snapshot is the commit's version
                 return table.version()
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -398,6 +398,25 @@ def test_a_ledger_of_an_earlier_version_gets_them_at_its_next_maintenance(
     assert ledger.history().num_rows == 2
 
 
+def test_an_append_on_a_snapshot_older_than_the_log_refreshes_it_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "ledger"
+    slow = OffsetLedger(str(path), "g", compact_every=0)  # e.g. a query with a 2-hour trigger
+    slow.append(rows_of(0, {("t", 0): (0, 1)}))
+    DeltaTable(str(path)).alter.set_table_properties(
+        {"delta.logRetentionDuration": "interval 0 seconds"}
+    )
+    busy = OffsetLedger(str(path), "g", compact_every=5)  # a busy member of the same ledger
+    for batch in range(1, 12):
+        busy.append(rows_of(batch, {("t", 1): (batch, batch + 1)}))
+    # Its maintenance deleted the log entries after the slow writer's snapshot.
+    assert not (path / "_delta_log" / f"{1:020d}.json").exists()
+    monkeypatch.setattr(ledger_module, "REFRESH_AFTER_S", 0.0)  # the snapshot is "old"
+    slow.append(rows_of(12, {("t", 0): (1, 2)}))
+    assert slow.latest_positions() == {TopicPartition("t", 0): 2, TopicPartition("t", 1): 12}
+
+
 def test_compaction_counts_table_versions_across_objects(tmp_path: Path) -> None:
     path = tmp_path / "ledger"
     first = OffsetLedger(str(path), "g", compact_every=5)
