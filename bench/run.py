@@ -195,6 +195,8 @@ def run_growth_and_scale(cfg: Config, spark: Any, servers: str, scratch: Path, s
         plain = throughput.plain_read(servers, topics, per_topic, records)
         noop = throughput.spark_read(spark, servers, topics, "noop", scratch)
         spark_kafka = throughput.spark_kafka_read(spark, servers, topics, scratch)
+        # What any Python data source could reach with rows of this size (no Kafka at all).
+        ceiling_rows, ceiling_s = ceiling.const_arrow_rate(spark, records, cfg.partitions, size)
         row = {
             "partitions": partitions,
             "topics": n_topics,
@@ -205,6 +207,7 @@ def run_growth_and_scale(cfg: Config, spark: Any, servers: str, scratch: Path, s
             "noop_rows": noop.rows,
             "spark_kafka_rate": spark_kafka.rate,
             "spark_kafka_rows": spark_kafka.rows,
+            "ceiling_rate": ceiling_rows / ceiling_s,
         }
         if size == 100:
             for mode in ("stream", "plain"):
