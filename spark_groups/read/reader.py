@@ -103,6 +103,10 @@ _CHUNK_SHARE_OF_GC_THRESHOLD = 0.7
 _CHUNK_MIN, _CHUNK_MAX = 100, 10_000
 #: Longest single wait inside ``consume()``; the overall wait is ``poll_timeout_s``.
 _CONSUME_WAIT_S = 0.25
+#: A task stops fetching the partitions of its finished ranges (``incremental_unassign``)
+#: when this many are finished, or the first of them finished this long ago.
+_UNASSIGN_BATCH = 64
+_UNASSIGN_WAIT_S = 0.05
 #: Idle consumers kept per configuration and process.
 _MAX_IDLE_PER_CONFIG = 4
 #: Longest wait for the watermarks asked at a deadline or an out-of-range error (also bounded
@@ -512,6 +516,7 @@ class _TaskRead:
         #: Offsets still to read over the unfinished ranges (bounds each consume() call).
         self.remaining = sum(s.until - s.next_offset for s in self.states)
         self.finished: list[_Range] = []  # done since the last incremental_unassign
+        self.finished_since: float | None = None
         self.next_stall_check = 0.0
 
     def _key(self, topic: str | None, partition: int | None) -> Any:
@@ -577,11 +582,7 @@ class _TaskRead:
             if events is not None:
                 self._apply_events(events, now)
             if self.finished:
-                if self.active:  # the last ones are unassigned with the rest, at check-in
-                    consumer.incremental_unassign(
-                        [KafkaTopicPartition(s.topic, s.partition) for s in self.finished]
-                    )
-                self.finished.clear()
+                self._stop_fetching(now)
             if pending.rows and (pending.rows >= max_rows or not self.active):
                 rows += pending.rows
                 yield pending.to_batch(self.ranges, self.schema, constants)
@@ -592,6 +593,23 @@ class _TaskRead:
             rows += pending.rows
             yield pending.to_batch(self.ranges, self.schema, constants)
         log.debug("read %d records of %s", rows, self._what())
+
+    def _stop_fetching(self, now: float) -> None:
+        """Unassign the partitions of finished ranges, a few at a time: each call costs about
+        as much as reading a hundred records, and until then a finished partition's records
+        are only dropped."""
+        if not self.active:  # the last ones are unassigned with the rest, at check-in
+            self.finished.clear()
+            return
+        if self.finished_since is None:
+            self.finished_since = now
+        if len(self.finished) < _UNASSIGN_BATCH and now - self.finished_since < _UNASSIGN_WAIT_S:
+            return
+        self.consumer.incremental_unassign(
+            [KafkaTopicPartition(s.topic, s.partition) for s in self.finished]
+        )
+        self.finished.clear()
+        self.finished_since = None
 
     def _take(
         self, state: _Range, msgs: list[Message], pending: _Columns, now: float, trusted: bool
