@@ -1,6 +1,8 @@
-"""The executor read path: exactly the records ``[from, until)`` of one partition, as Arrow.
+"""The executor read path: exactly the records ``[from, until)`` of each of a task's ranges,
+as Arrow.
 
-:func:`read_range` runs inside Spark's executor Python workers. Those are forked from
+:func:`read_ranges` (and :func:`read_range`, its one-range case) runs inside Spark's executor
+Python workers. Those are forked from
 ``pyspark.daemon`` and reused between tasks, so the Kafka consumers it uses are pooled per
 worker process and kept between tasks. The consumers only ever ``assign()`` a partition at an
 explicit offset: they never join a group, never commit and never store offsets.
@@ -30,6 +32,12 @@ Columns match Spark's built-in kafka source:
     * ``headers`` is null for a record without headers, as in Spark's source (it builds the
       array only ``if (headers.iterator().hasNext)``). librdkafka does not tell an empty header
       list from none, so an empty list is never produced.
+
+Several ranges
+    A task's ranges (``spark_groups.read.tasks``) are read on one consumer at once: every
+    partition is assigned at its range's start, records are routed to their range by topic and
+    partition, and a partition is unassigned once its range is complete. Each rule above holds
+    for each range on its own; errors name the range's partition.
 
 Nothing here logs or raises configuration values; messages name topic, partition, offsets and
 bootstrap servers only.
