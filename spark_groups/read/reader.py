@@ -525,6 +525,8 @@ class _TaskRead:
         self.remaining = sum(s.until - s.next_offset for s in self.states)
         self.finished: list[_Range] = []  # done since the last incremental_unassign
         self.finished_since: float | None = None
+        #: Records past a range's end arrived: stop fetching finished partitions now.
+        self.past_end = False
         self.next_stall_check = 0.0
 
     def _key(self, topic: str | None, partition: int | None) -> Any:
@@ -603,16 +605,21 @@ class _TaskRead:
         log.debug("read %d records of %s", rows, self._what())
 
     def _stop_fetching(self, now: float) -> None:
-        """Unassign the partitions of finished ranges, a few at a time: each call costs about
-        as much as reading a hundred records, and until then a finished partition's records
-        are only dropped."""
+        """Unassign the partitions of finished ranges, a few at a time (each call costs about
+        as much as reading a hundred records), but at once when records past a range's end
+        arrive: until then they are fetched and dropped."""
         if not self.active:  # the last ones are unassigned with the rest, at check-in
             self.finished.clear()
             return
         if self.finished_since is None:
             self.finished_since = now
-        if len(self.finished) < _UNASSIGN_BATCH and now - self.finished_since < _UNASSIGN_WAIT_S:
+        if (
+            not self.past_end
+            and len(self.finished) < _UNASSIGN_BATCH
+            and now - self.finished_since < _UNASSIGN_WAIT_S
+        ):
             return
+        self.past_end = False
         self.consumer.incremental_unassign(
             [KafkaTopicPartition(s.topic, s.partition) for s in self.finished]
         )
@@ -625,6 +632,7 @@ class _TaskRead:
         """Add the records ``msgs`` to ``state``'s range; ``trusted``: they are all of its
         partition (else each is checked)."""
         if state.done:
+            self.past_end = True
             return
         n = len(msgs)
         first, last = msgs[0].offset(), msgs[-1].offset()
@@ -632,13 +640,17 @@ class _TaskRead:
         if trusted and first >= nxt and last - first == n - 1:
             # The usual case: consecutive offsets (a partition's offsets only grow).
             if first >= until:
+                self.past_end = True
                 return
             if last >= until:
+                self.past_end = True
                 del msgs[until - first :]
                 last = until - 1
             offsets = np.arange(first, last + 1, dtype=np.int64)
         else:
             msgs, offsets = self._filter(state, msgs)
+            if len(offsets) < n:
+                self.past_end = True
         if len(offsets):
             pending.add(msgs, offsets, state.index)
             self._advance(state, int(offsets[-1]) + 1, now)
