@@ -585,7 +585,12 @@ class _TaskRead:
                             del msgs[until - first :]
                             last = until - 1
                         pending.add(msgs, np.arange(first, last + 1, dtype=np.int64), 0)
-                        self._advance(single, last + 1, now)
+                        # _advance inlined
+                        self.remaining -= last + 1 - nxt
+                        single.next_offset = last + 1
+                        single.last_progress = now
+                        if last + 1 >= until:
+                            self._finish(single, remaining=0)
                     else:
                         self._take(single, msgs, pending, now, False)
                 del msgs
