@@ -2,10 +2,10 @@
 as Arrow.
 
 :func:`read_ranges` (and :func:`read_range`, its one-range case) runs inside Spark's executor
-Python workers. Those are forked from
-``pyspark.daemon`` and reused between tasks, so the Kafka consumers it uses are pooled per
-worker process and kept between tasks. The consumers only ever ``assign()`` a partition at an
-explicit offset: they never join a group, never commit and never store offsets.
+Python workers. Those are forked from ``pyspark.daemon`` and reused between tasks, so the
+Kafka consumers it uses are pooled per worker process and kept between tasks. The consumers
+only ever assign partitions at explicit offsets: they never join a group, never commit and
+never store offsets.
 
 How a range ends
     A range ``[from, until)`` is complete when a record with offset ``>= until - 1`` has been
