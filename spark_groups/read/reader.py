@@ -10,9 +10,10 @@ never store offsets.
 How a range ends
     A range ``[from, until)`` is complete when a record with offset ``>= until - 1`` has been
     seen, or when librdkafka reports the end of the partition (``enable.partition.eof``) at an
-    offset ``>= until``. The second case covers ranges whose last offsets hold no record a
-    consumer receives (compacted away, transaction markers, aborted records under
-    ``read_committed``). Records at or past ``until`` are dropped.
+    offset ``>= until``. A record past ``until - 1`` and the second case cover ranges whose
+    last offsets hold no record a consumer receives (compacted away, transaction markers,
+    aborted records under ``read_committed``): a partition's records arrive in offset order,
+    so none is left before them. Records at or past ``until`` are dropped.
 
 When it cannot end
     * No progress for ``poll_timeout_s`` (the records are not there, or never arrive):
@@ -644,21 +645,27 @@ class _TaskRead:
         nxt, until = state.next_offset, state.until
         if trusted and first >= nxt and last - first == n - 1:
             # The usual case: consecutive offsets (a partition's offsets only grow).
-            if first >= until:
+            if first >= until:  # the offsets before it hold no record: the range is complete
                 self.past_end = True
+                self._advance(state, until, now)
                 return
             if last >= until:
                 self.past_end = True
                 del msgs[until - first :]
                 last = until - 1
             offsets = np.arange(first, last + 1, dtype=np.int64)
+            beyond = False
         else:
-            msgs, offsets = self._filter(state, msgs)
+            msgs, offsets, beyond = self._filter(state, msgs)
             if len(offsets) < n:
                 self.past_end = True
         if len(offsets):
             pending.add(msgs, offsets, state.index)
             self._advance(state, int(offsets[-1]) + 1, now)
+        if beyond and not state.done:
+            # A record at or past the end: the offsets left before it hold no record (a
+            # compacted gap, a transaction marker, aborted records), so the range is complete.
+            self._advance(state, until, now)
 
     def _route(self, msgs: list[Message], pending: _Columns, now: float) -> None:
         """Split a chunk of several ranges' records into runs of one partition each."""
@@ -697,14 +704,17 @@ class _TaskRead:
 
     # -- slow paths ----------------------------------------------------------------------------
 
-    def _filter(self, state: _Range, msgs: list[Message]) -> tuple[list[Message], np.ndarray]:
-        """The slow path: keep ``state``'s partition's records in ``[next_offset, until)``."""
+    def _filter(self, state: _Range, msgs: list[Message]) -> tuple[list[Message], np.ndarray, bool]:
+        """The slow path: keep ``state``'s partition's records in ``[next_offset, until)``;
+        also say whether a record of the partition at or past ``until`` was among them."""
         nxt, until = state.next_offset, state.until
-        kept = [
+        ours = [
             (m, o)
             for m, o in zip(msgs, map(_msg_offset, msgs), strict=True)
-            if nxt <= o < until and m.partition() == state.partition and m.topic() == state.topic
+            if m.partition() == state.partition and m.topic() == state.topic
         ]
+        kept = [(m, o) for m, o in ours if nxt <= o < until]
+        beyond = any(o >= until for _, o in ours)
         dropped = len(msgs) - len(kept)
         if dropped and (not kept or kept[-1][1] < until - 1):
             log.debug(
@@ -714,7 +724,8 @@ class _TaskRead:
                 nxt,
                 until,
             )
-        return [m for m, _ in kept], np.fromiter((o for _, o in kept), np.int64, len(kept))
+        kept_offsets = np.fromiter((o for _, o in kept), np.int64, len(kept))
+        return [m for m, _ in kept], kept_offsets, beyond
 
     def _split_events(self, msgs: list[Message]) -> tuple[list[Message], _Events]:
         """Separate records from error events.

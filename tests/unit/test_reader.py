@@ -323,6 +323,55 @@ def test_offsets_deleted_by_retention():
         beyond._out_of_range(beyond.state)
 
 
+class _ScriptedConsumer:
+    """Hands out the given chunks of records, then nothing: no end-of-partition event, as on
+    a log that goes on growing."""
+
+    def __init__(self, chunks: list[list[Message]]) -> None:
+        self.chunks = list(chunks)
+
+    def incremental_assign(self, partitions: Any) -> None:
+        pass
+
+    def incremental_unassign(self, partitions: Any) -> None:
+        pass
+
+    def consume(self, num: int, timeout: float) -> list[Message]:
+        return self.chunks.pop(0) if self.chunks else []
+
+    def get_watermark_offsets(self, tp: Any, **kwargs: Any) -> tuple[int, int]:
+        return 0, 100
+
+
+def scripted_read(ranges: list[OffsetRange], chunks: list[list[Message]]) -> list[pa.RecordBatch]:
+    entry = reader._PooledConsumer(key=(os.getpid(), ()), consumer=_ScriptedConsumer(chunks))
+    task = reader._TaskRead(entry, {}, ranges, False, 100, 1.0, True)
+    return list(task.run())
+
+
+def records(partition: int, *offsets: int) -> list[Message]:
+    return [
+        Message(topic="t", partition=partition, offset=o, value=b"%d" % o, timestamp=(1, o))
+        for o in offsets
+    ]
+
+
+def test_a_record_past_the_end_completes_a_range_ending_in_a_gap():
+    """Offset 5 holds no record (a marker, compacted away) and the log goes on: record 7
+    completes [2, 6) at once, with no end-of-partition event and no stall (the poll timeout is
+    1 s: a stalled range would raise DataLossError)."""
+    started = time.monotonic()
+    batches = scripted_read([OffsetRange("t", 0, 2, 6)], [records(0, 2, 3, 4), records(0, 7, 8)])
+    assert offsets_by_partition(batches) == {("t", 0): [2, 3, 4]}
+    # The slow path (offsets not consecutive in the chunk), beside another range.
+    batches = scripted_read(
+        [OffsetRange("t", 0, 2, 6), OffsetRange("t", 1, 0, 3)],
+        [records(0, 2, 3) + records(1, 0, 1), records(0, 4, 7, 8) + records(1, 2)],
+    )
+    assert offsets_by_partition(batches) == {("t", 0): [2, 3, 4], ("t", 1): [0, 1, 2]}
+    assert time.monotonic() - started < 1.0
+
+
 def test_range_ending_in_a_transaction_marker_terminates(mock_servers):
     """Offset 5 is the commit marker: no record has it, the read must still end at 6."""
     topic = f"txn-{uuid.uuid4().hex[:8]}"
