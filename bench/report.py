@@ -6,6 +6,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from spark_groups.offsets import OffsetRange
+from spark_groups.read.tasks import DEFAULT_RECORDS_PER_TASK, pack_ranges
+
 
 def _rate(x: float) -> str:
     return f"{x:,.0f}"
@@ -455,11 +458,19 @@ def _growth_notes(results: dict[str, Any]) -> list[str]:
             f"in section 1, which reads {t['records']:,} records of the same shape at "
             f"{t['runs']['noop']['rate']:,.0f} records/s."
         )
+    per_partition = max(1, big["records"] // big["partitions"])
+    tasks = len(
+        pack_ranges(
+            [OffsetRange("t", p, 0, per_partition) for p in range(big["partitions"])],
+            DEFAULT_RECORDS_PER_TASK,
+        )
+    )
     notes.append(
-        f"- At {big['partitions']:,} partitions one batch is {big['partitions']:,} Spark tasks "
-        f"of ~{big['records'] // big['partitions']:,} records: per-task scheduling on "
-        "`local[2]` and each range's setup (assign, first fetch) dominate; the plain consumer "
-        "reads all partitions through one client."
+        f"- At {big['partitions']:,} partitions of ~{per_partition:,} records a batch's ranges "
+        f"are packed into {tasks:,} Spark task{'s' if tasks != 1 else ''} (`recordsPerTask`, "
+        f"default {DEFAULT_RECORDS_PER_TASK:,}), each reading its ranges on one consumer, "
+        f"instead of {big['partitions']:,} tasks of one range each; the plain consumer reads "
+        "all partitions through one client."
     )
     return [*notes, ""]
 

@@ -16,6 +16,7 @@ from typing import Literal, cast, get_args
 from spark_groups.errors import OptionError
 from spark_groups.files import check_location
 from spark_groups.paths import resolve
+from spark_groups.read.tasks import DEFAULT_RECORDS_PER_TASK
 from spark_groups.starting import StartingOffsets, parse_starting
 from spark_groups.storage import STORAGE_PREFIX, check_commit_safety, storage_options_of
 
@@ -67,14 +68,21 @@ SOURCE_OPTIONS: dict[str, str | None] = {
     "brokerTimeoutMs": "30000",
     "joinTimeoutMs": "120000",
     "arrowBatchRows": "10000",
+    "recordsPerTask": str(DEFAULT_RECORDS_PER_TASK),
 }
 
 #: Options of Spark's kafka source that this source refuses, with the reason.
 UNSUPPORTED_SPARK_OPTIONS: dict[str, str] = {
     "assign": "partitions are assigned by the consumer group; use subscribe or subscribePattern",
     "groupidprefix": "this source joins the group named by group.id",
-    "minpartitions": "the source runs exactly one Spark task per assigned Kafka partition",
-    "maxrecordsperpartition": "the source runs exactly one Spark task per assigned Kafka partition",
+    "minpartitions": (
+        "a Kafka partition's range is never split between Spark tasks; small ranges share a "
+        "task, sized by recordsPerTask"
+    ),
+    "maxrecordsperpartition": (
+        "a Kafka partition's range is never split between Spark tasks; small ranges share a "
+        "task, sized by recordsPerTask"
+    ),
     "endingoffsets": "streaming queries read until stopped; use Trigger.AvailableNow to stop",
     "endingtimestamp": "streaming queries read until stopped; use Trigger.AvailableNow to stop",
     "endingoffsetsbytimestamp": (
@@ -127,6 +135,8 @@ class SourceOptions:
     broker_timeout_ms: int = 30_000
     join_timeout_ms: int = 120_000
     arrow_batch_rows: int = 10_000
+    #: Records per Spark task when small ranges are packed together; 0: one task per range.
+    records_per_task: int = DEFAULT_RECORDS_PER_TASK
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: ``storage.*`` options without the prefix: delta-rs storage options for the ledger,
     #: the rebalance history and the sink table read by ``sink.table`` (may hold secrets).
@@ -193,6 +203,16 @@ def _positive_int(name: str, raw: str) -> int:
         raise OptionError(name, f"expected a whole number, got {raw!r}") from None
     if value <= 0:
         raise OptionError(name, f"must be greater than 0, got {value}")
+    return value
+
+
+def _non_negative_int(name: str, raw: str) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise OptionError(name, f"expected a whole number, got {raw!r}") from None
+    if value < 0:
+        raise OptionError(name, f"must be 0 or more, got {value}")
     return value
 
 
@@ -367,6 +387,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         broker_timeout_ms=number("brokerTimeoutMs"),
         join_timeout_ms=number("joinTimeoutMs"),
         arrow_batch_rows=number("arrowBatchRows"),
+        records_per_task=_non_negative_int(
+            "recordsPerTask", ours.get("recordsPerTask", str(DEFAULT_RECORDS_PER_TASK))
+        ),
         kafka=kafka,
         storage_options=storage,
     )

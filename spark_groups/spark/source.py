@@ -26,22 +26,29 @@ from pyspark.sql.streaming.datasource import (
 from spark_groups.offsets import BatchOffset, OffsetRange
 from spark_groups.options import SourceOptions, parse_options, validate_client_config
 from spark_groups.read.schema import spark_ddl
+from spark_groups.read.tasks import pack_ranges
 
 SHORT_NAME = "kafka-group"
 
 log = logging.getLogger(__name__)
 
 
-class RangePartition(InputPartition):
-    """One Spark task: read ``range`` of one Kafka partition."""
+class RangesPartition(InputPartition):
+    """One Spark task: read ``ranges``, at most one range per Kafka partition
+    (``spark_groups.read.tasks`` decides which ranges share a task)."""
 
-    def __init__(self, offset_range: OffsetRange) -> None:
-        super().__init__(offset_range)
-        self.range = offset_range
+    def __init__(self, ranges: tuple[OffsetRange, ...]) -> None:
+        super().__init__(ranges)
+
+    @property
+    def ranges(self) -> tuple[OffsetRange, ...]:
+        """The task's ranges."""
+        return self.value
 
 
 class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """The stream reader: one task per assigned partition, offsets owned by the group."""
+    """The stream reader: tasks of packed ranges (``recordsPerTask``), offsets owned by the
+    group."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
@@ -86,7 +93,8 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._driver().prepare_available_now()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """One task per range in ``end``: deterministic, so replays read the same records."""
+        """The ranges in ``end`` packed into tasks (``recordsPerTask``): decided by the
+        batch's offsets alone, so a replay reads the same records."""
         log.debug("partitions(batch %s -> %s)", start.get("batch"), end.get("batch"))
         batch = BatchOffset.from_json(end)
         if self.options.at_most_once and not self._driver().planned_here(batch.batch):
@@ -94,16 +102,18 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             # at-most-once means not reading it again.
             log.warning("at-most-once: skipping the replay of batch %d", batch.batch)
             return []
-        return [RangePartition(r) for r in batch.ranges]
+        tasks = pack_ranges(batch.ranges, self.options.records_per_task)
+        log.debug("batch %d: %d ranges in %d tasks", batch.batch, len(batch.ranges), len(tasks))
+        return [RangesPartition(task) for task in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        """Executor side: read exactly the task's range as Arrow record batches."""
-        from spark_groups.read.reader import read_range
+        """Executor side: read exactly the task's ranges as Arrow record batches."""
+        from spark_groups.read.reader import read_ranges
 
-        assert isinstance(partition, RangePartition)
-        return read_range(
+        assert isinstance(partition, RangesPartition)
+        return read_ranges(
             self.options.reader_config(),
-            partition.range,
+            partition.ranges,
             include_headers=self.options.include_headers,
             max_batch_rows=self.options.arrow_batch_rows,
             poll_timeout_s=self.options.poll_timeout_ms / 1000.0,

@@ -32,7 +32,14 @@ def test_minimal_options_and_defaults() -> None:
     assert o.starting_offsets.default == LATEST
     assert o.max_offsets_per_trigger is None
     assert o.fail_on_data_loss is True
+    assert o.records_per_task == 100_000
     assert o.kafka == {"bootstrap.servers": "127.0.0.1:9092"}
+
+
+def test_records_per_task() -> None:
+    assert parse_options(with_(recordsPerTask="5000")).records_per_task == 5000
+    assert parse_options(with_(recordsPerTask=" 0 ")).records_per_task == 0  # one per range
+    assert parse_options({**BASE, "recordspertask": "7"}).records_per_task == 7
 
 
 def test_keys_are_case_insensitive_as_spark_lowercases_them() -> None:
@@ -220,6 +227,9 @@ def test_plain_keys(key: str) -> None:
         ({"kafkaConsumer.pollTimeoutMs": "-100"}, "kafkaConsumer.pollTimeoutMs", "greater than 0"),
         ({"arrowBatchRows": "0"}, "arrowBatchRows", "greater than 0"),
         ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger", "greater than 0"),
+        ({"recordsPerTask": "-1"}, "recordsPerTask", "0 or more"),
+        ({"recordsPerTask": "1e5"}, "recordsPerTask", "whole number"),
+        ({"recordsPerTask": ""}, "recordsPerTask", "whole number"),
         # conflicting options
         ({"subscribe": "a", "subscribePattern": "a.*"}, "subscribe", "both"),
         ({"kafka.group.id": "etl2"}, "group.id", "different values"),

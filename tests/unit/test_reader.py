@@ -23,8 +23,10 @@ from spark_groups.errors import BrokerUnreachableError, DataLossError, SparkGrou
 from spark_groups.kafka import client as kafka_client
 from spark_groups.offsets import OffsetRange
 from spark_groups.read import reader
-from spark_groups.read.reader import read_range
+from spark_groups.read.reader import read_range, read_ranges
 from spark_groups.read.schema import arrow_schema
+
+from broker_support import broker_kind
 
 SECRET = "hunter2-do-not-show"
 
@@ -71,6 +73,26 @@ def read_all(servers: str, rng: OffsetRange, **kwargs: Any) -> list[pa.RecordBat
 
 def rows_of(batches: list[pa.RecordBatch]) -> list[dict[str, Any]]:
     return [row for b in batches for row in b.to_pylist()]
+
+
+def read_many(servers: str, ranges: list[OffsetRange], **kwargs: Any) -> list[pa.RecordBatch]:
+    kwargs.setdefault("include_headers", False)
+    kwargs.setdefault("poll_timeout_s", 30.0)
+    return list(read_ranges({"bootstrap.servers": servers}, ranges, **kwargs))
+
+
+def offsets_by_partition(batches: list[pa.RecordBatch]) -> dict[tuple[str, int], list[int]]:
+    """Each partition's offsets in the order the batches hold them."""
+    out: dict[tuple[str, int], list[int]] = {}
+    for row in rows_of(batches):
+        out.setdefault((row["topic"], row["partition"]), []).append(row["offset"])
+    return out
+
+
+def mock_topic() -> str:
+    """A fresh topic name on the mock cluster, which creates a topic of 4 partitions on its
+    first use (it serves no CreateTopics)."""
+    return f"mock-{uuid.uuid4().hex[:8]}"
 
 
 # ------------------------------------------------------------------ exact ranges
@@ -173,9 +195,9 @@ def test_timestamp_types_map_to_kafka_ids():
         Message(topic="t", partition=3, offset=13, value=b"d", timestamp=(1, 4000)),
     ]
     columns = reader._Columns(include_headers=False)
-    columns.add(msgs[:2], pa.array([10, 11]).to_numpy())
-    columns.add(msgs[2:], pa.array([12, 13]).to_numpy())
-    batch = columns.to_batch(rng, arrow_schema(False), reader._Constants())
+    columns.add(msgs[:2], pa.array([10, 11]).to_numpy(), 0)
+    columns.add(msgs[2:], pa.array([12, 13]).to_numpy(), 0)
+    batch = columns.to_batch((rng,), arrow_schema(False), reader._Constants())
     assert batch.column("timestampType").to_pylist() == [0, 1, -1, 0]
     assert batch.column("timestamp").to_pylist() == [
         datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC),
@@ -190,8 +212,9 @@ def test_timestamp_types_map_to_kafka_ids():
     uniform.add(
         [Message(topic="t", partition=3, offset=o, timestamp=(2, o)) for o in (10, 11)],
         pa.array([10, 11]).to_numpy(),
+        0,
     )
-    batch = uniform.to_batch(rng, arrow_schema(False), reader._Constants())
+    batch = uniform.to_batch((rng,), arrow_schema(False), reader._Constants())
     assert batch.column("timestampType").to_pylist() == [1, 1]
 
 
@@ -264,35 +287,89 @@ def test_offset_out_of_range_on_kafka_fails_fast(mock_servers):
     )
 
 
-class _FakeRead(reader._RangeRead):
-    """A _RangeRead without a consumer, whose broker reports the given watermarks."""
+class _FakeRead(reader._TaskRead):
+    """A _TaskRead of one range without a consumer, whose broker reports the given
+    watermarks."""
 
     def __init__(self, rng: OffsetRange, low: int, high: int, fail: bool) -> None:
         entry = reader._PooledConsumer(key=(os.getpid(), ()))
-        super().__init__(entry, {}, rng, False, 100, 1.0, fail)
+        super().__init__(entry, {}, (rng,), False, 100, 1.0, fail)
         self._marks = (low, high)
+        self.state = self.states[0]
 
-    def _watermarks(self) -> tuple[int, int]:
+    def _watermarks(self, state: Any) -> tuple[int, int]:
         return self._marks
 
 
 def test_offsets_deleted_by_retention():
-    """Neither test broker can delete records, so the decision is tested on its own."""
+    """The decision on its own (test_deleted_records_* read really deleted records)."""
     rng = OffsetRange("t", 0, 100, 200)
+    fails = _FakeRead(rng, low=150, high=300, fail=True)
     with pytest.raises(DataLossError, match=r"records \[100, 150\) of t-0"):
-        _FakeRead(rng, low=150, high=300, fail=True)._out_of_range()
+        fails._out_of_range(fails.state)
 
     skip = _FakeRead(rng, low=150, high=300, fail=False)
-    skip._out_of_range()
-    assert (skip.next_offset, skip.reassign_at, skip.done) == (150, 150, False)
+    skip._out_of_range(skip.state)
+    state = skip.state
+    assert (state.next_offset, state.reassign_at, state.done) == (150, 150, False)
+    assert skip.remaining == 50
 
     gone = _FakeRead(rng, low=250, high=300, fail=False)
-    gone._out_of_range()
-    assert gone.done
+    gone._out_of_range(gone.state)
+    assert gone.state.done and gone.active == 0 and gone.remaining == 0
 
     beyond = _FakeRead(OffsetRange("t", 0, 400, 410), low=0, high=300, fail=True)
     with pytest.raises(DataLossError, match=r"\[400, 410\)"):
-        beyond._out_of_range()
+        beyond._out_of_range(beyond.state)
+
+
+class _ScriptedConsumer:
+    """Hands out the given chunks of records, then nothing: no end-of-partition event, as on
+    a log that goes on growing."""
+
+    def __init__(self, chunks: list[list[Message]]) -> None:
+        self.chunks = list(chunks)
+
+    def incremental_assign(self, partitions: Any) -> None:
+        pass
+
+    def incremental_unassign(self, partitions: Any) -> None:
+        pass
+
+    def consume(self, num: int, timeout: float) -> list[Message]:
+        return self.chunks.pop(0) if self.chunks else []
+
+    def get_watermark_offsets(self, tp: Any, **kwargs: Any) -> tuple[int, int]:
+        return 0, 100
+
+
+def scripted_read(ranges: list[OffsetRange], chunks: list[list[Message]]) -> list[pa.RecordBatch]:
+    entry = reader._PooledConsumer(key=(os.getpid(), ()), consumer=_ScriptedConsumer(chunks))
+    task = reader._TaskRead(entry, {}, ranges, False, 100, 1.0, True)
+    return list(task.run())
+
+
+def records(partition: int, *offsets: int) -> list[Message]:
+    return [
+        Message(topic="t", partition=partition, offset=o, value=b"%d" % o, timestamp=(1, o))
+        for o in offsets
+    ]
+
+
+def test_a_record_past_the_end_completes_a_range_ending_in_a_gap():
+    """Offset 5 holds no record (a marker, compacted away) and the log goes on: record 7
+    completes [2, 6) at once, with no end-of-partition event and no stall (the poll timeout is
+    1 s: a stalled range would raise DataLossError)."""
+    started = time.monotonic()
+    batches = scripted_read([OffsetRange("t", 0, 2, 6)], [records(0, 2, 3, 4), records(0, 7, 8)])
+    assert offsets_by_partition(batches) == {("t", 0): [2, 3, 4]}
+    # The slow path (offsets not consecutive in the chunk), beside another range.
+    batches = scripted_read(
+        [OffsetRange("t", 0, 2, 6), OffsetRange("t", 1, 0, 3)],
+        [records(0, 2, 3) + records(1, 0, 1), records(0, 4, 7, 8) + records(1, 2)],
+    )
+    assert offsets_by_partition(batches) == {("t", 0): [2, 3, 4], ("t", 1): [0, 1, 2]}
+    assert time.monotonic() - started < 1.0
 
 
 def test_range_ending_in_a_transaction_marker_terminates(mock_servers):
@@ -317,6 +394,214 @@ def test_range_ending_in_a_transaction_marker_terminates(mock_servers):
     assert [r["offset"] for r in rows] == [2, 3, 4]
     rows = rows_of(read_all(mock_servers, OffsetRange(topic, 0, 4, 8), poll_timeout_s=30.0))
     assert [r["offset"] for r in rows] == [4, 6, 7]
+
+
+# ------------------------------------------------------------------ several ranges in one task
+
+
+def test_several_ranges_of_several_partitions_and_topics_in_one_task(bootstrap_servers, make_topic):
+    """One consumer reads them all at once; every range is exact, batches are full."""
+    topics = [make_topic(partitions=4), make_topic(partitions=3)]
+    sent: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for t, topic in enumerate(topics):
+        for p in range(4 - t):
+            sent[(topic, p)] = produce_batches(
+                bootstrap_servers, topic, [7 + 3 * p, 1, 20 - p], partition=p
+            )
+    ranges = [
+        OffsetRange(topics[0], 0, 0, 28),  # all of it
+        OffsetRange(topics[0], 1, 2, 20),  # inside
+        OffsetRange(topics[0], 2, 5, 6),  # one record
+        OffsetRange(topics[0], 3, 30, 30),  # empty: skipped
+        OffsetRange(topics[1], 0, 10, 28),  # the same partition number in another topic
+        OffsetRange(topics[1], 1, 0, 1),
+        OffsetRange(topics[1], 2, 27, 30),  # the partition's last records
+    ]
+    batches = read_many(bootstrap_servers, ranges, max_batch_rows=7, include_headers=True)
+    assert all(b.schema == arrow_schema(True) for b in batches)
+    assert [b.num_rows for b in batches[:-1]] == [7] * (len(batches) - 1)  # full batches
+    assert 0 < batches[-1].num_rows <= 7
+    got = offsets_by_partition(batches)
+    want = {
+        (r.topic, r.partition): list(range(r.from_offset, r.until_offset)) for r in ranges if r.size
+    }
+    assert got == want
+    values = {(r["topic"], r["partition"], r["offset"]): r["value"] for r in rows_of(batches)}
+    for (topic, p), offsets in want.items():
+        assert [values[(topic, p, o)] for o in offsets] == [
+            sent[(topic, p)][o]["value"] for o in offsets
+        ]
+
+
+def test_a_task_of_many_small_ranges(bootstrap_servers, make_topic):
+    topic = make_topic(partitions=40)
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 20})
+    for i in range(40 * 25):
+        producer.produce(topic, partition=i % 40, value=b"%d" % i)
+    assert producer.flush(30) == 0
+    ranges = [OffsetRange(topic, p, p % 5, 25 - p % 3) for p in range(40)]
+    started = time.monotonic()
+    batches = read_many(bootstrap_servers, ranges)
+    assert time.monotonic() - started < 20
+    assert len(batches) == 1  # one batch for the task, not one per range
+    assert offsets_by_partition(batches) == {
+        (topic, r.partition): list(range(r.from_offset, r.until_offset)) for r in ranges
+    }
+
+
+def test_a_range_ending_at_the_end_of_its_partition_without_records(mock_servers):
+    """Partition 0's range ends in a transaction marker (offset 5 holds no record): the
+    end-of-partition event ends it while partition 1's range goes on being read."""
+    topic = mock_topic()
+    producer = Producer({"bootstrap.servers": mock_servers, "transactional.id": topic})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, partition=0, value=b"t%d" % i)
+    producer.commit_transaction(10)
+    produce_batches(mock_servers, topic, [40, 40], partition=1)
+
+    started = time.monotonic()
+    batches = read_many(
+        mock_servers,
+        [OffsetRange(topic, 0, 2, 6), OffsetRange(topic, 1, 3, 80)],
+        max_batch_rows=10,
+    )
+    assert time.monotonic() - started < 10  # ended on the event, not the 30 s deadline
+    assert offsets_by_partition(batches) == {
+        (topic, 0): [2, 3, 4],
+        (topic, 1): list(range(3, 80)),
+    }
+
+
+def test_out_of_range_on_one_partition_of_a_task(mock_servers, caplog):
+    topic = mock_topic()
+    produce_batches(mock_servers, topic, [10], partition=0)
+    produce_batches(mock_servers, topic, [10], partition=1)
+    ranges = [OffsetRange(topic, 0, 0, 10), OffsetRange(topic, 1, 500, 510)]
+    started = time.monotonic()
+    with pytest.raises(DataLossError, match=rf"{topic}-1 .*\[500, 510\)") as info:
+        read_many(mock_servers, ranges, poll_timeout_s=60.0)
+    assert info.value.partition.partition == 1
+    assert time.monotonic() - started < 20  # the broker's error, not the 60 s deadline
+
+    with caplog.at_level(logging.WARNING, logger="spark_groups.read.reader"):
+        batches = read_many(mock_servers, ranges, poll_timeout_s=60.0, fail_on_data_loss=False)
+    assert offsets_by_partition(batches) == {(topic, 0): list(range(10))}
+    assert any(f"{topic}-1" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.skipif(broker_kind() == "tansu", reason="Tansu cannot delete records")
+def test_deleted_records_of_one_partition_of_a_task(bootstrap_servers, make_topic, caplog):
+    """Records deleted below the range (DeleteRecords, as retention does): fail, or skip them
+    and read the rest of the range from the new log start, beside the other ranges."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = make_topic(partitions=2)
+    produce_batches(bootstrap_servers, topic, [10, 10], partition=0)
+    produce_batches(bootstrap_servers, topic, [10, 10], partition=1)
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    for future in admin.delete_records([TopicPartition(topic, 1, 15)]).values():
+        future.result(timeout=30)
+    ranges = [OffsetRange(topic, 0, 0, 20), OffsetRange(topic, 1, 5, 20)]
+    with pytest.raises(DataLossError, match=rf"records \[5, 15\) of {topic}-1"):
+        read_many(bootstrap_servers, ranges)
+
+    with caplog.at_level(logging.WARNING, logger="spark_groups.read.reader"):
+        batches = read_many(bootstrap_servers, ranges, fail_on_data_loss=False)
+    assert offsets_by_partition(batches) == {
+        (topic, 0): list(range(20)),
+        (topic, 1): list(range(15, 20)),
+    }
+    assert any("[5, 15)" in r.getMessage() for r in caplog.records)
+
+
+def test_a_stalled_range_names_its_partition(bootstrap_servers, make_topic, caplog):
+    """Partition 1's range goes past its log end: it stalls on its own, the others finish."""
+    topic = make_topic(partitions=3)
+    for p in range(3):
+        produce_batches(bootstrap_servers, topic, [10], partition=p)
+    ranges = [
+        OffsetRange(topic, 0, 0, 10),
+        OffsetRange(topic, 1, 8, 15),
+        OffsetRange(topic, 2, 3, 7),
+    ]
+    started = time.monotonic()
+    with pytest.raises(DataLossError) as info:
+        read_many(bootstrap_servers, ranges, poll_timeout_s=1.0)
+    assert time.monotonic() - started < 15
+    assert f"{topic}-1" in str(info.value) and "[10, 15)" in str(info.value)
+    assert info.value.partition.partition == 1
+
+    with caplog.at_level(logging.WARNING, logger="spark_groups.read.reader"):
+        batches = read_many(bootstrap_servers, ranges, poll_timeout_s=1.0, fail_on_data_loss=False)
+    assert offsets_by_partition(batches) == {
+        (topic, 0): list(range(10)),
+        (topic, 1): [8, 9],
+        (topic, 2): [3, 4, 5, 6],
+    }
+    assert any(f"{topic}-1" in r.getMessage() for r in caplog.records)
+
+
+def test_several_ranges_on_an_unreachable_broker_is_not_data_loss():
+    config = {"bootstrap.servers": f"127.0.0.1:{free_port()}"}
+    with pytest.raises(BrokerUnreachableError):
+        list(
+            read_ranges(
+                config,
+                [OffsetRange("t", 0, 0, 1), OffsetRange("t", 1, 0, 1)],
+                include_headers=False,
+                poll_timeout_s=1.0,
+                fail_on_data_loss=False,
+            )
+        )
+
+
+def test_read_ranges_arguments(bootstrap_servers, monkeypatch):
+    def no_consumer(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("empty ranges must not create a consumer")
+
+    monkeypatch.setattr(kafka_client, "Consumer", no_consumer)
+    assert (
+        read_many(bootstrap_servers, [OffsetRange("a", 0, 5, 5), OffsetRange("b", 1, 7, 5)]) == []
+    )
+    assert read_many(bootstrap_servers, []) == []
+    with pytest.raises(ValueError, match="one range per partition"):
+        read_many(bootstrap_servers, [OffsetRange("a", 0, 0, 5), OffsetRange("a", 0, 5, 9)])
+
+
+def test_a_task_stopped_early_leaves_the_pooled_consumer_clean(
+    bootstrap_servers, make_topic, monkeypatch
+):
+    created: list[dict[str, Any]] = []
+    real = kafka_client.Consumer
+
+    def counting(config: dict[str, Any]) -> Any:
+        created.append(config)
+        return real(config)
+
+    monkeypatch.setattr(kafka_client, "Consumer", counting)
+    topic = make_topic(partitions=3)
+    for p in range(3):
+        produce_batches(bootstrap_servers, topic, [30], partition=p)
+    it = read_ranges(
+        {"bootstrap.servers": bootstrap_servers},
+        [OffsetRange(topic, p, 0, 30) for p in range(3)],
+        include_headers=False,
+        max_batch_rows=5,
+    )
+    assert next(it).num_rows == 5
+    it.close()
+    # The next task on the same consumer gets only its own partitions' records.
+    batches = read_many(bootstrap_servers, [OffsetRange(topic, 1, 10, 20)])
+    assert offsets_by_partition(batches) == {(topic, 1): list(range(10, 20))}
+    batches = read_many(bootstrap_servers, [OffsetRange(topic, p, 25, 30) for p in (2, 0)])
+    assert offsets_by_partition(batches) == {
+        (topic, 0): list(range(25, 30)),
+        (topic, 2): list(range(25, 30)),
+    }
+    assert len(created) == 1
 
 
 # ------------------------------------------------------------------ the consumer pool
