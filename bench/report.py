@@ -405,8 +405,7 @@ def _memory_rows(memory: dict[str, float] | None) -> list[str]:
     return [
         f"| of which mapped files, clean and shared (libraries' code; delta-rs' library alone "
         f"{memory['deltalake_lib']:.0f}) (MB) | {memory['file']:.0f} | | | |",
-        f"| of which the process's own (anonymous) memory (MB) | {memory['anonymous']:.0f} "
-        "| | | |",
+        f"| of which the process's own (anonymous) memory (MB) | {memory['anonymous']:.0f} | | | |",
     ]
 
 
@@ -472,7 +471,32 @@ def _growth_notes(results: dict[str, Any]) -> list[str]:
         f"instead of {big['partitions']:,} tasks of one range each; the plain consumer reads "
         "all partitions through one client."
     )
+    phases = big.get("noop_phases_s")
+    if phases:
+        notes.append(
+            f"- Where kafka-group's time went at {big['partitions']:,} partitions: "
+            + _phases_text(phases)
+        )
     return [*notes, ""]
+
+
+def _phases_text(phases: dict[str, float]) -> str:
+    """Spark's per-phase time of a query (its progress reports' ``durationMs``), in words."""
+    names = {
+        "latestOffset": "planning (`latestOffset`: commit the previous batch, ask the log ends)",
+        "addBatch": "running the batch's tasks (`addBatch`: reading, Arrow into the JVM, noop)",
+        "walCommit": "writing the offset log (`walCommit`)",
+        "commitOffsets": "writing the commit log (`commitOffsets`)",
+        "queryPlanning": "query planning",
+        "getBatch": "`getBatch`",
+    }
+    batches = int(phases.get("batches", 0))
+    parts = [f"{names[k]} {phases[k]:.2f} s" for k in names if phases.get(k, 0.0) >= 0.005]
+    total = phases.get("triggerExecution", 0.0)
+    return (
+        f"{batches} batch{'es' if batches != 1 else ''}, {total:.2f} s in all (the first "
+        f"batch's group join left out): " + ", ".join(parts) + "."
+    )
 
 
 def _no_ledger_rows(nl: dict[str, Any] | None, pl: dict[str, Any]) -> list[str]:

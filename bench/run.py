@@ -205,6 +205,7 @@ def run_growth_and_scale(cfg: Config, spark: Any, servers: str, scratch: Path, s
             "plain_rate": plain.rate,
             "noop_rate": noop.rate,
             "noop_rows": noop.rows,
+            "noop_phases_s": noop.phases,
             "spark_kafka_rate": spark_kafka.rate,
             "spark_kafka_rows": spark_kafka.rows,
             "ceiling_rate": ceiling_rows / ceiling_s,

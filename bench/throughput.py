@@ -48,6 +48,9 @@ class Run:
     written: int | None = None
     #: CPU seconds by process group during the whole call (see bench.common.cpu_seconds).
     cpu: dict[str, float] | None = None
+    #: Seconds by phase of Spark's micro-batches (the progress reports' ``durationMs``, the
+    #: first batch's group join left out) and the number of batches (``batches``).
+    phases: dict[str, float] | None = None
 
     @property
     def rate(self) -> float:
@@ -103,6 +106,18 @@ def _warm_time(query: Any) -> tuple[int, float, float]:
     return rows, (total_ms - join_ms) / 1000.0, join_ms / 1000.0
 
 
+def _phases(query: Any) -> dict[str, float]:
+    """Seconds by phase over a finished query's batches (see :attr:`Run.phases`)."""
+    progress = [p for p in query.recentProgress if p is not None]
+    out: dict[str, float] = {"batches": float(len(progress))}
+    for i, p in enumerate(progress):
+        for phase, ms in p["durationMs"].items():
+            if phase == "latestOffset" and i == 0:
+                continue  # the group join
+            out[phase] = out.get(phase, 0.0) + int(ms) / 1000.0
+    return out
+
+
 def spark_read(spark: Any, servers: str, topics: Sequence[str], sink: str, scratch: Path) -> Run:
     """Read everything in ``topics`` with a kafka-group query into ``sink`` ("noop" or
     "delta-group"), Trigger.AvailableNow; return the warm time (see the module doc)."""
@@ -133,11 +148,12 @@ def spark_read(spark: Any, servers: str, topics: Sequence[str], sink: str, scrat
         if query.exception() is not None:
             raise RuntimeError(f"the {sink} query failed: {query.exception()}")
         rows, seconds, excluded = _warm_time(query)
+        phases = _phases(query)
         written = delta_rows(str(work / "table")) if sink == "delta-group" else None
     finally:
         query.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return Run(rows, seconds, excluded, written)
+    return Run(rows, seconds, excluded, written, phases=phases)
 
 
 def spark_kafka_read(spark: Any, servers: str, topics: Sequence[str], scratch: Path) -> Run:
