@@ -1,7 +1,8 @@
 """The executor read path: exact ranges, columns, termination, data loss, the consumer pool.
 
-Runs against the embedded Tansu broker (``bootstrap_servers``) and, for Kafka behaviour that
-Tansu lacks (out-of-range errors, transaction markers), librdkafka's mock cluster.
+Runs against the suite's broker (``bootstrap_servers``: Apache Kafka by default) and, for
+Kafka behaviour that Tansu lacks (out-of-range errors, transaction markers), librdkafka's
+mock cluster.
 """
 
 from __future__ import annotations
