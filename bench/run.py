@@ -17,6 +17,7 @@ import cProfile
 import io
 import json
 import logging
+import math
 import os
 import pstats
 import shutil
@@ -195,8 +196,12 @@ def run_growth_and_scale(cfg: Config, spark: Any, servers: str, scratch: Path, s
         plain = throughput.plain_read(servers, topics, per_topic, records)
         noop = throughput.spark_read(spark, servers, topics, "noop", scratch)
         spark_kafka = throughput.spark_kafka_read(spark, servers, topics, scratch)
-        # What any Python data source could reach with rows of this size (no Kafka at all).
-        ceiling_rows, ceiling_s = ceiling.const_arrow_rate(spark, records, cfg.partitions, size)
+        # What any Python data source could reach with rows of this size (no Kafka at all);
+        # section 1 has it for its own record size, from ten times the records.
+        ceiling_rate = math.nan
+        if size != cfg.size:
+            ceiling_rows, ceiling_s = ceiling.const_arrow_rate(spark, records, cfg.partitions, size)
+            ceiling_rate = ceiling_rows / ceiling_s
         row = {
             "partitions": partitions,
             "topics": n_topics,
@@ -208,7 +213,7 @@ def run_growth_and_scale(cfg: Config, spark: Any, servers: str, scratch: Path, s
             "noop_phases_s": noop.phases,
             "spark_kafka_rate": spark_kafka.rate,
             "spark_kafka_rows": spark_kafka.rows,
-            "ceiling_rate": ceiling_rows / ceiling_s,
+            "ceiling_rate": ceiling_rate,
         }
         if size == 100:
             for mode in ("stream", "plain"):
