@@ -46,11 +46,15 @@ def test_tiny_benchmark_run(spark, bootstrap_servers: str, tmp_path: Path) -> No
         assert row["noop_rows"] == row["records"] == row["spark_kafka_rows"]
         assert _positive(row["plain_rate"]) and _positive(row["noop_rate"])
         assert _positive(row["spark_kafka_rate"])
+        assert row["noop_phases_s"]["batches"] >= 1 and _positive(row["noop_phases_s"]["addBatch"])
+    # The Python source ceiling is measured for the value sizes other than section 1's.
+    assert [_positive(r["ceiling_rate"]) for r in results["growth"]] == [False, True]
     scale = results["scale"]
-    for mode in ("stream", "plain", "stream_listoffsets", "stream_no_ledger"):
+    for mode in ("stream", "plain", "stream_fetch", "stream_no_ledger"):
         assert scale[mode]["owned"] == TINY.growth_partitions[-1]
         assert _positive(scale[mode]["batch_p50_s"]) and _positive(scale[mode]["rss_mb"])
     assert "latest_offset" in scale["stream_profiled"]["profile"]
+    assert _positive(scale["stream"]["memory_mb"]["anonymous"])
     assert "consume" in results["throughput"]["read_range_profile"]
     ledger = results["ledger"]
     assert ledger["batches"] == TINY.ledger_batches
