@@ -452,7 +452,7 @@ def _memory_note(memory: dict[str, float] | None) -> str:
         return ""
     return (
         f" Of the RSS, {memory['file']:.0f} MB are pages of mapped files, almost all shared "
-        f"libraries' code (delta-rs' 134 MB library alone {memory['deltalake_lib']:.0f} MB): "
+        f"libraries' code (delta-rs' library alone {memory['deltalake_lib']:.0f} MB): "
         "clean pages, shared with every process that maps the library and dropped by the "
         f"kernel under memory pressure; the process's own memory is {memory['anonymous']:.0f} "
         "MB. The RSS target is missed by the library code a Delta writer in this process "
