@@ -33,6 +33,7 @@ from spark_groups.errors import (
     MaintenanceRunningError,
     NoOffsetForTimestampError,
     OptionError,
+    OptionNeedsSparkError,
     SinkError,
     SinkFeatureError,
     SinkGapError,
@@ -40,6 +41,7 @@ from spark_groups.errors import (
     SparkGroupsError,
     StaleGenerationError,
     TopicNotFoundError,
+    UnsupportedSparkError,
 )
 
 __version__ = "0.1.0"
@@ -65,6 +67,7 @@ __all__ = [
     "MaintenanceRunningError",
     "NoOffsetForTimestampError",
     "OptionError",
+    "OptionNeedsSparkError",
     "SinkError",
     "SinkFeatureError",
     "SinkGapError",
@@ -72,6 +75,7 @@ __all__ = [
     "SparkGroupsError",
     "StaleGenerationError",
     "TopicNotFoundError",
+    "UnsupportedSparkError",
     "register",
 ]
 

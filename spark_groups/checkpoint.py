@@ -160,3 +160,22 @@ def is_committed(
         commit_log_path(checkpoint, batch_id), storage_options, option="checkpointLocation"
     )
     return loc.exists(loc.path)
+
+
+def latest_logged(
+    checkpoint: str, storage_options: Mapping[str, str] | None = None
+) -> BatchOffset | None:
+    """This source's offsets in the newest entry of the offset log that has them (None when
+    no entry has): where a restarted query stands, for a Spark that does not tell the source
+    (4.0 and 4.1 call ``latestOffset()`` without a start)."""
+    offsets = location(
+        f"{checkpoint.rstrip('/')}/offsets", storage_options, option=CHECKPOINT_OPTION
+    )
+    for batch_id in _logged_ids(offsets):
+        try:
+            logged = _batches_in(offsets.read_text(offsets.child(str(batch_id))))
+        except FileNotFoundError:  # purged by Spark meanwhile
+            continue
+        if logged:
+            return max(logged, key=lambda b: b.batch)
+    return None

@@ -103,9 +103,10 @@ def _arrow_parser(
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
-        from pyspark.sql.pandas.types import to_arrow_type
 
-        arrow_type = to_arrow_type(parsed_type)
+        from spark_groups.spark.compat import arrow_type as arrow_type_of
+
+        arrow_type = arrow_type_of(parsed_type)
         for batch in batches:
             values: list[Any] = []
             errors: list[str | None] = []

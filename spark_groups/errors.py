@@ -27,6 +27,42 @@ class OptionError(SparkGroupsError, ValueError):
         super().__init__(f"option '{option}': {problem}")
 
 
+class UnsupportedSparkError(SparkGroupsError, ImportError):
+    """The running pyspark cannot host this package's source and sink: ``version`` is the
+    running one, ``supported`` the release lines that work (docs/spark-versions.md)."""
+
+    def __init__(self, version: str | None, supported: tuple[str, ...]) -> None:
+        self.version = version
+        self.supported = supported
+        found = (
+            "pyspark is not installed"
+            if version is None
+            else f"pyspark {version} has no Python data source API (pyspark.sql.datasource, "
+            "new in Spark 4.0)"
+        )
+        super().__init__(
+            f"{found}: spark_groups runs on Spark {', '.join(supported)}. Install one of them "
+            "(pip install 'spark-groups[spark]' brings the newest) or use a runtime that "
+            "ships one (Databricks Runtime 17.3 LTS or later)"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.version, self.supported))
+
+
+class OptionNeedsSparkError(OptionError):
+    """An option (or a missing one) cannot work on the running Spark: ``spark_version`` is
+    the running version, ``needs`` what would make it work."""
+
+    def __init__(self, option: str, spark_version: str, needs: str) -> None:
+        super().__init__(option, f"on Spark {spark_version}: {needs}")
+        self.spark_version = spark_version
+        self.needs = needs
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.option, self.spark_version, self.needs))
+
+
 class StoragePathError(OptionError):
     """A table or checkpoint path spark_groups cannot reach: a scheme neither delta-rs nor
     pyarrow reads, ``dbfs:/`` where DBFS is not mounted, or a store this pyarrow build has no

@@ -168,6 +168,7 @@ class GroupStream:
         with self._stop_lock:
             if self._stopped:
                 return
+            self._commit_what_finished()
             self._stopped = True
             with self._lock:
                 self._lock.notify_all()
@@ -177,6 +178,32 @@ class GroupStream:
                 self._resolver.close()
             if self._history is not None:
                 self._history.flush()
+
+    def _commit_what_finished(self) -> None:
+        """Before leaving: commit what Spark finished of the batches planned here, as the
+        durability signals see it (``checkpointLocation``: the batch is in Spark's commit log;
+        ``sink.table``: its ranges are in the table). Spark never commits a query's last
+        batch to its source, and on Spark 4.0/4.1 ``Trigger.AvailableNow`` is one such batch:
+        without this its records would be read again by the group's next member."""
+        member = self._member
+        if member is None or member.closed or not self._durability.enabled:
+            return
+        with self._lock:
+            pending = [b for n, b in sorted(self._batches.items()) if n > self._committed_batch]
+        for batch in pending:
+            try:
+                durable = self._durability.durable(batch, batch.ranges)
+                if len(durable) == len(batch.ranges):
+                    self.commit_durable(batch)
+                elif durable:
+                    with self._commit_lock:
+                        self._commit_ranges(
+                            member, BatchOffset.of(batch.batch, durable), from_barrier=False
+                        )
+                else:
+                    log.info("leaving with batch %d unfinished: not committed", batch.batch)
+            except Exception as exc:  # leaving the group matters more; the next owner re-reads
+                log.warning("could not commit batch %d before leaving: %s", batch.batch, exc)
 
     # ------------------------------------------------------------------ Spark calls
     def latest_offset(self, start_json: Mapping[str, Any], max_records: int | None) -> Any:
@@ -647,8 +674,7 @@ class GroupStream:
                     raise
                 if exc.transient and self._await_new_generation(member, exc.generation, deadline):
                     log.info(
-                        "batch %d: %s (a rebalance moved on); committing again under "
-                        "generation %d",
+                        "batch %d: %s (a rebalance moved on); committing again under generation %d",
                         batch.batch,
                         exc.code,
                         member.generation,

@@ -43,12 +43,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceStreamArrowWriter,
-    DataSourceStreamWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
 
 from spark_groups.checkpoint import check_readable
 from spark_groups.errors import SinkError
@@ -65,6 +60,7 @@ from spark_groups.sink.writer import (
     check_schema,
     partition_value,
 )
+from spark_groups.spark.compat import ARROW_STREAM_WRITER, arrow_schema
 from spark_groups.worker_logging import log_to_stderr
 
 log = logging.getLogger(__name__)
@@ -89,12 +85,39 @@ class SinkTaskMessage(WriterCommitMessage):
 
 def arrow_schema_of(schema: Any) -> pa.Schema:
     """The Arrow schema of a Spark ``StructType`` as the sink writes it (timestamps in UTC)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(schema, timezone="UTC")
+    return arrow_schema(schema)
 
 
-class DeltaGroupStreamWriter(DataSourceStreamArrowWriter):
+if ARROW_STREAM_WRITER:  # pyspark 4.1+: the tasks get Arrow batches
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _WriterBase
+else:  # pyspark 4.0: the tasks get rows (rows_as_batches)
+    _WriterBase = DataSourceStreamWriter  # type: ignore[assignment,misc]
+
+#: Rows per Arrow batch when a task gets rows (pyspark 4.0).
+ROWS_PER_BATCH = 10_000
+
+
+def rows_as_batches(rows: Iterator[Any], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Spark rows (pyspark 4.0's stream writers get no Arrow) as Arrow batches of ``schema``.
+    Spark gives timestamps as naive datetimes in the worker's local time: they are made
+    aware first, so the UTC column holds the same instant."""
+    zoned = [f.name for f in schema if pa.types.is_timestamp(f.type) and f.type.tz is not None]
+    chunk: list[dict[str, Any]] = []
+    for row in rows:
+        record = row.asDict(recursive=True)
+        for name in zoned:
+            value = record.get(name)
+            if value is not None and value.tzinfo is None:
+                record[name] = value.astimezone()
+        chunk.append(record)
+        if len(chunk) >= ROWS_PER_BATCH:
+            yield pa.RecordBatch.from_pylist(chunk, schema=schema)
+            chunk = []
+    if chunk:
+        yield pa.RecordBatch.from_pylist(chunk, schema=schema)
+
+
+class DeltaGroupStreamWriter(_WriterBase):
     """Writes a batch's rows on executors; commits or aborts the batch on the driver."""
 
     def __init__(
@@ -117,9 +140,12 @@ class DeltaGroupStreamWriter(DataSourceStreamArrowWriter):
             compression=o.compression,
         )
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkTaskMessage:
+    def write(self, iterator: Iterator[Any]) -> SinkTaskMessage:
         """Executor side: write the task's rows, one Parquet file per Kafka partition."""
         from pyspark import TaskContext
+
+        if not ARROW_STREAM_WRITER:
+            iterator = rows_as_batches(iterator, self.schema)
 
         context = TaskContext.get()
         if context is not None:  # before any file: a local table on a cluster is refused

@@ -7,6 +7,13 @@ Where each piece runs (see docs/architecture.md):
 * ``KafkaGroupStreamReader``: built in a planning worker, pickled to executors for
   ``read()``, and built once more in the long-lived reader process on the driver, which is
   the only place that joins the consumer group (lazily, on the first offset call).
+
+On Spark 4.0 and 4.1 (no admission control, ``spark_groups.spark.compat``) Spark calls
+``latestOffset()`` with no arguments. The reader then knows where the query stands from the
+offsets it returned last, and in a restarted process from the newest entry of the query's
+offset log; that is why the source needs ``checkpointLocation`` there. It applies
+``maxOffsetsPerTrigger`` itself, and ``Trigger.AvailableNow`` runs as Spark's single batch,
+committed when the query ends (``GroupStream.stop``) because Spark's commit log has it.
 """
 
 from __future__ import annotations
@@ -16,17 +23,21 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
+
+from spark_groups import checkpoint
+from spark_groups.errors import OptionNeedsSparkError
+from spark_groups.offsets import BatchOffset, OffsetRange
+from spark_groups.options import SourceOptions, parse_options, validate_client_config
+from spark_groups.read.schema import spark_ddl
+from spark_groups.read.tasks import pack_ranges
+from spark_groups.spark.compat import (
+    ADMISSION_CONTROL,
+    SPARK_VERSION,
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-
-from spark_groups.offsets import BatchOffset, OffsetRange
-from spark_groups.options import SourceOptions, parse_options, validate_client_config
-from spark_groups.read.schema import spark_ddl
-from spark_groups.read.tasks import pack_ranges
 
 SHORT_NAME = "kafka-group"
 
@@ -53,6 +64,8 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._stream: Any = None  # GroupStream, created lazily in the reader process only
+        # Spark 4.0/4.1: the offsets returned last (Spark's start of the next batch).
+        self._last_end: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -69,7 +82,10 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def initialOffset(self) -> dict[str, Any]:
         """Nothing planned yet; positions come from the group at the first batch."""
         self._driver().ensure_started()
-        return BatchOffset.initial().to_json()
+        initial = BatchOffset.initial().to_json()
+        if self._last_end is None:  # Spark 4.0 asks for it after the first latestOffset()
+            self._last_end = initial
+        return initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``maxOffsetsPerTrigger`` as Spark admission control."""
@@ -77,11 +93,36 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             return ReadMaxRows(self.options.max_offsets_per_trigger)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """Commit the finished batch ``start``, then plan the next one within ``limit``."""
-        max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        log.debug("latestOffset(start batch %s, limit %s)", start.get("batch"), limit)
-        return self._driver().latest_offset(start, max_records)
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
+        """Commit the finished batch ``start``, then plan the next one within ``limit``.
+
+        Spark 4.0/4.1 pass neither: ``start`` is then what this reader returned last (or the
+        newest entry of the query's offset log, in a restarted process) and the limit is
+        ``maxOffsetsPerTrigger``."""
+        if start is None:
+            start = self._previous_end()
+            max_records = self.options.max_offsets_per_trigger
+        else:
+            max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        log.debug("latestOffset(start batch %s, limit %s)", start.get("batch"), max_records)
+        end: dict[str, Any] = self._driver().latest_offset(start, max_records)
+        self._last_end = end
+        return end
+
+    def _previous_end(self) -> dict[str, Any]:
+        """Spark 4.0/4.1: where the query stands (the end of its last planned batch)."""
+        if self._last_end is None:
+            assert self.options.checkpoint is not None  # required at load() on these versions
+            logged = checkpoint.latest_logged(self.options.checkpoint, self.options.storage_options)
+            self._last_end = (logged or BatchOffset.initial()).to_json()
+            log.info(
+                "restarted on Spark %s: the query stands at batch %s (offset log)",
+                SPARK_VERSION,
+                self._last_end.get("batch"),
+            )
+        return self._last_end
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """Log end offsets seen at the last plan (lag) and the coordinator metrics, for the
@@ -133,6 +174,26 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             self._stream.stop()
 
 
+def check_for_this_spark(
+    options: SourceOptions, admission_control: bool = ADMISSION_CONTROL
+) -> None:
+    """Options this Spark cannot honour fail at ``load()`` (docs/spark-versions.md).
+
+    Without admission control (Spark 4.0/4.1) Spark never tells a Python source where a
+    restarted query stands; the source reads it from the query's offset log, so it needs the
+    query's ``checkpointLocation``. The same option lets it commit the batch a query ends
+    with (``Trigger.AvailableNow`` runs as one batch there, which Spark never commits)."""
+    if admission_control or options.checkpoint is not None:
+        return
+    raise OptionNeedsSparkError(
+        checkpoint.CHECKPOINT_OPTION,
+        SPARK_VERSION,
+        'the source needs the query\'s checkpoint: add .option("checkpointLocation", ...) '
+        "to readStream with the same path as writeStream's (Spark before 4.2 does not tell a "
+        "Python source where a restarted query stands, nor when its last batch finished)",
+    )
+
+
 class KafkaGroupDataSource(DataSource):
     """``spark.readStream.format("kafka-group")``: Kafka records read as a group member."""
 
@@ -148,6 +209,7 @@ class KafkaGroupDataSource(DataSource):
     def schema(self) -> str:
         """The columns of Spark's kafka source (``headers`` with ``includeHeaders=true``)."""
         validate_client_config(self.parsed)
+        check_for_this_spark(self.parsed)
         return spark_ddl(self.parsed.include_headers)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:

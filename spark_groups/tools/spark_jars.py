@@ -7,13 +7,16 @@ source and Hadoop's S3A file system, for the tests, the benchmarks and local run
 
 The jars are given to Spark with ``spark.jars`` (a comma list of files), never
 ``spark.jars.packages``: the poms in ``jars/`` leave out what pyspark already ships, so Spark
-sees one copy of each class. delta-spark's jars need pyspark 4.2 (docs/sink.md, "delta-spark");
-:func:`delta_spark_python` is the Python that has it (``bash jars/delta-spark-python``).
+sees one copy of each class. delta-spark runs on Spark 4.0 to 4.2 (docs/spark-versions.md):
+its jars are fetched per Spark line (``bash jars/fetch delta-spark@4.1``) and :func:`jars_dir`
+picks the running pyspark's; :func:`delta_spark_python` is a pyspark-4.2 Python that has it
+(``bash jars/spark-venv 4.2.0``).
 Nothing here imports Spark.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from pathlib import Path
 
@@ -44,11 +47,26 @@ class JarsMissingError(SparkGroupsError):
         self.command = command
 
 
+def spark_line() -> str | None:
+    """The running pyspark's release line (``"4.2"``), read from its package metadata (no
+    Spark import); None where pyspark is not an installed distribution."""
+    try:
+        version = importlib.metadata.version("pyspark")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return ".".join(version.split(".")[:2])
+
+
 def jars_dir(name: str) -> Path:
-    """The folder of jar set ``name``: ``$SPARK_GROUPS_JARS/<name>`` when that is set, else
-    ``.cache/jars/<name>`` of the source checkout this package runs from."""
+    """The folder of jar set ``name`` under ``$SPARK_GROUPS_JARS`` when that is set, else
+    ``.cache/jars`` of the source checkout this package runs from: ``<name>@<line>`` for the
+    running pyspark's line when fetched (``bash jars/fetch <name>@4.1``), else ``<name>``."""
     base = os.environ.get("SPARK_GROUPS_JARS")
-    return (Path(base) if base else _ROOT / ".cache" / "jars") / name
+    root = Path(base) if base else _ROOT / ".cache" / "jars"
+    line = spark_line()
+    if line is not None and (root / f"{name}@{line}").is_dir():
+        return root / f"{name}@{line}"
+    return root / name
 
 
 def spark_jars(name: str) -> str:
@@ -69,10 +87,10 @@ def jar_conf(*names: str) -> dict[str, str]:
 
 
 def delta_spark_python() -> Path:
-    """The Python of ``bash jars/delta-spark-python`` (pyspark 4.2 and delta-spark); raises
-    :class:`JarsMissingError` when it is not installed."""
-    venv = _ROOT / ".cache" / "venv" / "delta-spark"
+    """The Python of ``bash jars/spark-venv 4.2.0`` (pyspark 4.2 and delta-spark, for a Delta
+    application beside pyspark 4.3); raises :class:`JarsMissingError` when it is not there."""
+    venv = _ROOT / ".cache" / "venv" / "spark-4.2"
     python = venv / "bin" / "python"
     if not python.exists():
-        raise JarsMissingError("delta-spark Python", venv, "bash jars/delta-spark-python")
+        raise JarsMissingError("delta-spark Python", venv, "bash jars/spark-venv 4.2.0")
     return python

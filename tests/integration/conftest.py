@@ -1,13 +1,18 @@
 """Real Spark (local[2]) for the integration tests: one session for the whole run.
 
-It carries Spark's own Kafka source (``bash jars/fetch spark-kafka``), for the benchmark's
-smoke test, and Hadoop's S3A (``bash jars/fetch hadoop-aws``), for checkpoints on ``s3a://``
-(the ``s3a_bucket`` fixture), each when fetched. delta-spark is not in it: its jars need
-pyspark 4.2, so the delta-spark tests run it in a process of their own (test_delta_spark.py).
+It carries Spark's own Kafka source (``bash jars/fetch spark-kafka``), for the parity tests
+and the benchmark's smoke test, and Hadoop's S3A (``bash jars/fetch hadoop-aws``), for
+checkpoints on ``s3a://`` (the ``s3a_bucket`` fixture), each when fetched, for the running
+pyspark's line where the pom has one (``spark_groups.tools.spark_jars.jars_dir``).
+
+Where delta-spark runs (Spark 4.0 to 4.2, with its Python package installed: the lanes of
+``.ci/run``, ``bash jars/spark-venv``) the session carries it too, with Delta's SQL extension
+and catalog, as a user's session would: the delta-spark tests use it in this process.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from collections.abc import Iterator
@@ -17,10 +22,22 @@ import pytest
 
 import spark_groups
 from spark_groups.tools.s3_server import S3Server
-from spark_groups.tools.spark_jars import JarsMissingError, spark_jars
+from spark_groups.tools.spark_jars import DELTA_SQL_CONF, JarsMissingError, spark_jars
 
 #: The jar sets the session carries when they are fetched.
 SESSION_JARS = ("spark-kafka", "hadoop-aws")
+
+
+def delta_spark_here() -> bool:
+    """Whether this session can carry delta-spark: its Python package is installed (it
+    declares the pyspark versions it runs on) and its jars for this Spark line are fetched."""
+    if importlib.util.find_spec("delta") is None:
+        return False
+    try:
+        spark_jars("delta-spark")
+    except JarsMissingError:
+        return False
+    return True
 
 
 def _fetched_jars_conf() -> dict[str, str]:
@@ -30,7 +47,10 @@ def _fetched_jars_conf() -> dict[str, str]:
             fetched.append(spark_jars(name))
         except JarsMissingError:
             continue
-    return {"spark.jars": ",".join(fetched)} if fetched else {}
+    conf = {"spark.jars": ",".join(fetched)} if fetched else {}
+    if delta_spark_here():
+        conf = {"spark.jars": ",".join([*fetched, spark_jars("delta-spark")]), **DELTA_SQL_CONF}
+    return conf
 
 
 @pytest.fixture(scope="session")

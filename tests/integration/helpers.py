@@ -5,7 +5,10 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from pathlib import Path
+from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 #: Group settings that make joins fast on the embedded broker (it waits ~half the session
@@ -58,10 +61,37 @@ def group_options(servers: str, topic: str, group: str, ledger: str | None, **ex
     return opts
 
 
+def _admission_control() -> bool:
+    from spark_groups.spark.compat import ADMISSION_CONTROL
+
+    return ADMISSION_CONTROL
+
+
+#: For a test whose query needs several batches in one ``Trigger.AvailableNow`` run: Spark 4.0
+#: and 4.1 run AvailableNow on a Python source as one batch (docs/spark-versions.md; that
+#: behaviour has tests of its own: test_source.py's maxOffsetsPerTrigger test).
+needs_available_now = pytest.mark.skipif(
+    not _admission_control(),
+    reason="Spark before 4.2 runs Trigger.AvailableNow as one batch (docs/spark-versions.md)",
+)
+
+
+def source(spark: Any, opts: dict, checkpoint: Path | str) -> Any:
+    """A kafka-group stream of ``opts`` for the query whose checkpoint is ``checkpoint``.
+
+    Spark before 4.2 does not tell a Python source where a restarted query stands: the source
+    needs the query's ``checkpointLocation`` there (docs/spark-versions.md), as a user's
+    would. On 4.2 and later it is left out, so the tests see the default behaviour."""
+    from spark_groups.spark.compat import ADMISSION_CONTROL
+
+    if not ADMISSION_CONTROL and "checkpointLocation" not in opts:
+        opts = {**opts, "checkpointLocation": str(checkpoint)}
+    return spark.readStream.format("kafka-group").options(**opts).load()
+
+
 def unique(prefix: str) -> str:
     """A fresh name for a group, query or topic."""
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
-
 
 
 class FlowingProducer(threading.Thread):
@@ -83,9 +113,7 @@ class FlowingProducer(threading.Thread):
         self.done = threading.Event()
 
     def run(self) -> None:
-        producer = Producer(
-            {"bootstrap.servers": self.servers, "linger.ms": "5", **self.config}
-        )
+        producer = Producer({"bootstrap.servers": self.servers, "linger.ms": "5", **self.config})
         try:
             for i in range(self.total):
                 data = str(i).encode()

@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 sys.path.insert(0, os.path.dirname(__file__))
 import spark_groups
 
-from helpers import group_options
+from helpers import group_options, source
 
 
 def main() -> None:
@@ -31,9 +31,7 @@ def main() -> None:
     spark_groups.register(spark)
     opts = group_options(servers, topic, group, ledger, maxOffsetsPerTrigger="40")
     query = (
-        spark.readStream.format("kafka-group")
-        .options(**opts)
-        .load()
+        source(spark, opts, checkpoint)
         .selectExpr("cast(value as string) as id", "partition", "offset")
         .writeStream.format("parquet")
         .option("path", sink)

@@ -63,6 +63,10 @@ def main() -> int:
         "partition.assignment.strategy": "cooperative-sticky",
         **spec.get("source_options", {}),
     }
+    from spark_groups.spark.compat import ADMISSION_CONTROL
+
+    if not ADMISSION_CONTROL:  # Spark before 4.2: the source needs the query's checkpoint
+        source.setdefault("checkpointLocation", spec["checkpoint"])
     spark.readStream.format("kafka-group").options(**source).load().createOrReplaceTempView(
         "source"
     )

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from broker_support import broker_kind, produce_ids, wait_until
-from helpers import assignment_options, group_options, plain_consumer_config, unique
+from helpers import assignment_options, group_options, plain_consumer_config, source, unique
 
 
 class PlainMember(threading.Thread):
@@ -69,7 +69,7 @@ def test_query_and_plain_consumer_share_a_group_and_hand_over(
         bootstrap_servers, topic, group, str(tmp_path / "ledger"),
         maxOffsetsPerTrigger="20", **assignment_options(assignment),
     )  # fmt: skip
-    df = spark.readStream.format("kafka-group").options(**opts).load()
+    df = source(spark, opts, tmp_path / "cp")
     query = (
         df.selectExpr("cast(value as string) as id", "partition")
         .writeStream.format("memory")

@@ -12,13 +12,20 @@ from spark_groups.group.history import history_path, read_history
 from spark_groups.ledger import OffsetLedger
 
 from broker_support import broker_kind, wait_until
-from helpers import ASSIGNMENTS, FlowingProducer, assignment_options, group_options, unique
+from helpers import (
+    ASSIGNMENTS,
+    FlowingProducer,
+    assignment_options,
+    group_options,
+    source,
+    unique,
+)
 
 log = logging.getLogger(__name__)
 
 
 def start_query(spark, opts: dict, table: str, checkpoint: Path):
-    df = spark.readStream.format("kafka-group").options(**opts).load()
+    df = source(spark, opts, checkpoint)
     return (
         df.selectExpr("cast(value as string) as id", "partition")
         .writeStream.format("memory")

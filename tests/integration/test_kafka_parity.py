@@ -13,7 +13,7 @@ from chispa import assert_df_equality
 from confluent_kafka import Producer
 
 from broker_support import wait_until
-from helpers import group_options, unique
+from helpers import group_options, source, unique
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -42,9 +42,7 @@ def produce_timed(servers: str, topic: str, ids: range, partitions: int) -> None
 def read_group(spark: Any, opts: dict, tmp_path: Path, name: str) -> Any:
     """Everything ``kafka-group`` reads with ``opts`` under Trigger.AvailableNow."""
     query = (
-        spark.readStream.format("kafka-group")
-        .options(**opts)
-        .load()
+        source(spark, opts, tmp_path / name)
         .writeStream.format("memory")
         .queryName(name)
         .trigger(availableNow=True)
@@ -126,9 +124,7 @@ def test_by_timestamp_later_than_every_record(
         bootstrap_servers, topic, unique("g"), None, startingOffsetsByTimestamp=by_time
     )
     query = (
-        spark.readStream.format("kafka-group")
-        .options(**opts)
-        .load()
+        source(spark, opts, tmp_path / "fails")
         .writeStream.format("memory")
         .queryName(unique("fails"))
         .trigger(availableNow=True)
@@ -155,9 +151,7 @@ def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(
         maxTriggerDelay="4s",
     )
     query = (
-        spark.readStream.format("kafka-group")
-        .options(**opts)
-        .load()
+        source(spark, opts, tmp_path / "cp")
         .writeStream.format("memory")
         .queryName(name)
         .trigger(processingTime="200 milliseconds")

@@ -31,7 +31,7 @@ from spark_groups.tools.s3_server import S3Server
 from spark_groups.tools.spark_jars import jar_conf
 
 from broker_support import committed_offsets, log_end_offsets, produce_ids, wait_until
-from helpers import group_options, unique
+from helpers import group_options, source, unique
 
 MEMBER_SCRIPT = Path(__file__).with_name("sink_member.py")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -59,9 +59,13 @@ def run_into_sink(
         return exc
 
 
-def ids_source(spark: Any, opts: dict) -> Any:
-    """The kafka-group source with the record's id (its value) as a long."""
-    df = spark.readStream.format("kafka-group").options(**opts).load()
+def ids_source(spark: Any, opts: dict, checkpoint: Path | None = None) -> Any:
+    """The kafka-group source with the record's id (its value) as a long (``checkpoint``:
+    the query's, which Spark before 4.2 needs; helpers.source)."""
+    if checkpoint is None:
+        df = spark.readStream.format("kafka-group").options(**opts).load()
+    else:
+        df = source(spark, opts, checkpoint)
     return df.selectExpr(
         "cast(cast(value as string) as long) as id", "topic", "partition", "offset"
     )
@@ -138,9 +142,9 @@ def test_filtered_mapped_pipeline_lands_each_record_once_also_when_a_batch_is_re
     (cp / "commits" / str(last)).unlink()
     (cp / "commits" / f".{last}.crc").unlink(missing_ok=True)
     produce_ids(bootstrap_servers, topic, range(300, 360), 3)
-    spark.readStream.format("kafka-group").options(
-        **group_options(bootstrap_servers, topic, group, ledger)
-    ).load().createOrReplaceTempView("source")
+    source(
+        spark, group_options(bootstrap_servers, topic, group, ledger), cp
+    ).createOrReplaceTempView("source")
     pipeline = spark.sql(PIPELINE.format(extra=", 'v2' AS note"))  # a new column
     error = run_into_sink(
         spark, pipeline, table, cp, group, partitionBy="bucket", mergeSchema="true"
@@ -169,7 +173,7 @@ def test_a_pipeline_without_the_kafka_columns_fails_clearly(
     produce_ids(bootstrap_servers, topic, range(10), 1)
     group = unique("g")
     opts = group_options(bootstrap_servers, topic, group, None)
-    df = spark.readStream.format("kafka-group").options(**opts).load()
+    df = source(spark, opts, tmp_path / "cp")
     projected = df.selectExpr("cast(value as string) as id", "partition")
     table = tmp_path / "table"
     error = run_into_sink(spark, projected, table, tmp_path / "cp", group)
@@ -199,7 +203,7 @@ def test_a_failed_task_leaves_the_table_unchanged_and_no_files(
             return None
         return offset
 
-    df = ids_source(spark, opts).withColumn("offset", lose_offset("id", "offset"))
+    df = ids_source(spark, opts, cp).withColumn("offset", lose_offset("id", "offset"))
     error = run_into_sink(spark, df, table, cp, group)
     assert error is not None and "null 'offset'" in str(error)
 
