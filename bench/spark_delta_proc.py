@@ -1,6 +1,6 @@
 """Spark's own Delta sink, measured in a process of its own (pyspark 4.2 with delta-spark).
 
-    <.cache/venv/delta-spark>/bin/python bench/spark_delta_proc.py SPEC_JSON
+    .cache/venv/spark-4.2/bin/python bench/spark_delta_proc.py SPEC_JSON  # jars/spark-venv
 
 Run by :func:`bench.throughput.spark_delta_sink`. delta-spark's jars do not run on pyspark 4.3
 (docs/sink.md, "delta-spark"), so this is a separate Spark application: local[2], Spark's own

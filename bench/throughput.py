@@ -203,7 +203,7 @@ def spark_delta_sink(
     work.mkdir(parents=True)
     out = work / "result.json"
     spec = {
-        "conf": {**jar_conf("delta-spark", "spark-kafka"), **DELTA_SQL_CONF},
+        "conf": {**jar_conf("delta-spark", "spark-kafka", line="4.2"), **DELTA_SQL_CONF},
         "servers": servers,
         "topics": list(topics),
         "warmup": list(warmup),

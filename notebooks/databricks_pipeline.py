@@ -4,8 +4,23 @@
 # MAGIC
 # MAGIC A streaming query that is a **member of a Kafka consumer group**, writing **exactly once**
 # MAGIC into a Delta table, then the offsets ledger, the group's lag and the coordinator metrics.
-# MAGIC Install the library on the cluster first (`%pip install spark-groups`, or a wheel as a
-# MAGIC cluster library).
+# MAGIC
+# MAGIC ### Runtime and install
+# MAGIC
+# MAGIC | Databricks Runtime | Spark | install | notes |
+# MAGIC | --- | --- | --- | --- |
+# MAGIC | 19 | 4.2 | `%pip install spark-groups` | everything below |
+# MAGIC | 18 LTS | 4.1 | `%pip install spark-groups` | one `availableNow` batch, no metrics |
+# MAGIC | 17.3 LTS | 4.0 | `%pip install spark-groups` | as 18 LTS |
+# MAGIC | serverless, shared (Spark Connect) | | `%pip install spark-groups` | see below |
+# MAGIC
+# MAGIC Install it without extras: the runtime brings its own pyspark and Delta, and
+# MAGIC `spark-groups` does not require pyspark, so pip never replaces the runtime's with one
+# MAGIC from PyPI (`[spark]` is for machines without Spark). Older runtimes (Spark 3.x) have no
+# MAGIC Python data source API: `register()` fails with `UnsupportedSparkError`.
+# MAGIC On 17.3 LTS and 18 LTS the source needs the query's `checkpointLocation` (given below on
+# MAGIC every runtime), and `availableNow` runs as one batch of at most `maxOffsetsPerTrigger`
+# MAGIC records, committed to Kafka as the query ends (docs/spark-versions.md).
 # MAGIC
 # MAGIC ### Where it keeps its state: a Unity Catalog volume
 # MAGIC
@@ -82,7 +97,8 @@ orders = (
     .option("offsets.table", offsets_table)
     .options(**storage)
     .option("startingOffsets", "earliest")
-    .option("maxOffsetsPerTrigger", "100000")
+    .option("maxOffsetsPerTrigger", "100000")  # runtimes 17.3/18: the one availableNow batch
+    .option("checkpointLocation", checkpoint)  # the query's; required on 17.3 LTS and 18 LTS
     .load()
     .selectExpr("cast(value as string) AS json", "topic", "partition", "offset", "timestamp")
 )
@@ -174,5 +190,7 @@ display(
 
 from spark_groups.metrics import coordinator_metrics
 
+# Runtime 19 and later (Spark 4.2+); on 17.3 LTS and 18 LTS Spark does not ask a Python
+# source for its progress, and this prints nothing.
 for metrics in coordinator_metrics(query.lastProgress):
     print(metrics)

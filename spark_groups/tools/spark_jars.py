@@ -57,33 +57,35 @@ def spark_line() -> str | None:
     return ".".join(version.split(".")[:2])
 
 
-def jars_dir(name: str) -> Path:
+def jars_dir(name: str, line: str | None = None) -> Path:
     """The folder of jar set ``name`` under ``$SPARK_GROUPS_JARS`` when that is set, else
     ``.cache/jars`` of the source checkout this package runs from: ``<name>@<line>`` for the
-    running pyspark's line when fetched (``bash jars/fetch <name>@4.1``), else ``<name>``."""
+    Spark line ``line`` (default: the running pyspark's) when fetched (``bash jars/fetch
+    <name>@4.1``), else ``<name>``."""
     base = os.environ.get("SPARK_GROUPS_JARS")
     root = Path(base) if base else _ROOT / ".cache" / "jars"
-    line = spark_line()
+    line = line or spark_line()
     if line is not None and (root / f"{name}@{line}").is_dir():
         return root / f"{name}@{line}"
     return root / name
 
 
-def spark_jars(name: str) -> str:
-    """The ``spark.jars`` value (a comma list of files) for jar set ``name``; raises
-    :class:`JarsMissingError` when it has not been fetched."""
+def spark_jars(name: str, line: str | None = None) -> str:
+    """The ``spark.jars`` value (a comma list of files) for jar set ``name`` (for Spark line
+    ``line``, default the running one); raises :class:`JarsMissingError` when it has not been
+    fetched."""
     if name not in SPARK_JAR_SETS:
         raise ValueError(f"unknown jar set {name!r}: one of {', '.join(SPARK_JAR_SETS)}")
-    folder = jars_dir(name)
+    folder = jars_dir(name, line)
     jars = sorted(folder.glob("*.jar"))
     if not jars:
-        raise JarsMissingError(f"{name} jars", folder, f"bash jars/fetch {name}")
+        raise JarsMissingError(f"{name} jars", folder, f"bash jars/fetch {folder.name}")
     return ",".join(str(j) for j in jars)
 
 
-def jar_conf(*names: str) -> dict[str, str]:
-    """``{"spark.jars": ...}`` for the given jar sets."""
-    return {"spark.jars": ",".join(spark_jars(n) for n in names)}
+def jar_conf(*names: str, line: str | None = None) -> dict[str, str]:
+    """``{"spark.jars": ...}`` for the given jar sets (for Spark line ``line``)."""
+    return {"spark.jars": ",".join(spark_jars(n, line) for n in names)}
 
 
 def delta_spark_python() -> Path:

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from spark_groups import deadletter
 
 from broker_support import produce_values, wait_until
-from helpers import group_options, unique
+from helpers import group_options, source, unique
 
 SCHEMA = "id long, name string"
 
@@ -69,17 +69,21 @@ def test_poison_records_go_to_the_dead_letter_table(
             raise ValueError(f"no numeric id in {data!r}")
         return data
 
-    def source(group_id: str) -> Any:
+    def records(group_id: str, checkpoint: Path) -> Any:
         opts = group_options(bootstrap_servers, topic, group_id, str(tmp_path / group_id))
-        return spark.readStream.format("kafka-group").options(**opts).load()
+        return source(spark, opts, checkpoint)
 
-    good = deadletter.good_rows(deadletter.parse(source(group), to_record, SCHEMA))
+    good = deadletter.good_rows(
+        deadletter.parse(records(group, tmp_path / "cp"), to_record, SCHEMA)
+    )
     run_available_now(
         good.select("parsed.*", "topic", "partition", "offset"),
         tmp_path / "orders", tmp_path / "cp", group,
     )  # fmt: skip
     dlq_group = group + "-dlq"
-    bad = deadletter.dead_letters(deadletter.parse(source(dlq_group), to_record, SCHEMA))
+    bad = deadletter.dead_letters(
+        deadletter.parse(records(dlq_group, tmp_path / "cp-dlq"), to_record, SCHEMA)
+    )
     run_available_now(bad, tmp_path / "dead", tmp_path / "cp-dlq", dlq_group)
 
     rows = read_table(tmp_path / "orders", 'SELECT id, name, "offset" FROM t ORDER BY "offset"')
@@ -106,6 +110,35 @@ def test_a_column_parser_marks_nulls_as_dead_letters(spark: Any) -> None:
     parsed = deadletter.parse(df, F.try_parse_json(F.col("value").cast("string")))
     assert [r.offset for r in deadletter.dead_letters(parsed).collect()] == [1]
     assert deadletter.good_rows(parsed).count() == 3
+
+
+def test_a_dead_letter_schema_with_a_timestamp(spark: Any) -> None:
+    """Timestamps in the parsed schema (pyspark 4.2+ asserts on an Arrow timestamp type built
+    without a time zone; 4.0 and 4.1 take another keyword): the instant survives, in UTC."""
+    from datetime import UTC, datetime
+
+    def to_record(value: bytes | None) -> dict:
+        data = json.loads(value or b"")
+        return {"id": data["id"], "at": datetime.fromisoformat(data["at"])}
+
+    values = [
+        b'{"id": 1, "at": "2026-11-25T10:00:00+00:00"}',
+        b'{"id": 2, "at": "2026-11-25T12:30:00+02:00"}',
+        b'{"id": 3}',
+    ]
+    df = spark.createDataFrame(
+        [("t", 0, i, None, None, v) for i, v in enumerate(values)],
+        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
+    )
+    parsed = deadletter.parse(df, to_record, "id long, at timestamp")
+    good = deadletter.good_rows(parsed).select("parsed.*").orderBy("id").collect()
+    assert [(r.id, r.at.replace(tzinfo=UTC)) for r in good] == [  # session time zone: UTC
+        (1, datetime(2026, 11, 25, 10, 0, tzinfo=UTC)),
+        (2, datetime(2026, 11, 25, 10, 30, tzinfo=UTC)),
+    ]
+    dead = deadletter.dead_letters(parsed).collect()
+    assert [d.offset for d in dead] == [2]
+    assert dead[0][deadletter.ERROR_COLUMN].startswith("KeyError")
 
 
 def test_transaction_markers_and_aborted_records_leave_gaps_the_query_reads_past(

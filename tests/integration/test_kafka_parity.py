@@ -13,7 +13,7 @@ from chispa import assert_df_equality
 from confluent_kafka import Producer
 
 from broker_support import wait_until
-from helpers import group_options, source, unique
+from helpers import group_options, needs_available_now, source, unique
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -188,6 +188,7 @@ def _ms(timestamp: str) -> float:
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000
 
 
+@needs_available_now
 def test_offsets_behind_latest_as_sparks_kafka_source_reports_them(
     spark, bootstrap_servers: str, make_topic, tmp_path: Path
 ) -> None:
