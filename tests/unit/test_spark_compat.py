@@ -7,6 +7,7 @@ line can show take the feature as a parameter."""
 from __future__ import annotations
 
 import json
+import pickle
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql.types import StructField, StructType, TimestampType
 
-from spark_groups.errors import OptionNeedsSparkError
+from spark_groups.errors import OptionNeedsSparkError, UnsupportedSparkError
 from spark_groups.offsets import BatchOffset, OffsetRange
 from spark_groups.options import parse_options
 from spark_groups.sink.spark import rows_as_batches
@@ -127,3 +128,13 @@ def test_rows_become_arrow_batches_with_the_same_instants() -> None:
     assert table.column("id").to_pylist() == [0, 1, 2]
     assert table.column("at").to_pylist() == [instant] * 3
     assert table.column("b").to_pylist() == [b"x"] * 3
+
+
+def test_an_unsupported_spark_is_named_with_the_ones_that_work() -> None:
+    error = UnsupportedSparkError("3.5.8", compat.SUPPORTED)
+    assert "pyspark 3.5.8 has no Python data source API" in str(error)
+    assert "4.0, 4.1, 4.2, 4.3" in str(error) and "spark-groups[spark]" in str(error)
+    assert isinstance(error, ImportError)
+    again = pickle.loads(pickle.dumps(error))
+    assert (again.version, again.supported) == ("3.5.8", compat.SUPPORTED)
+    assert "pyspark is not installed" in str(UnsupportedSparkError(None, compat.SUPPORTED))
