@@ -162,7 +162,13 @@ def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(
         wait_until(lambda: spark.table(name).count() == 10, 120, "the first batch")
         produce_timed(bootstrap_servers, topic, range(10, 15), 2)  # 5 < minOffsetsPerTrigger
         wait_until(lambda: spark.table(name).count() == 15, 120, "the delayed batch")
-        batches = [p for p in query.recentProgress if p.numInputRows > 0]
+
+        def batches_with_rows() -> list[Any]:
+            return [p for p in query.recentProgress if p.numInputRows > 0]
+
+        # The memory sink shows the rows before Spark posts the batch's progress.
+        wait_until(lambda: len(batches_with_rows()) == 2, 30, "the delayed batch's progress")
+        batches = batches_with_rows()
         assert [p.numInputRows for p in batches] == [10, 5]
         first, second = (p.timestamp for p in batches)
         waited = (_ms(second) - _ms(first)) / 1000.0
