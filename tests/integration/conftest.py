@@ -12,7 +12,6 @@ and catalog, as a user's session would: the delta-spark tests use it in this pro
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from collections.abc import Iterator
@@ -24,20 +23,10 @@ import spark_groups
 from spark_groups.tools.s3_server import S3Server
 from spark_groups.tools.spark_jars import DELTA_SQL_CONF, JarsMissingError, spark_jars
 
+from helpers import delta_spark_here
+
 #: The jar sets the session carries when they are fetched.
 SESSION_JARS = ("spark-kafka", "hadoop-aws")
-
-
-def delta_spark_here() -> bool:
-    """Whether this session can carry delta-spark: its Python package is installed (it
-    declares the pyspark versions it runs on) and its jars for this Spark line are fetched."""
-    if importlib.util.find_spec("delta") is None:
-        return False
-    try:
-        spark_jars("delta-spark")
-    except JarsMissingError:
-        return False
-    return True
 
 
 def _fetched_jars_conf() -> dict[str, str]:

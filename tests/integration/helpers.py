@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
 import uuid
@@ -10,6 +11,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+
+from spark_groups.tools.spark_jars import JarsMissingError, spark_jars
 
 #: Group settings that make joins fast on the embedded broker (it waits ~half the session
 #: timeout before completing a join) and a lost member's partitions move soon on any broker.
@@ -59,6 +62,18 @@ def group_options(servers: str, topic: str, group: str, ledger: str | None, **ex
         opts["offsets.table"] = ledger
     opts.update(extra)
     return opts
+
+
+def delta_spark_here() -> bool:
+    """Whether this session can carry delta-spark: its Python package is installed (it
+    declares the pyspark versions it runs on) and its jars for this Spark line are fetched."""
+    if importlib.util.find_spec("delta") is None:
+        return False
+    try:
+        spark_jars("delta-spark")
+    except JarsMissingError:
+        return False
+    return True
 
 
 def _admission_control() -> bool:

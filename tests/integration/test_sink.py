@@ -31,8 +31,7 @@ from spark_groups.tools.s3_server import S3Server
 from spark_groups.tools.spark_jars import jar_conf
 
 from broker_support import committed_offsets, log_end_offsets, produce_ids, wait_until
-from conftest import delta_spark_here
-from helpers import group_options, needs_available_now, source, unique
+from helpers import delta_spark_here, group_options, needs_available_now, source, unique
 
 MEMBER_SCRIPT = Path(__file__).with_name("sink_member.py")
 REPO_ROOT = Path(__file__).resolve().parents[2]
