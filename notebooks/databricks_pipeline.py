@@ -21,6 +21,9 @@
 # MAGIC On 17.3 LTS and 18 LTS the source needs the query's `checkpointLocation` (given below on
 # MAGIC every runtime), and `availableNow` runs as one batch of at most `maxOffsetsPerTrigger`
 # MAGIC records, committed to Kafka as the query ends (docs/spark-versions.md).
+# MAGIC On serverless and shared clusters (Spark Connect) the same cells work; a bad option
+# MAGIC fails at `start()` rather than `load()`, and each Connect session calls
+# MAGIC `spark_groups.register(spark)` itself (docs/spark-versions.md, "Spark Connect").
 # MAGIC
 # MAGIC ### Where it keeps its state: a Unity Catalog volume
 # MAGIC
