@@ -75,9 +75,7 @@ def test_a_revocation_does_not_wait_for_the_next_trigger(
             rows = read_history(history_path(ledger)).to_pylist()
             first = rows[0]["member_id"]
             return {
-                r["partition"]
-                for r in rows
-                if r["event"] == "assigned" and r["member_id"] != first
+                r["partition"] for r in rows if r["event"] == "assigned" and r["member_id"] != first
             }
 
         # Well within the rebalance timeout (5 minutes), the barrier's longest wait.
@@ -94,14 +92,30 @@ def test_a_revocation_does_not_wait_for_the_next_trigger(
         # Every record of batch 0 once (the second member resumed after it), and the new
         # records of the moved partitions once.
         assert got == expected
+        # The first member's next trigger never came: its batch 0 was committed by the
+        # barrier, for the moving partitions only, and the second member went on from there.
+        rows = OffsetLedger(ledger, group).history().to_pylist()
+        first_member = next(r["member_id"] for r in rows if r["batch"] == 0)
+        assert committed_by(rows, first_member) == {p: (0, 100) for p in moved}
+        assert all(r["from_offset"] >= 100 for r in rows if r["member_id"] != first_member)
     finally:
         for query in queries:
             query.stop()
-    # The first member's next trigger never came: its batch 0 was committed by the barrier,
-    # for the moving partitions only, and the second member went on from there.
-    rows = OffsetLedger(ledger, group).history().to_pylist()
-    first_member = next(r["member_id"] for r in rows if r["batch"] == 0)
-    by_first = {r["partition"]: (r["from_offset"], r["until_offset"]) for r in rows
-                if r["member_id"] == first_member}  # fmt: skip
-    assert by_first == {p: (0, 100) for p in moved}
-    assert all(r["from_offset"] >= 100 for r in rows if r["member_id"] != first_member)
+    # Stopping the first member commits the rest of its finished batch 0 before it leaves.
+    wait_until(
+        lambda: (
+            committed_by(OffsetLedger(ledger, group).history().to_pylist(), first_member)
+            == {p: (0, 100) for p in range(4)}
+        ),
+        60,
+        "the first member to commit its finished batch as it stops",
+    )
+
+
+def committed_by(rows: list[dict], member: str) -> dict[int, tuple[int, int]]:
+    """The ledger's ranges committed by ``member``, by partition."""
+    return {
+        r["partition"]: (r["from_offset"], r["until_offset"])
+        for r in rows
+        if r["member_id"] == member
+    }
