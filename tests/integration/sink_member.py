@@ -8,9 +8,12 @@ a JSON object: servers, topic, group, table, ledger, checkpoint, member, and opt
 ``sink_options``, ``spark_conf`` (settings for the member's Spark session: jars, Hadoop's
 ``spark.hadoop.fs.s3a.*`` for a checkpoint on ``s3a://``), ``trigger``, ``stop_file``,
 ``spark_log_level`` (default ERROR) and ``log4j_config`` (a log4j2 properties file for
-Spark's own log). With ``trigger`` "availableNow" the query reads what is there and the
-process exits; otherwise it runs until ``stop_file`` exists. Exit status 0, or 1 if the
-query failed.
+Spark's own log), and ``sink``: "delta-group" (the default), "delta" (Spark's own Delta
+sink, ``format("delta")``, plain append) or "delta-merge" (``foreachBatch`` with
+:func:`merge_into`); the last two need delta-spark in the session (``spark_conf``:
+``{**jar_conf("delta-spark"), **DELTA_SQL_CONF}``, Spark 4.0 to 4.2). With ``trigger``
+"availableNow" the query reads what is there and the process exits; otherwise it runs until
+``stop_file`` exists. Exit status 0, or 1 if the query failed.
 """
 
 from __future__ import annotations
@@ -19,12 +22,46 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 #: The default pipeline: the record's id (its value) and the Kafka columns.
 DEFAULT_SQL = (
     "SELECT cast(cast(value AS string) AS long) AS id, topic, partition, offset FROM source"
 )
+
+
+def merge_into(table: str) -> Callable[[Any, int], None]:
+    """A ``foreachBatch`` function that MERGEs each micro-batch into the Delta table at
+    ``table`` (partitioned by ``partition``) on the record's Kafka position, inserting only
+    rows not there yet: a batch read again (a replay, or another member resuming behind a
+    killed one) inserts nothing twice. The batch's partitions, named in the condition, keep
+    members' MERGEs apart (each owns its partitions); two that meet on a partition (at a
+    handover) conflict, and the one refused is made again on the new snapshot."""
+    from delta.exceptions import ConcurrentAppendException
+    from delta.tables import DeltaTable
+
+    def merge(batch: Any, batch_id: int) -> None:
+        batch = batch.persist()  # read from Kafka once, whatever the attempts
+        parts = ",".join(str(r.partition) for r in batch.select("partition").distinct().collect())
+        if not parts:  # an empty batch
+            batch.unpersist()
+            return
+        on = f"t.partition IN ({parts}) AND t.topic = s.topic AND t.partition = s.partition"
+        for attempt in range(1, 21):
+            try:
+                DeltaTable.forPath(batch.sparkSession, table).alias("t").merge(
+                    batch.alias("s"), f"{on} AND t.offset = s.offset"
+                ).whenNotMatchedInsertAll().execute()
+                break
+            except ConcurrentAppendException:
+                sys.stderr.write(f"MERGE of batch {batch_id} met a concurrent commit\n")
+                if attempt == 20:
+                    raise
+        batch.unpersist()
+
+    return merge
 
 
 def main() -> int:
@@ -71,16 +108,25 @@ def main() -> int:
         "source"
     )
     rows = spark.sql(spec.get("sql", DEFAULT_SQL))
-    writer = (
-        rows.writeStream.format("delta-group")
-        .option("group.id", spec["group"])
-        .option("member", spec["member"])
-        .option("checkpointLocation", spec["checkpoint"])
-        .options(**spec.get("sink_options", {}))
+    sink = spec.get("sink", "delta-group")
+    table: str | None = spec["table"]
+    if sink == "delta-merge":
+        writer = rows.writeStream.foreachBatch(merge_into(spec["table"]))
+        table = None
+    elif sink == "delta":
+        writer = rows.writeStream.format("delta").outputMode("append")
+    else:
+        writer = (
+            rows.writeStream.format("delta-group")
+            .option("group.id", spec["group"])
+            .option("member", spec["member"])
+        )
+    writer = writer.option("checkpointLocation", spec["checkpoint"]).options(
+        **spec.get("sink_options", {})
     )
     trigger = spec.get("trigger", "3 seconds")
     if trigger == "availableNow":
-        query = writer.trigger(availableNow=True).start(spec["table"])
+        query = writer.trigger(availableNow=True).start(table)
         try:
             query.awaitTermination()
             return 0
@@ -89,7 +135,7 @@ def main() -> int:
             return 1
         finally:
             spark.stop()
-    query = writer.trigger(processingTime=trigger).start(spec["table"])
+    query = writer.trigger(processingTime=trigger).start(table)
     stop_file = Path(spec["stop_file"])
     try:
         while not stop_file.exists():

@@ -1,18 +1,21 @@
 """Our Delta tables opened by delta-spark, the way Spark and Databricks users open them.
 
-The writers stay ours: kafka-group members (pyspark 4.3, delta-rs) in their own processes.
-delta-spark runs in a separate process, ``delta_spark_process.py``, with pyspark 4.2 (its jars
-do not run on 4.3: docs/sink.md, "delta-spark"), from ``bash jars/fetch delta-spark`` and
-``bash jars/delta-spark-python``.
+The writers stay ours: kafka-group members (delta-rs) in their own processes. delta-spark runs
+in this process, in the tests' session (conftest.py's ``spark``), which carries its jars and
+Delta's SQL extension and catalog where delta-spark runs: Spark 4.0 to 4.2, the compatibility
+lanes (``bash jars/spark-venv``, ``bash jars/fetch delta-spark@4.2``). Elsewhere (pyspark 4.3)
+the module is skipped.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
-import subprocess
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -22,62 +25,70 @@ from test_sink import IdProducer, Member, member_spec, sink_commits, table_ids
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.tools.cli import main as cli
-from spark_groups.tools.spark_jars import (
-    DELTA_SQL_CONF,
-    JarsMissingError,
-    delta_spark_python,
-    jar_conf,
-)
+from spark_groups.tools.spark_jars import JarsMissingError, spark_jars
 
 from broker_support import produce_ids, wait_until
 from helpers import unique
 
-SIDE_SCRIPT = Path(__file__).with_name("delta_spark_process.py")
+
+def delta_spark_here() -> bool:
+    """conftest.py's: delta-spark's Python package is installed and its jars for this Spark
+    line are fetched, so the tests' session carries it."""
+    try:
+        spark_jars("delta-spark")
+    except JarsMissingError:
+        return False
+    return importlib.util.find_spec("delta") is not None
+
+
+if not delta_spark_here():
+    pytest.skip(
+        "delta-spark runs on Spark 4.0 to 4.2 only (its jars and its Python package for this "
+        "pyspark are not here): run this module in a compatibility lane, "
+        ".cache/venv/spark-4.2/bin/python -m pytest",
+        allow_module_level=True,
+    )
+
 IDS_DDL = "id BIGINT, topic STRING, partition INT, offset BIGINT"
 
-
-@pytest.fixture(scope="module")
-def delta_spark() -> tuple[Path, dict[str, str]]:
-    """delta-spark's Python and the Spark settings that load its jars."""
-    try:
-        return delta_spark_python(), {**jar_conf("delta-spark"), **DELTA_SQL_CONF}
-    except JarsMissingError as exc:
-        pytest.skip(str(exc))
+#: Delta's defaults size its jobs for clusters: 50 tasks to rebuild a snapshot's state, 10,000
+#: to list a table for VACUUM. On local[2] (a 2-core machine) those take minutes; 2 each.
+SMALL_DELTA_JOBS = {
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+}
 
 
-class Side:
-    """One run of delta_spark_process.py; ``result()`` is what it found."""
+@pytest.fixture(autouse=True, scope="module")
+def small_delta_jobs(spark: Any) -> Iterator[None]:
+    """:data:`SMALL_DELTA_JOBS` in the tests' session for this module's tests only."""
+    for key, value in SMALL_DELTA_JOBS.items():
+        spark.conf.set(key, value)
+    yield
+    for key in SMALL_DELTA_JOBS:
+        spark.conf.unset(key)
 
-    def __init__(self, tool: tuple[Path, dict[str, str]], tmp_path: Path, **spec: object) -> None:
-        python, conf = tool
-        self.out = tmp_path / f"side-{unique('run')}.json"
-        self.log = self.out.with_suffix(".log")
-        spec = {**spec, "conf": conf, "out": str(self.out)}
-        with self.log.open("w") as log:
-            self.proc = subprocess.Popen(
-                [str(python), str(SIDE_SCRIPT), json.dumps(spec)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
 
-    def result(self, timeout_s: float = 300) -> dict:
-        code = self.proc.wait(timeout_s)
-        assert self.out.exists(), self.log.read_text(errors="replace")[-3000:]
-        found = json.loads(self.out.read_text())
-        assert code == 0 and found["ok"], found.get("trace") or found
-        return found
+def rows(spark: Any, path: Path | str) -> tuple[list[str], list[dict]]:
+    """The columns and rows of the table's newest version, read by delta-spark."""
+    df = spark.read.format("delta").load(str(path))
+    return df.columns, [r.asDict(recursive=True) for r in df.collect()]
 
-    def ops(self) -> list[dict]:
-        path = Path(str(self.out) + ".ops")
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
+def history(spark: Any, path: Path | str) -> list[dict]:
+    """``DESCRIBE HISTORY``, oldest first."""
+    found = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
+    return [r.asDict(recursive=True) for r in found]
+
+
+def transactions(spark: Any, path: Path | str) -> dict[str, int]:
+    """{app id: version} of the table's newest snapshot, as delta-spark sees them."""
+    jvm = spark._jvm
+    pair = jvm.org.apache.spark.sql.delta.DeltaLog.forTableWithSnapshot(
+        spark._jsparkSession, str(path)
+    )
+    txns = jvm.scala.jdk.javaapi.CollectionConverters.asJava(pair._2().setTransactions())
+    return {t.appId(): int(t.version()) for t in txns}
 
 
 def log_commits(table: Path, operation: str | None = None) -> list[tuple[int, dict]]:
@@ -102,7 +113,7 @@ def run_member(name: str, spec: dict, tmp_path: Path) -> Member:
 
 
 def test_delta_spark_reads_the_ledger_the_rebalance_history_and_the_sink_table(
-    delta_spark, bootstrap_servers: str, make_topic, tmp_path: Path
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
 ) -> None:
     topic = make_topic(3)
     counts = produce_ids(bootstrap_servers, topic, range(300), 3, chunk_sizes=[40, 100])
@@ -123,25 +134,19 @@ def test_delta_spark_reads_the_ledger_the_rebalance_history_and_the_sink_table(
         assert done.exit_code == 0, done.output
     assert len(list(compacted.glob("*.parquet"))) == 1
 
-    history_table = f"{ledger}_rebalances"
-    found = Side(
-        delta_spark, tmp_path, mode="read",
-        tables={"sink": str(table), "ledger": str(ledger), "history": history_table,
-                "compacted": str(compacted)},
-    ).result()  # fmt: skip
-
-    sink = found["sink"]
-    assert sink["columns"] == ["id", "topic", "partition", "offset"]
-    assert sorted(r["id"] for r in sink["rows"]) == list(range(300))
-    assert all(r["id"] % 3 == r["partition"] and r["topic"] == topic for r in sink["rows"])
-    # DeltaTable.forPath(...).history(): every sink commit, written by delta-rs, as appends.
-    sink_versions = {c["version"] for c in sink["history"] if c["operation"] == "WRITE"}
-    assert sink_versions and all(c["engineInfo"].startswith("delta-rs") for c in sink["history"]), (
-        sink["history"]
+    columns, sink_rows = rows(spark, table)
+    assert columns == ["id", "topic", "partition", "offset"]
+    assert sorted(r["id"] for r in sink_rows) == list(range(300))
+    assert all(r["id"] % 3 == r["partition"] and r["topic"] == topic for r in sink_rows)
+    # DESCRIBE HISTORY: every sink commit, written by delta-rs, as appends.
+    sink_history = history(spark, table)
+    sink_versions = {c["version"] for c in sink_history if c["operation"] == "WRITE"}
+    assert sink_versions and all(c["engineInfo"].startswith("delta-rs") for c in sink_history), (
+        sink_history
     )
-    # history() shows each sink commit's transaction versions (Delta's userMetadata).
+    # It shows each sink commit's transaction versions (Delta's userMetadata).
     shown: dict[str, int] = {}
-    for commit in sink["history"]:
+    for commit in sink_history:
         if commit["version"] in sink_versions:
             meta = json.loads(commit["userMetadata"])
             assert meta["group"] == group
@@ -150,7 +155,8 @@ def test_delta_spark_reads_the_ledger_the_rebalance_history_and_the_sink_table(
     # The sink's transaction ids, as delta-spark's snapshot has them: one per partition, at
     # the partition's end; the same positions the sink resumes from.
     table_id = DeltaTable(str(table)).metadata().id
-    assert sink["transactions"] == {
+    sink_txns = transactions(spark, table)
+    assert sink_txns == {
         f"spark_groups:{table_id}:{topic}:{p}:{group}": n for p, n in counts.items()
     }
     tps = [TopicPartition(topic, p) for p in range(3)]
@@ -158,18 +164,18 @@ def test_delta_spark_reads_the_ledger_the_rebalance_history_and_the_sink_table(
         TopicPartition(topic, p): n for p, n in counts.items()
     }
     # Compacted and vacuumed: the same rows and transaction ids (and the maintenance lease's).
-    after = found["compacted"]
-    by_id = lambda rows: sorted(rows, key=lambda r: r["id"])  # noqa: E731
-    assert by_id(after["rows"]) == by_id(sink["rows"])
+    by_id = lambda found: sorted(found, key=lambda r: r["id"])  # noqa: E731
+    assert by_id(rows(spark, compacted)[1]) == by_id(sink_rows)
     lease = f"spark_groups:{table_id}:maintenance"
-    assert {k: v for k, v in after["transactions"].items() if k != lease} == sink["transactions"]
-    assert {"OPTIMIZE", "VACUUM END"} <= {c["operation"] for c in after["history"]}
+    after = transactions(spark, compacted)
+    assert {k: v for k, v in after.items() if k != lease} == sink_txns
+    assert {"OPTIMIZE", "VACUUM END"} <= {c["operation"] for c in history(spark, compacted)}
 
     # The ledger: its newest row per partition is the partition's end.
-    rows = found["ledger"]["rows"]
-    assert {"topic", "partition"} <= set(found["ledger"]["columns"])
+    ledger_columns, ledger_rows = rows(spark, ledger)
+    assert {"topic", "partition"} <= set(ledger_columns)
     newest: dict[int, dict] = {}
-    for r in rows:
+    for r in ledger_rows:
         if r["topic"] == topic and (
             r["partition"] not in newest or r["batch"] > newest[r["partition"]]["batch"]
         ):
@@ -178,14 +184,14 @@ def test_delta_spark_reads_the_ledger_the_rebalance_history_and_the_sink_table(
     assert {p: r["until_offset"] for p, r in newest.items()} == counts
 
     # The rebalance history: the member got the three partitions.
-    events = found["history"]["rows"]
+    events = rows(spark, f"{ledger}_rebalances")[1]
     assigned = {(e["topic"], e["partition"]) for e in events if e["event"] == "assigned"}
     assert assigned == {(topic, p) for p in range(3)}, events
 
 
-@pytest.mark.timeout(1800)  # delta-spark's first OPTIMIZE alone takes minutes on a busy machine
+@pytest.mark.timeout(1200)  # delta-spark's first OPTIMIZE takes minutes on a busy machine
 def test_optimize_vacuum_and_another_writer_beside_two_members_every_record_once(
-    delta_spark, bootstrap_servers: str, make_topic, tmp_path: Path
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
 ) -> None:
     topic = make_topic(4)
     group, table = unique("g"), tmp_path / "table"
@@ -193,8 +199,7 @@ def test_optimize_vacuum_and_another_writer_beside_two_members_every_record_once
     a = Member("A", {**spec, "checkpoint": str(tmp_path / "cp-a")}, logs)
     b = Member("B", {**spec, "checkpoint": str(tmp_path / "cp-b")}, logs)
     producer = IdProducer(bootstrap_servers, topic, 4, per_second=200)
-    side_stop = tmp_path / "side-stop"
-    side: Side | None = None
+    appended = list(range(-10, 0))  # the other writer's rows
     producer.start()
     try:
         a.start()
@@ -202,13 +207,13 @@ def test_optimize_vacuum_and_another_writer_beside_two_members_every_record_once
         wait_until(lambda: a.commits(table) >= 1 and b.commits(table) >= 1, 240,
                    "both members to commit batches")  # fmt: skip
         at_start = len(sink_commits(table))
-        side = Side(delta_spark, tmp_path, mode="maintain", table=str(table),
-                    stop_file=str(side_stop))  # fmt: skip
-        # One round of OPTIMIZE, append and VACUUM while both members go on committing.
-        wait_until(lambda: len(side.ops()) >= 3, 900, "a round of maintenance")
+        # OPTIMIZE, an append by another writer and VACUUM (default retention), from this
+        # process while both members go on committing.
+        optimized = spark.sql(f"OPTIMIZE delta.`{table}`").collect()[0]["metrics"]
+        other = spark.createDataFrame([(i, "external", None, None) for i in appended], IDS_DDL)
+        other.write.format("delta").mode("append").save(str(table))
+        spark.sql(f"VACUUM delta.`{table}`").collect()
         assert len(sink_commits(table)) > at_start, "the members stopped committing"
-        side_stop.touch()
-        maintained = side.result(900)  # the operation under way when told to stop
         producer.stop_event.set()
         producer.join(60)
         assert producer.error is None, producer.error
@@ -222,38 +227,31 @@ def test_optimize_vacuum_and_another_writer_beside_two_members_every_record_once
             assert member.proc.wait(90) == 0, member.log_text()[-3000:]
     finally:
         producer.stop_event.set()
-        side_stop.touch()
         stop_file.touch()
-        if side is not None:
-            side.kill()
         a.kill()
         b.kill()
 
     # The OPTIMIZE was truly concurrent: sink commits landed between the version it read and
-    # the version it committed as, and it committed all the same.
+    # the version it committed as, and it committed all the same, rewriting files.
+    assert optimized["numFilesRemoved"] > 0, optimized
     optimizes = log_commits(table, "OPTIMIZE")
-    assert optimizes
+    assert len(optimizes) == 1
     version, info = optimizes[0]
     sink_versions = [v for v, c in log_commits(table) if "spark_groups.member" in c]
     assert any(info["readVersion"] < v < version for v in sink_versions), (info, sink_versions)
-    ops = side.ops()
-    failed = [o for o in ops if not o["ok"]]
-    assert not failed, failed
-    compacted = [o for o in ops if o["op"] == "optimize" and o["detail"]["removed"] > 0]
-    assert compacted, "OPTIMIZE never rewrote a file"
-    ids = table_ids(table)
+    assert [c["operation"] for _, c in log_commits(table, "VACUUM END")] == ["VACUUM END"]
+    ids = [r["id"] for r in rows(spark, table)[1]]
     ours = [i for i in ids if i >= 0]
     twice = sorted(i for i, n in Counter(ours).items() if n > 1)
     assert not twice, f"written twice: {twice[:20]}"
     assert set(ours) == produced, f"missing: {sorted(produced - set(ours))[:20]}"
     # The other writer's rows are all there too, once each.
-    theirs = [i for i in ids if i < 0]
-    assert sorted(theirs) == list(range(-maintained["appended"], 0))
+    assert sorted(i for i in ids if i < 0) == appended
     # No batch lost: the sink's transaction versions are the ends of what the members read.
     assert committed_positions(str(table), group, [TopicPartition(topic, p) for p in range(4)])
     # What the sink met: commits made again after a concurrent commit (reported, not required).
     logs_text = a.log_text() + b.log_text()
-    print("sink commits retried:", logs_text.count("met a concurrent commit"), "ops:", ops)
+    print("sink commits retried:", logs_text.count("met a concurrent commit"), optimized)
 
 
 @pytest.mark.parametrize(
@@ -266,11 +264,17 @@ def test_optimize_vacuum_and_another_writer_beside_two_members_every_record_once
     ids=["defaults", "deletion-vectors", "column-mapping"],
 )
 def test_a_table_created_by_delta_spark_is_accepted_or_refused_naming_the_feature(
-    delta_spark, bootstrap_servers: str, make_topic, tmp_path: Path, properties, refused
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path, properties, refused
 ) -> None:
     table = tmp_path / "table"
-    created = Side(delta_spark, tmp_path, mode="create", table=str(table), ddl=IDS_DDL,
-                   properties=properties).result()  # fmt: skip
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+    spark.sql(
+        f"CREATE TABLE delta.`{table}` ({IDS_DDL}) USING delta"
+        + (f" TBLPROPERTIES ({props})" if props else "")
+    )
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").collect()[0].asDict()
+    features = set(detail.get("tableFeatures") or [])
+    assert refused is None or refused in features, detail
     topic = make_topic(2)
     produce_ids(bootstrap_servers, topic, range(100), 2)
     spec = {
@@ -285,7 +289,7 @@ def test_a_table_created_by_delta_spark_is_accepted_or_refused_naming_the_featur
     member.reap()
     if refused is None:
         assert code == 0, member.log_text()[-3000:]
-        assert sorted(table_ids(table)) == list(range(100)), created
+        assert sorted(r["id"] for r in rows(spark, table)[1]) == list(range(100)), detail
     else:
         assert code == 1
         text = member.log_text()
