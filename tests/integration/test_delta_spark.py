@@ -9,7 +9,6 @@ the module is skipped.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from collections import Counter
@@ -25,21 +24,9 @@ from test_sink import IdProducer, Member, member_spec, sink_commits, table_ids
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.tools.cli import main as cli
-from spark_groups.tools.spark_jars import JarsMissingError, spark_jars
 
 from broker_support import produce_ids, wait_until
-from helpers import unique
-
-
-def delta_spark_here() -> bool:
-    """conftest.py's: delta-spark's Python package is installed and its jars for this Spark
-    line are fetched, so the tests' session carries it."""
-    try:
-        spark_jars("delta-spark")
-    except JarsMissingError:
-        return False
-    return importlib.util.find_spec("delta") is not None
-
+from helpers import delta_spark_here, unique
 
 if not delta_spark_here():
     pytest.skip(
