@@ -119,7 +119,7 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         results["command"],
         "```",
         "",
-        "(from the repository root; after `pip install -e .`, `bash jars/fetch kafka "
+        "(from the repository root; after `pip install -e \".[spark]\"`, `bash jars/fetch kafka "
         "spark-kafka delta-spark@4.2` and `bash jars/spark-venv 4.2.0`; add `--quick` for a "
         "smaller run, `--broker tansu` for the embedded broker, `--bootstrap-servers "
         "host:port` for another). Every figure is measured in the "
