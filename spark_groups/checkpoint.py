@@ -27,7 +27,7 @@ batch by its offsets, never by its number.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -136,15 +136,8 @@ def spark_batch_id(
     entries; the first is the one that read the records. ``storage_options`` configure the
     file system of a checkpoint on an object store (:func:`spark_groups.files.location`).
     """
-    offsets = location(
-        f"{checkpoint.rstrip('/')}/offsets", storage_options, option="checkpointLocation"
-    )
     found = None
-    for batch_id in _logged_ids(offsets):
-        try:
-            logged = _batches_in(offsets.read_text(offsets.child(str(batch_id))))
-        except FileNotFoundError:  # purged by Spark meanwhile
-            continue
+    for batch_id, logged in _entries(checkpoint, storage_options):
         if batch in logged:
             found = batch_id
         elif all(b.batch < batch.batch for b in logged):
@@ -168,14 +161,22 @@ def latest_logged(
     """This source's offsets in the newest entry of the offset log that has them (None when
     no entry has): where a restarted query stands, for a Spark that does not tell the source
     (4.0 and 4.1 call ``latestOffset()`` without a start)."""
+    for _, logged in _entries(checkpoint, storage_options):
+        if logged:
+            return max(logged, key=lambda b: b.batch)
+    return None
+
+
+def _entries(
+    checkpoint: str, storage_options: Mapping[str, str] | None
+) -> Iterator[tuple[int, list[BatchOffset]]]:
+    """(Spark batch id, this source's offsets in it) of the offset log, newest first, read
+    one file at a time (entries Spark purged meanwhile are passed over)."""
     offsets = location(
         f"{checkpoint.rstrip('/')}/offsets", storage_options, option=CHECKPOINT_OPTION
     )
     for batch_id in _logged_ids(offsets):
         try:
-            logged = _batches_in(offsets.read_text(offsets.child(str(batch_id))))
+            yield batch_id, _batches_in(offsets.read_text(offsets.child(str(batch_id))))
         except FileNotFoundError:  # purged by Spark meanwhile
             continue
-        if logged:
-            return max(logged, key=lambda b: b.batch)
-    return None

@@ -88,12 +88,13 @@ except ImportError:  # pyspark 4.0 and 4.1
 #: Tasks of a Python stream writer receive Arrow batches (pyspark 4.1+), not rows.
 ARROW_STREAM_WRITER: bool = hasattr(_datasource, "DataSourceStreamArrowWriter")
 
-_TIMEZONE_KEYWORD = "timezone" in inspect.signature(_types.to_arrow_schema).parameters
+_SCHEMA_TIMEZONE = "timezone" in inspect.signature(_types.to_arrow_schema).parameters
+_TYPE_TIMEZONE = "timezone" in inspect.signature(_types.to_arrow_type).parameters
 
 
 def arrow_schema(schema: Any) -> Any:
     """The Arrow schema of a Spark ``StructType``, timestamps in UTC, on every version."""
-    if _TIMEZONE_KEYWORD:
+    if _SCHEMA_TIMEZONE:
         return _types.to_arrow_schema(schema, timezone="UTC")
     return _types.to_arrow_schema(schema, timestamp_utc=True)
 
@@ -101,7 +102,7 @@ def arrow_schema(schema: Any) -> Any:
 def arrow_type(data_type: Any) -> Any:
     """The Arrow type of a Spark ``DataType``, timestamps in UTC, on every version (pyspark
     4.2+ asserts on a timestamp given no ``timezone``)."""
-    if "timezone" in inspect.signature(_types.to_arrow_type).parameters:
+    if _TYPE_TIMEZONE:
         return _types.to_arrow_type(data_type, timezone="UTC")
     return _types.to_arrow_type(data_type, timestamp_utc=True)
 
