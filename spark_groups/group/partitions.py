@@ -18,12 +18,21 @@ aiokafka's ``consumer/subscription_state.py``)::
   member had planned by then is remembered: batches up to it may never commit the partition
   again (another member may have moved on), also after it is assigned here again.
 
+Two facts about an owned partition ride on its state and go when it is given up:
+
+* its *handover*: the range another consumer of the group committed where it resumed
+  (:class:`~spark_groups.offsets.Handover`); the first batch that reads from there carries
+  it, so the sink accepts exactly that gap;
+* its *hold*: the sink's table would get a gap nothing explains (``group.gaps``); a held
+  partition is owned but not read until the table reaches its position.
+
 The two invariants of the offsets live here and are unit-tested without a broker:
 
 1. never commit below what is known committed (:meth:`PartitionTable.committable`);
 2. never commit a partition that was given up, by a batch planned before it was given up.
 
-Not thread-safe on its own: the caller (``GroupStream``) holds its lock around every call.
+Not thread-safe on its own: the caller holds the driver's lock (``Bookkeeping.lock``) around
+every call.
 """
 
 from __future__ import annotations
@@ -32,7 +41,8 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from spark_groups.offsets import OffsetRange, TopicPartition
+from spark_groups.group.gaps import Held
+from spark_groups.offsets import Handover, OffsetRange, TopicPartition
 
 
 class Status(enum.Enum):
@@ -54,6 +64,10 @@ class PartitionState:
     committed: int | None = None
     #: The last planned batch that read this partition (-1: none); the barrier waits for it.
     last_batch: int = -1
+    #: What another consumer of the group committed where this partition resumed, if so.
+    handover: Handover | None = None
+    #: Why the partition is held back (not planned), if it is.
+    held: Held | None = None
 
 
 class PartitionTable:
@@ -80,13 +94,30 @@ class PartitionTable:
                 out.append(tp)
         return sorted(out)
 
-    def plannable(self, assignment: frozenset[TopicPartition]) -> dict[TopicPartition, int]:
-        """Position of every ACTIVE partition that is still in ``assignment``."""
+    def plannable(
+        self, assignment: frozenset[TopicPartition], *, held: bool = True
+    ) -> dict[TopicPartition, int]:
+        """Position of every ACTIVE partition that is still in ``assignment`` (without the
+        held ones when ``held`` is False: those are the partitions a batch may read)."""
         return {
             tp: s.position
             for tp, s in self._states.items()
-            if s.status is Status.ACTIVE and s.position is not None and tp in assignment
+            if s.status is Status.ACTIVE
+            and s.position is not None
+            and tp in assignment
+            and (held or s.held is None)
         }
+
+    def handover_into(self, r: OffsetRange) -> Handover | None:
+        """The handover a batch reading ``r`` carries: its partition's, when ``r`` starts
+        exactly where the other consumer's commit ended (the partition's first range)."""
+        state = self._states.get(r.topic_partition)
+        handover = state.handover if state is not None else None
+        return handover if handover is not None and handover.until == r.from_offset else None
+
+    def held(self) -> dict[TopicPartition, Held]:
+        """Every held partition, and why."""
+        return {tp: s.held for tp, s in self._states.items() if s.held is not None}
 
     def is_at(self, tp: TopicPartition, position: int) -> bool:
         """True when ``tp`` is ACTIVE at ``position`` (a plan made from it is still valid)."""
@@ -103,7 +134,7 @@ class PartitionTable:
         """The ranges of ``batch`` that may be committed: their partition is in ``owned``, was
         not given up after ``batch`` was planned, and the range ends past what is committed.
 
-        Caller: ``GroupStream.commit_durable``, before committing. Affects: nothing.
+        Caller: ``Committer`` (``group.commit``), before committing. Affects: nothing.
         """
         kept = []
         for r in ranges:
@@ -128,7 +159,7 @@ class PartitionTable:
 
         With ``committed`` (where the ledger, Kafka or the sink say the group stands) the
         position is the furthest of it and any commit already seen here.
-        Caller: ``GroupStream`` resolving new partitions. Affects: absent or AWAITING_RESUME
+        Caller: ``Arrivals`` resolving new partitions. Affects: absent or AWAITING_RESUME
         -> ACTIVE.
         """
         state = self._states.get(tp)
@@ -143,6 +174,36 @@ class PartitionTable:
         state.status = Status.ACTIVE
         state.position = position
         return position
+
+    def set_handover(self, tp: TopicPartition, handover: Handover | None) -> None:
+        """``tp`` resumed where ``handover`` ended (None: at a position of the group's own).
+
+        Caller: the resume of newly assigned partitions, after :meth:`resume`. Affects: the
+        ``handover`` of ``tp``'s state, if it has one.
+        """
+        state = self._states.get(tp)
+        if state is not None:
+            state.handover = handover
+
+    def hold(self, held: Mapping[TopicPartition, Held]) -> None:
+        """Hold back ``held``'s partitions: owned, not planned until :meth:`release`.
+
+        Caller: the resume of newly assigned partitions. Affects: ``held`` of owned states.
+        """
+        for tp, why in held.items():
+            state = self._states.get(tp)
+            if state is not None:
+                state.held = why
+
+    def release(self, partitions: Iterable[TopicPartition]) -> None:
+        """Plan ``partitions`` again (the sink's table reached their position).
+
+        Affects: ``held`` of their states.
+        """
+        for tp in partitions:
+            state = self._states.get(tp)
+            if state is not None:
+                state.held = None
 
     def planned(self, batch: int, ranges: Iterable[OffsetRange]) -> None:
         """``batch`` reads ``ranges``: their partitions' positions move to the ranges' ends.
@@ -160,7 +221,7 @@ class PartitionTable:
 
         A commit never moves ``committed`` back, and moves an ACTIVE partition's position
         past what the commit covered (a replayed batch after a restart).
-        Caller: ``GroupStream.commit_durable``. Affects: ``committed`` (an owned partition not
+        Caller: ``Committer``. Affects: ``committed`` (an owned partition not
         resumed yet becomes AWAITING_RESUME), ``position``.
         """
         for tp, until in offsets.items():
@@ -188,7 +249,7 @@ class PartitionTable:
         """Stop planning ``partitions``; return the batch the revocation must wait for (the
         last batch that read any of them; -1 for none).
 
-        Caller: ``GroupStream.on_revoked`` (owner thread). Affects: -> REVOKING.
+        Caller: ``RevocationBarrier`` (owner thread). Affects: -> REVOKING.
         """
         wait_for = -1
         for tp in partitions:
@@ -202,9 +263,10 @@ class PartitionTable:
 
     def give_up(self, partitions: Iterable[TopicPartition], through_batch: int) -> None:
         """``partitions`` are no longer this member's (lost, or revoked after the barrier):
-        drop their state; batches up to ``through_batch`` may never commit them.
+        drop their state (with its handover and hold); batches up to ``through_batch`` may
+        never commit them.
 
-        Caller: ``GroupStream.on_revoked`` (after the barrier) and ``on_lost``.
+        Caller: ``RevocationBarrier`` (after the barrier) and ``GroupStream.on_lost``.
         Affects: the state is removed.
         """
         for tp in partitions:

@@ -1,0 +1,219 @@
+"""Newly assigned partitions: where each resumes, and what that implies before it is read.
+
+At every plan, before ranges are planned, :meth:`Arrivals.resolve` handles the partitions the
+group assigned since the last plan (``PartitionTable.needs_resume``):
+
+1. Forget their cached log ends: a partition assigned anew may have a new log (a broker
+   restarted, the topic was recreated), so a log that went backwards is seen.
+2. Read where the group stands: the ledger's newest row and Kafka's committed offset (with
+   its metadata: who committed), and with ``sink.table`` the sink's transaction versions.
+3. Where the sink is ahead of both (it commits a batch before the source's safe point, so
+   after a crash it can be one batch ahead), commit its position to Kafka and the ledger.
+4. Name the ranges another consumer of the group committed past where spark_groups stood
+   (handovers), and record them in the ledger once.
+5. Choose each partition's first position (``group.resume.choose``): committed, else the
+   checkpoint's last batch, else ``startingOffsets`` (``earliest`` for partitions that
+   appear after the first plan). Positions resolved from ``latest`` are committed to Kafka
+   at once, so the group agrees on them.
+6. Give each its position and handover in its state; with ``sink.table``, hold the partitions
+   the sink's table would get an unexplained gap in (``group.gaps``).
+
+Held partitions are checked again every ``gaps.RECHECK_S`` seconds
+(:meth:`Arrivals.recheck_held`) and released once the sink's table reaches their position.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from spark_groups import commit_metadata
+from spark_groups.errors import CommitError
+from spark_groups.group import gaps, resume
+from spark_groups.group.bookkeeping import Bookkeeping
+from spark_groups.group.commit import Committer
+from spark_groups.group.member import GroupMember
+from spark_groups.kafka.watermarks import EndOffsetResolver
+from spark_groups.ledger import CATCH_UP_BATCH, OUTSIDE_BATCH, LedgerRow
+from spark_groups.metrics import StreamMetrics
+from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition
+from spark_groups.options import SourceOptions
+from spark_groups.starting import LATEST
+
+log = logging.getLogger(__name__)
+
+
+class Arrivals:
+    """Resumes one stream's newly assigned partitions (see the module doc)."""
+
+    def __init__(
+        self,
+        options: SourceOptions,
+        books: Bookkeeping,
+        committer: Committer,
+        metrics: StreamMetrics,
+    ) -> None:
+        self.options = options
+        self.books = books
+        self.committer = committer
+        self.metrics = metrics
+        # Partitions assigned after the first plan with no committed offset anywhere are new
+        # partitions (a topic grew, a pattern matched a new topic): they start at earliest.
+        self._first_plan_done = False
+        self._held_checked = 0.0
+
+    def resolve(self, member: GroupMember, resolver: EndOffsetResolver, start: BatchOffset) -> None:
+        """Steps 1-6 of the module doc, for the partitions that need a position."""
+        books, options = self.books, self.options
+        with books.lock:
+            new = books.partitions.needs_resume(member.assignment)
+        if not new:
+            return
+        resolver.forget(new)
+        committed = resume.committed(new, self.committer.ledger, member)
+        known = committed.known()
+        sink: dict[TopicPartition, int] = {}
+        if options.sink_path is not None:
+            sink = resume.sink_positions(
+                options.sink_path, options.group_id, new, options.storage_options
+            )
+            self._catch_up_with_sink(member, sink, known)
+        handovers = resume.handovers(committed.kafka, resume.furthest(committed.ledger_own, sink))
+        self._record_handovers(handovers, committed.ledger)
+        replayed = start.ends()
+        discovered_later, self._first_plan_done = self._first_plan_done, True
+        rules = {
+            tp: resume.start_rule(options.starting_offsets, tp, discovered_later)
+            for tp in new
+            if tp not in known and tp not in replayed
+        }
+        starts = resume.starting_offsets(rules, resolver, options.starting_offsets) if rules else {}
+        self._pin(member, {tp: v for tp, v in starts.items() if rules[tp] == LATEST})
+        chosen = resume.choose(new, known, replayed, starts, discovered_later)
+        sources: dict[str, tuple[int | None, str]] = {}
+        resumed: dict[TopicPartition, int] = {}
+        with books.lock:
+            for tp, first in chosen.items():
+                position = books.partitions.resume(
+                    tp, first.offset, first.offset if first.origin == "committed" else None
+                )
+                sources[str(tp)] = (position, first.origin)
+                if position is not None:
+                    resumed[tp] = position
+                books.partitions.set_handover(tp, handovers.get(tp))
+        log.info("resuming %d partitions (offset, from): %s", len(new), sources)
+        if options.sink_path is not None:
+            who = {tp: commit_metadata.read(md).text for tp, (_, md) in committed.kafka.items()}
+            self._hold(gaps.unexplained(resumed, sink, handovers, who))
+
+    def recheck_held(self) -> None:
+        """Every few seconds, release the held partitions the sink's table has reached (an
+        operator ran ``spark-groups accept-gap``). Held partitions given up meanwhile went
+        with their state."""
+        with self.books.lock:
+            held = self.books.partitions.held()
+        if not held or time.monotonic() - self._held_checked < gaps.RECHECK_S:
+            return
+        self._held_checked = time.monotonic()
+        assert self.options.sink_path is not None
+        table = resume.sink_positions(
+            self.options.sink_path, self.options.group_id, list(held), self.options.storage_options
+        )
+        done = list(gaps.released(held, table))
+        with self.books.lock:
+            self.books.partitions.release(done)
+        self.count_held()
+        for tp in done:
+            log.info("%s: the sink table reaches %d now; reading it again", tp, table[tp])
+
+    def count_held(self) -> None:
+        """Bring the metric ``held_partitions`` up to date."""
+        with self.books.lock:
+            self.metrics.extra["held_partitions"] = len(self.books.partitions.held())
+
+    def _hold(self, held: Mapping[TopicPartition, gaps.Held]) -> None:
+        """Hold back partitions the sink's table would get an unexplained gap in."""
+        if not held:
+            return
+        assert self.options.sink_path is not None
+        with self.books.lock:
+            self.books.partitions.hold(held)
+        self.count_held()
+        for h in held.values():
+            log.error(
+                "%s",
+                h.message(self.options.group_id, self.options.sink_path, self.options.ledger_path),
+            )
+
+    def _record_handovers(
+        self, handovers: Mapping[TopicPartition, Handover], ledger: Mapping[TopicPartition, int]
+    ) -> None:
+        """Log the ranges other consumers of the group committed and record them in the
+        ledger (``batch`` :data:`OUTSIDE_BATCH`), once: a range the ledger already reaches
+        was recorded by an earlier owner."""
+        for h in handovers.values():
+            log.info(
+                "%s resumes at %d, committed by %s (spark_groups stood at %s): the range was "
+                "processed outside this query",
+                h.topic_partition,
+                h.until,
+                h.by,
+                h.since,
+            )
+        rows = [
+            LedgerRow(
+                topic=h.topic,
+                partition=h.partition,
+                from_offset=h.until if h.since is None else h.since,
+                until_offset=h.until,
+                member_id=h.by,
+                generation=-1,
+                batch=OUTSIDE_BATCH,
+                committed_at=datetime.now(UTC),
+            )
+            for tp, h in sorted(handovers.items())
+            if ledger.get(tp, -1) < h.until
+        ]
+        if self.committer.ledger is not None and rows:
+            self.committer.ledger.append(rows)
+
+    def _catch_up_with_sink(
+        self,
+        member: GroupMember,
+        sink: Mapping[TopicPartition, int],
+        known: dict[TopicPartition, int],
+    ) -> None:
+        """Step 3: resume from the exactly-once sink (option ``sink.table``) where it is ahead
+        of the ledger and Kafka, and bring both up to its position; without this the next
+        owner would re-read that batch only for the sink to drop it."""
+        ahead = {tp: v for tp, v in sink.items() if v > known.get(tp, -1)}
+        if not ahead:
+            return
+        log.info("the sink %s is ahead; resuming from it: %s", self.options.sink_path, ahead)
+        prior = dict(known)
+        known.update(ahead)
+        try:
+            member.commit(ahead, metadata=self.committer.metadata(member, "sink catch-up"))
+        except CommitError as exc:  # includes a stale generation: the next owner does this
+            self.metrics.failed_commits += 1
+            log.warning("could not bring Kafka up to the sink's offsets: %s", exc)
+            return
+        ranges = [
+            OffsetRange(tp.topic, tp.partition, prior.get(tp, until), until)
+            for tp, until in sorted(ahead.items())
+        ]
+        self.committer.record_in_ledger(member, ranges, CATCH_UP_BATCH)
+
+    def _pin(self, member: GroupMember, starts: Mapping[TopicPartition, int]) -> None:
+        """Step 5's commit of where partitions that started at ``latest`` start (like a plain
+        consumer's first commit after ``auto.offset.reset``), so the group agrees on it: a
+        partition that moves before its first batch resumes there instead of resolving
+        ``latest`` again later and skipping what arrived in between."""
+        if not starts:
+            return
+        try:
+            member.commit(starts, metadata=self.committer.metadata(member, "starting offset"))
+        except CommitError as exc:
+            log.warning("could not commit the starting offsets %s: %s", dict(starts), exc)

@@ -1,0 +1,184 @@
+"""The revocation barrier: a revoked partition leaves only once its last batch is committed.
+
+When the group takes partitions away, the member's owner thread calls
+:meth:`RevocationBarrier.revoke` from the rebalance callback and the rebalance waits for it:
+
+1. The partitions become REVOKING: no batch planned from now on reads them; the barrier
+   waits for the last batch that did (``PartitionTable.begin_revoke``). Under
+   ``at-most-once`` there is nothing to wait for: offsets were committed at planning.
+2. While it waits it keeps the member alive (``serve``: heartbeats, the commits Spark's
+   thread asks the owner thread to make).
+3. Spark's thread commits that batch at its next trigger (the safe point). With a durability
+   signal (``checkpointLocation`` or ``sink.table``, see ``group.durable``) the barrier does
+   not wait for that trigger: every :data:`DURABLE_CHECK_INTERVAL_S` it asks whether the
+   batch is durable and, once it is, commits the revoked partitions' ranges of it itself
+   (``Committer.commit_ranges``, ownership checked with the commit on this thread).
+4. The wait is bounded by the rebalance timeout (``max.poll.interval.ms`` less 5 s): past
+   it the partitions move uncommitted (counted, logged with what to raise).
+5. However it ended, the partitions are given up: a batch that outlived the barrier must
+   not commit them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from spark_groups.group.bookkeeping import Bookkeeping
+from spark_groups.group.commit import Committer
+from spark_groups.group.member import GroupMember
+from spark_groups.metrics import StreamMetrics
+from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition
+
+log = logging.getLogger(__name__)
+
+#: How often a waiting revocation looks for its batch in the checkpoint or the sink table.
+DURABLE_CHECK_INTERVAL_S = 0.2
+
+
+@dataclass(frozen=True)
+class BarrierOutcome:
+    """How one revocation's barrier ended."""
+
+    #: The batch it waited for (-1: none).
+    waited_for: int
+    #: Seconds it waited.
+    waited_s: float
+    #: True when the barrier committed the partitions itself (their batch was durable).
+    committed_by_barrier: bool
+    #: True when the wait timed out (the partitions moved uncommitted).
+    timed_out: bool
+
+
+class RevocationBarrier:
+    """The barrier of one stream's revocations (see the module doc)."""
+
+    def __init__(
+        self,
+        books: Bookkeeping,
+        committer: Committer,
+        metrics: StreamMetrics,
+        *,
+        timeout_s: float,
+        at_most_once: bool,
+    ) -> None:
+        self.books = books
+        self.committer = committer
+        self.metrics = metrics
+        self.timeout_s = timeout_s
+        self.at_most_once = at_most_once
+
+    def revoke(
+        self,
+        member: GroupMember | None,
+        partitions: frozenset[TopicPartition],
+        serve: Callable[[float], None],
+    ) -> BarrierOutcome:
+        """Steps 1-5 of the module doc for ``partitions``; return how it ended."""
+        books = self.books
+        started = time.monotonic()
+        with books.lock:
+            wait_for = books.partitions.begin_revoke(partitions)
+        if self.at_most_once:
+            wait_for = -1
+        self.metrics.revocations += 1
+        deadline = started + self.timeout_s
+        watch = self.committer.durability.enabled and wait_for >= 0
+        next_check = started
+        by_barrier = timed_out = False
+        try:
+            while books.batches.committed_through < wait_for and not books.stopped:
+                if watch and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + DURABLE_CHECK_INTERVAL_S
+                    done = self._commit_if_durable(member, partitions)
+                    if done:
+                        by_barrier = True
+                        break
+                    watch = done is not None
+                if time.monotonic() >= deadline:
+                    timed_out = True
+                    self.metrics.barrier_timeouts += 1
+                    log.error(
+                        "revocation barrier timed out after %.1f s waiting for batch %d "
+                        "(committed: %d); %s move to another member uncommitted and may be read "
+                        "twice. Raise max.poll.interval.ms above the longest batch.",
+                        time.monotonic() - started,
+                        wait_for,
+                        books.batches.committed_through,
+                        sorted(str(tp) for tp in partitions),
+                    )
+                    break
+                serve(0.05)
+        finally:
+            with books.lock:
+                books.partitions.give_up(partitions, books.batches.highest)
+        return BarrierOutcome(wait_for, time.monotonic() - started, by_barrier, timed_out)
+
+    def _commit_if_durable(
+        self, member: GroupMember | None, partitions: frozenset[TopicPartition]
+    ) -> bool | None:
+        """Step 3: commit the ranges of ``partitions`` whose batch is durable; True once none
+        of ``partitions`` is left uncommitted, False while some are, None when a commit failed
+        (the barrier then leaves it to Spark's next trigger).
+
+        Never blocks on Spark's thread: while that is committing (it needs this thread to
+        serve its Kafka commit) this returns False at once.
+        """
+        committer = self.committer
+        if member is None or not committer.lock.acquire(blocking=False):
+            return False
+        try:
+            pending = self._uncommitted(partitions)
+            if pending is None:
+                return None
+            for batch, ranges in pending:
+                durable = committer.durability.durable(batch, ranges)
+                if not durable:
+                    continue
+                try:
+                    committed = committer.commit_ranges(
+                        member, BatchOffset.of(batch.batch, durable), from_barrier=True
+                    )
+                except Exception as exc:  # Spark's thread commits it, and reports a failure
+                    log.warning(
+                        "the barrier could not commit batch %d's durable ranges of %s (%s); "
+                        "waiting for Spark's next trigger to commit it",
+                        batch.batch,
+                        sorted(str(tp) for tp in partitions),
+                        exc,
+                    )
+                    return None
+                log.info(
+                    "batch %d is durable: the barrier committed %d of its ranges",
+                    batch.batch,
+                    len(committed),
+                )
+            return self._uncommitted(partitions) == []
+        finally:
+            committer.lock.release()
+
+    def _uncommitted(
+        self, partitions: frozenset[TopicPartition]
+    ) -> list[tuple[BatchOffset, list[OffsetRange]]] | None:
+        """Per batch planned here and not committed yet, the ranges of ``partitions`` it
+        read that are not known committed (None: a batch that read them is not known)."""
+        by_batch: dict[int, list[OffsetRange]] = {}
+        found: dict[int, BatchOffset] = {}
+        books = self.books
+        with books.lock:
+            for tp in partitions:
+                state = books.partitions.get(tp)
+                if state is None or state.last_batch <= books.batches.committed_through:
+                    continue
+                batch = books.batches.get(state.last_batch)
+                if batch is None:
+                    return None
+                found[batch.batch] = batch
+                for r in batch.ranges:
+                    if r.topic_partition == tp and (
+                        state.committed is None or state.committed < r.until_offset
+                    ):
+                        by_batch.setdefault(batch.batch, []).append(r)
+            return [(found[b], ranges) for b, ranges in sorted(by_batch.items())]
