@@ -79,6 +79,8 @@ def snapshot(
         "member_id": member_id,
         "generation": generation,
         "assigned_partitions": len(assignment),
+        # In the group with nothing to read: more members than partitions (a healthy spare).
+        "idle": generation >= 0 and not assignment,
         "rebalances": rebalances,
         "last_rebalance_age_s": round(now - last, 3) if last is not None else None,
         "revocations": counters.revocations,

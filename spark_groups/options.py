@@ -66,7 +66,7 @@ SOURCE_OPTIONS: dict[str, str | None] = {
     "kafkaConsumer.pollTimeoutMs": "120000",
     "endOffsets": "auto",
     "brokerTimeoutMs": "30000",
-    "joinTimeoutMs": "120000",
+    "joinTimeoutMs": None,
     "arrowBatchRows": "10000",
     "recordsPerTask": str(DEFAULT_RECORDS_PER_TASK),
 }
@@ -133,7 +133,8 @@ class SourceOptions:
     poll_timeout_ms: int = 120_000
     end_offsets_mode: EndOffsetsMode = "auto"
     broker_timeout_ms: int = 30_000
-    join_timeout_ms: int = 120_000
+    #: The bound of the wait for the first assignment; None: none (AvailableNow: 120 s).
+    join_timeout_ms: int | None = None
     arrow_batch_rows: int = 10_000
     #: Records per Spark task when small ranges are packed together; 0: one task per range.
     records_per_task: int = DEFAULT_RECORDS_PER_TASK
@@ -385,7 +386,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         poll_timeout_ms=number("kafkaConsumer.pollTimeoutMs"),
         end_offsets_mode=end_mode,
         broker_timeout_ms=number("brokerTimeoutMs"),
-        join_timeout_ms=number("joinTimeoutMs"),
+        join_timeout_ms=(
+            None if ours.get("joinTimeoutMs") is None else number("joinTimeoutMs")
+        ),
         arrow_batch_rows=number("arrowBatchRows"),
         records_per_task=_non_negative_int(
             "recordsPerTask", ours.get("recordsPerTask", str(DEFAULT_RECORDS_PER_TASK))

@@ -41,12 +41,8 @@ from datetime import timedelta
 from typing import Any
 
 from spark_groups import metrics as coordinator_metrics
-from spark_groups.errors import (
-    BrokerUnreachableError,
-    DataLossError,
-    GroupMembershipError,
-    TopicNotFoundError,
-)
+from spark_groups.errors import BrokerUnreachableError, DataLossError, TopicNotFoundError
+from spark_groups.group import first_assignment
 from spark_groups.group.arrivals import Arrivals
 from spark_groups.group.available_now import AvailableNowTargets
 from spark_groups.group.barrier import RevocationBarrier
@@ -111,6 +107,7 @@ class GroupStream:
         )
         self._available_now = AvailableNowTargets()
         self._stop_lock = threading.RLock()
+        self._idle = False
 
     @property
     def _partitions(self) -> PartitionTable:
@@ -186,6 +183,7 @@ class GroupStream:
         member = self.ensure_started()  # 1
         self._wait_for_first_assignment(member)
         member.check()
+        self._note_idle(member.assignment)
         assert self._resolver is not None
         self._arrivals.resolve(member, self._resolver, start)  # 3
         self._arrivals.recheck_held()
@@ -294,13 +292,33 @@ class GroupStream:
 
     # ------------------------------------------------------------------ internals
     def _wait_for_first_assignment(self, member: GroupMember) -> None:
-        timeout_s = self.options.join_timeout_ms / 1000.0
-        if not member.wait_for_assignment(timeout_s):
-            raise GroupMembershipError(
-                f"no partition assignment from consumer group '{self.options.group_id}' "
-                f"within joinTimeoutMs={self.options.join_timeout_ms}",
-                group=self.options.group_id,
-            )
+        """Step 1's wait (``group.first_assignment``): no bound unless ``joinTimeoutMs`` is
+        set, or under AvailableNow."""
+        timeout_ms = self.options.join_timeout_ms
+        bound_s = timeout_ms / 1000.0 if timeout_ms is not None else None
+        if bound_s is None and self._available_now.active:
+            bound_s = first_assignment.AVAILABLE_NOW_BOUND_S
+        group = self.options.group_id
+        config = self.options.member_config()
+        first_assignment.wait(
+            member, group, bound_s, lambda: first_assignment.describe_group(config, group)
+        )
+
+    def _note_idle(self, assignment: frozenset[TopicPartition]) -> None:
+        """Say when this member becomes idle (in the group, no partitions: the group has more
+        members than partitions) and when it is not any more. Idle is healthy: it plans
+        nothing and takes partitions over when another member leaves."""
+        idle = not assignment
+        if idle != self._idle:
+            self._idle = idle
+            if idle:
+                log.info(
+                    "this member of group %s owns no partitions (more members than "
+                    "partitions): idle until the group gives it some",
+                    self.options.group_id,
+                )
+            else:
+                log.info("this member of group %s owns partitions again", self.options.group_id)
 
     def _end_offsets(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         if not positions:

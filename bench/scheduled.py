@@ -1,0 +1,226 @@
+"""Scheduled runs: AvailableNow queries that join, read and leave, on a production-like broker.
+
+    PYTHONPATH=. python -m bench.scheduled            # 4 runs of each, 10,000 records each
+    PYTHONPATH=. python -m bench.scheduled --runs 6 --records 10000 --partitions 3
+
+A scheduled pipeline (Databricks job, cron, Airflow) starts the same query every few minutes
+with ``Trigger.AvailableNow``: each run is a new query of the same group with the same
+checkpoint, reads what arrived since the last run and ends. What the user feels is the
+whole run, so each run is timed from ``start()``:
+
+* to the first record: the first ``foreachBatch`` call that has rows (the batch's records are
+  being read);
+* to the end: ``awaitTermination()`` returning.
+
+The sink is ``foreachBatch`` writing into ``noop`` for every side, so the sides differ only
+in the source. Before each run ``--records`` new records are written round-robin.
+
+Sides, each its own group and checkpoint, in one SparkSession and on one broker that keeps
+Kafka's default group settings (:data:`PRODUCTION_GROUP_SETTINGS`: the 3 s initial rebalance
+delay, 45 s sessions, KIP-848's 5 s heartbeat):
+
+* ``spark-kafka``: Spark's kafka source (no group);
+* ``classic``: kafka-group, classic protocol, cooperative-sticky (the default);
+* ``static``: the same with ``group.instance.id`` and ``session.timeout.ms`` above the
+  schedule's interval (the member's assignment waits for it between runs);
+* ``kip848``: kafka-group with ``group.protocol=consumer``.
+
+The reader process's log (``$SPARK_GROUPS_LOG_FILE``, set here) gives kafka-group's time by
+phase: to subscribe, to the first assignment, to the first batch planned.
+Results: bench/results/scheduled.json; the table is in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bench.common import create_topics, machine_facts, produce, unique
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Kafka's defaults for group coordination (the suite's broker shortens them for tests).
+PRODUCTION_GROUP_SETTINGS = {
+    "group.initial.rebalance.delay.ms": "3000",
+    "group.min.session.timeout.ms": "6000",
+    "group.consumer.min.session.timeout.ms": "45000",
+    "group.consumer.session.timeout.ms": "45000",
+    "group.consumer.min.heartbeat.interval.ms": "5000",
+    "group.consumer.heartbeat.interval.ms": "5000",
+}
+
+#: kafka-group's options per side (``None``: Spark's kafka source).
+SIDES: dict[str, dict[str, str] | None] = {
+    "spark-kafka": None,
+    "classic": {},
+    "static": {"kafka.group.instance.id": "scheduled-1", "kafka.session.timeout.ms": "1800000"},
+    "kip848": {"kafka.group.protocol": "consumer"},
+}
+
+#: Lines of the reader process's log that mark kafka-group's phases.
+PHASES = {
+    "subscribed": "group member subscribed: group={group} ",
+    "assigned": "assigned ",
+    "planned": "Trigger.AvailableNow: reading up to",
+}
+
+
+class FirstRecord:
+    """``foreachBatch`` into noop that notes when the first batch with rows started."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self.rows = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        started = time.monotonic()
+        rows = df.count()
+        with self._lock:
+            if rows and self.at is None:
+                self.at = started
+            self.rows += rows
+        df.write.format("noop").mode("append").save()
+
+
+def _reader(spark: Any, side: str, servers: str, topic: str, group: str) -> Any:
+    options = SIDES[side]
+    if options is None:
+        return (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", servers)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+    return (
+        spark.readStream.format("kafka-group")
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", topic)
+        .option("group.id", group)
+        .option("startingOffsets", "earliest")
+        .options(**options)
+        .load()
+    )
+
+
+def _phase_times(log_file: Path, group: str, since: float) -> dict[str, float]:
+    """Wall-clock times (epoch s) of kafka-group's phases for ``group`` after ``since``."""
+    found: dict[str, float] = {}
+    if not log_file.exists():
+        return found
+    for line in log_file.read_text(errors="replace").splitlines():
+        try:
+            at = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        except ValueError:
+            continue
+        if at < since - 0.01:
+            continue
+        for phase, marker in PHASES.items():
+            if phase not in found and marker.format(group=group) in line:
+                if phase != "subscribed" and "subscribed" not in found:
+                    continue
+                found[phase] = at
+    return found
+
+
+def run_once(
+    spark: Any, side: str, servers: str, topic: str, group: str, checkpoint: Path, log_file: Path
+) -> dict[str, Any]:
+    """One scheduled run of ``side``: new records, a new AvailableNow query, timed."""
+    sink = FirstRecord()
+    wall0 = time.time()
+    t0 = time.monotonic()
+    query = (
+        _reader(spark, side, servers, topic, group)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    end = time.monotonic() - t0
+    if query.exception() is not None:
+        raise RuntimeError(f"{side}: {query.exception()}")
+    result: dict[str, Any] = {
+        "rows": sink.rows,
+        "to_first_record_s": None if sink.at is None else sink.at - t0,
+        "to_end_s": end,
+    }
+    if SIDES[side] is not None:
+        phases = _phase_times(log_file, group, wall0)
+        result.update({f"to_{k}_s": v - wall0 for k, v in phases.items()})
+    return result
+
+
+def measure(spark: Any, servers: str, runs: int, records: int, partitions: int) -> dict[str, Any]:
+    """``runs`` scheduled runs of every side, interleaved (run i of every side, then i+1)."""
+    log_file = Path(os.environ["SPARK_GROUPS_LOG_FILE"])
+    scratch = Path(tempfile.mkdtemp(prefix="scheduled-"))
+    topics = {side: create_topics(servers, partitions, prefix=side)[0] for side in SIDES}
+    groups = {side: unique(f"sched-{side}") for side in SIDES}
+    out: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
+    for i in range(runs):
+        for side in SIDES:
+            produce(servers, [topics[side]], partitions, records, 100)
+            r = run_once(spark, side, servers, topics[side], groups[side], scratch / side, log_file)
+            if r["rows"] != records:
+                raise RuntimeError(f"{side} run {i}: read {r['rows']} of {records} records")
+            out[side].append(r)
+            print(f"run {i} {side}: {json.dumps({k: v for k, v in r.items()}, default=str)}")
+    return {"runs": out, "summary": summarize(out)}
+
+
+def summarize(out: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Per side: the first run, and the median of the later runs, of each time."""
+    summary: dict[str, dict[str, float]] = {}
+    for side, runs in out.items():
+        row: dict[str, float] = {}
+        for key in runs[0]:
+            if not key.endswith("_s"):
+                continue
+            values = [r[key] for r in runs[1:] if r.get(key) is not None]
+            if runs[0].get(key) is not None:
+                row[f"first_{key}"] = round(runs[0][key], 3)
+            if values:
+                row[f"median_{key}"] = round(statistics.median(values), 3)
+        summary[side] = row
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark on a broker of its own with Kafka's default group settings."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=4)
+    parser.add_argument("--records", type=int, default=10_000)
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "scheduled.json"))
+    args = parser.parse_args(argv)
+    os.environ.setdefault(
+        "SPARK_GROUPS_LOG_FILE", str(Path(tempfile.mkdtemp(prefix="sched-log-")) / "sg.log")
+    )
+    from bench.run import spark_session
+    from spark_groups.tools.kafka_broker import KafkaBroker
+
+    with KafkaBroker(server_properties=PRODUCTION_GROUP_SETTINGS) as broker:
+        spark = spark_session()
+        results = measure(spark, broker.bootstrap_servers, args.runs, args.records, args.partitions)
+        results["machine"] = machine_facts("kafka")
+        results["broker_group_settings"] = PRODUCTION_GROUP_SETTINGS
+        results["args"] = vars(args)
+        spark.stop()
+    Path(args.out).write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(json.dumps(results["summary"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
