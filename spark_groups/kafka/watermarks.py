@@ -26,6 +26,9 @@ the base offset of the last record batch + 1, so after batches of 50, 50, 7 reco
     That holds while the log is the same log: callers :meth:`~EndOffsetResolver.forget`
     partitions whose log may have been replaced (a restarted broker, a recreated topic).
 
+Its parts: :mod:`spark_groups.kafka.list_offsets` asks ListOffsets (retries, errors);
+:mod:`spark_groups.kafka.confirmed_ends` confirms ends by fetch and remembers them.
+
 The resolver owns one ``confluent_kafka.Consumer`` (created on first use, never joining a
 group, never committing). A Consumer must not be used by two threads at once (a thread
 blocked in ``poll()`` makes others' calls hang): the resolver is **single-threaded**, owned by
@@ -43,27 +46,11 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, cast
 
-from spark_groups.errors import (
-    BrokerUnreachableError,
-    OptionError,
-    SparkGroupsError,
-    TopicNotFoundError,
-)
-from spark_groups.kafka import auth
-from spark_groups.kafka.client import (
-    Consumer,
-    KafkaError,
-    KafkaException,
-    KafkaTopicPartition,
-    create_consumer,
-)
+from spark_groups.errors import OptionError, SparkGroupsError
+from spark_groups.kafka.client import Consumer, KafkaException, create_consumer
 from spark_groups.kafka.config import bootstrap_servers_of, layered
-from spark_groups.kafka.errors import (
-    LEADERSHIP_MOVED_CODES,
-    NO_ANSWER_CODES,
-    UNKNOWN_TOPIC_CODES,
-)
-from spark_groups.kafka.secrets import scrub
+from spark_groups.kafka.confirmed_ends import ConfirmedEnds, fetch_high_watermarks
+from spark_groups.kafka.list_offsets import EARLIEST, LATEST, list_offsets
 from spark_groups.offsets import TopicPartition
 from spark_groups.options import END_OFFSET_MODES, EndOffsetsMode
 
@@ -92,21 +79,9 @@ RESOLVER_REQUIRED: dict[str, str] = {
     "auto.offset.reset": "latest",
 }
 
-# ListOffsets "timestamps" asking for the log end and the log start.
-_LATEST = -1
-_EARLIEST = -2
-
-#: Pause between two ListOffsets tries after an answer that leadership moved.
-_RETRY_BACKOFF_S = 0.1
-
 
 def _resolver_config(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
     return layered(RESOLVER_DEFAULTS, consumer_config, RESOLVER_REQUIRED)
-
-
-def _names(tps: list[TopicPartition], most: int = 5) -> str:
-    shown = ", ".join(str(tp) for tp in tps[:most])
-    return shown + (f" and {len(tps) - most} more" if len(tps) > most else "")
 
 
 def _normalise_mode(mode: str) -> EndOffsetsMode:
@@ -139,8 +114,7 @@ class EndOffsetResolver:
         self._config = _resolver_config(consumer_config)
         self._consumer: Consumer | None = None
         self._close_requested = False
-        # partition -> (listed end at the last confirming fetch, end that fetch confirmed)
-        self._confirmed: dict[TopicPartition, tuple[int, int]] = {}
+        self._confirmed = ConfirmedEnds()
         self._busy = threading.Lock()
 
     # -- public API ----------------------------------------------------------------------------
@@ -153,28 +127,13 @@ class EndOffsetResolver:
             return {}
         with self._owned():
             deadline = time.monotonic() + self.timeout_s
-            listed = self._list(tps, _LATEST, deadline)
+            listed = self._list(tps, LATEST, deadline)
             if self._mode_for(tps[0].topic, deadline) == "listOffsets":
                 return listed
-            ends: dict[TopicPartition, int] = {}
-            to_fetch: dict[TopicPartition, int] = {}
-            for tp in tps:
-                known = self._confirmed.get(tp)
-                if known is not None and known[0] == listed[tp]:
-                    ends[tp] = max(listed[tp], known[1])
-                else:
-                    to_fetch[tp] = listed[tp]
+            ends, to_fetch = self._confirmed.split(listed)
             if to_fetch:
                 fetched = self._fetch_high_watermarks(to_fetch, deadline)
-                for tp, end in to_fetch.items():
-                    high = fetched.get(tp)
-                    if high is None:  # no fetch answer in time: the listed end is safe (<=)
-                        ends[tp] = end
-                        continue
-                    ends[tp] = max(end, high)
-                    self._confirmed[tp] = (end, ends[tp])
-                    if ends[tp] != end:
-                        log.debug("%s: ListOffsets said %d, a fetch says %d", tp, end, ends[tp])
+                ends.update(self._confirmed.confirm(to_fetch, fetched))
             return {tp: ends[tp] for tp in tps}
 
     def forget(self, partitions: Iterable[TopicPartition]) -> None:
@@ -183,8 +142,7 @@ class EndOffsetResolver:
         session, a broker restart, a recreated topic), where an unchanged listed end on Tansu
         does not mean an unchanged log."""
         with self._owned():
-            for tp in partitions:
-                self._confirmed.pop(tp, None)
+            self._confirmed.forget(partitions)
 
     def start_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The earliest offset still available (the low watermark) of every partition."""
@@ -192,7 +150,7 @@ class EndOffsetResolver:
         if not tps:
             return {}
         with self._owned():
-            return self._list(tps, _EARLIEST, time.monotonic() + self.timeout_s)
+            return self._list(tps, EARLIEST, time.monotonic() + self.timeout_s)
 
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition, int]
@@ -242,7 +200,7 @@ class EndOffsetResolver:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_consumer=None, _busy=None, _confirmed={}, _close_requested=False)
+        state.update(_consumer=None, _busy=None, _confirmed=ConfirmedEnds(), _close_requested=False)
         if self.mode == "auto":
             state["_effective_mode"] = None
         return state
@@ -314,180 +272,24 @@ class EndOffsetResolver:
             self._consumer = create_consumer(self._config)
         return self._consumer
 
-    def _unreachable(self, what: str, err: KafkaError | None) -> BrokerUnreachableError:
-        detail = f" ({err.name()}: {scrub(err.str(), self._config)})" if err is not None else ""
-        return BrokerUnreachableError(
-            f"no answer from {self._servers()} within {self.timeout_s:g} s {what}{detail}",
-            servers=self._servers(),
-            waited_s=self.timeout_s,
-        )
-
     def _list(
         self, tps: list[TopicPartition], which: int | Mapping[TopicPartition, int], deadline: float
     ) -> dict[TopicPartition, int]:
-        """ListOffsets for ``tps``: ``which`` is _LATEST, _EARLIEST or a timestamp (ms) per
-        partition. By time, -1 answers "no record that late"; otherwise it is an error."""
-        consumer = self._get_consumer()
-        by_time = isinstance(which, Mapping)
-        request = [
-            KafkaTopicPartition(
-                tp.topic, tp.partition, which[tp] if isinstance(which, Mapping) else which
-            )
-            for tp in tps
-        ]
-        kind = "by time" if by_time else "end" if which == _LATEST else "start"
-        what = f"to list the {kind} offsets of {_names(tps)}"
-        refreshed = False
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise self._unreachable(what, None)
-            try:
-                answer = consumer.offsets_for_times(request, timeout=left)
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-                code = err.code() if err is not None else None
-                if code in UNKNOWN_TOPIC_CODES and not refreshed:
-                    # The consumer's metadata may predate the topic: look again, once.
-                    refreshed = True
-                    self._refresh_metadata(tps, deadline)
-                    continue
-                if code in UNKNOWN_TOPIC_CODES:
-                    raise TopicNotFoundError(
-                        f"unknown topic or partition on {self._servers()}: {_names(tps)}",
-                        topics=sorted({tp.topic for tp in tps}),
-                        servers=self._servers(),
-                    ) from None
-                if code in LEADERSHIP_MOVED_CODES and err is not None:
-                    self._await_new_leaders(tps, err, deadline)
-                    continue
-                if code == auth.TOPIC_DENIED and err is not None:
-                    topics = ", ".join(sorted({tp.topic for tp in tps}))
-                    raise auth.topic_denied(topics, self._config, err) from None
-                if code is None or code in NO_ANSWER_CODES:
-                    raise self._unreachable(what, err) from None
-                assert err is not None  # a code came from it
-                raise SparkGroupsError(
-                    f"ListOffsets on {self._servers()} failed {what}: "
-                    f"{err.name()}: {scrub(err.str(), self._config)}"
-                ) from None
-            by_tp = {TopicPartition(got.topic, got.partition): got for got in answer}
-            moving = [
-                error
-                for error in (by_tp[tp].error for tp in tps if tp in by_tp)
-                if error is not None and error.code() in LEADERSHIP_MOVED_CODES
-            ]
-            if moving:
-                self._await_new_leaders(tps, moving[0], deadline)
-                continue
-            result: dict[TopicPartition, int] = {}
-            for tp in tps:
-                got = by_tp.get(tp)
-                if got is None:
-                    raise SparkGroupsError(f"ListOffsets on {self._servers()} skipped {tp}")
-                if got.error is not None:
-                    if got.error.code() == auth.TOPIC_DENIED:
-                        raise auth.topic_denied(tp.topic, self._config, got.error)
-                    if got.error.code() in UNKNOWN_TOPIC_CODES:
-                        raise TopicNotFoundError(
-                            f"unknown topic or partition {tp} on {self._servers()}",
-                            topics=[tp.topic],
-                            servers=self._servers(),
-                        )
-                    raise SparkGroupsError(
-                        f"ListOffsets for {tp} on {self._servers()} failed: {got.error.name()}"
-                    )
-                if got.offset < 0 and not (by_time and got.offset == -1):
-                    raise SparkGroupsError(
-                        f"ListOffsets for {tp} on {self._servers()} answered no offset "
-                        f"({got.offset})"
-                    )
-                result[tp] = got.offset
-            return result
-
-    def _await_new_leaders(
-        self, tps: list[TopicPartition], err: KafkaError, deadline: float
-    ) -> None:
-        """Leadership of ``tps`` moved (``err``): refresh metadata and pause briefly before
-        the caller asks again; the caller's deadline bounds the retries."""
-        log.info(
-            "ListOffsets on %s: %s for %s; asking again with fresh metadata",
-            self._servers(),
-            err.name(),
-            _names(tps),
+        """ListOffsets for ``tps`` (:func:`~spark_groups.kafka.list_offsets.list_offsets`)."""
+        return list_offsets(
+            self._get_consumer(),
+            tps,
+            which,
+            deadline,
+            config=self._config,
+            timeout_s=self.timeout_s,
         )
-        self._refresh_metadata(tps, deadline)
-        time.sleep(min(_RETRY_BACKOFF_S, max(deadline - time.monotonic(), 0)))
-
-    def _refresh_metadata(self, tps: list[TopicPartition], deadline: float) -> None:
-        consumer = self._get_consumer()
-        for topic in sorted({tp.topic for tp in tps}):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            try:
-                consumer.list_topics(topic, timeout=left)
-            except KafkaException:
-                return
 
     def _fetch_high_watermarks(
         self, listed: dict[TopicPartition, int], deadline: float
     ) -> dict[TopicPartition, int]:
-        """Fetch every partition at ``listed - 1`` and read the high watermark its fetch
-        response carried (each partition answers with a record or an end-of-partition event).
-
-        Partitions without an answer by ``deadline`` are left out, with a warning: the listed
-        end never exceeds the log end, so planning up to it is safe, only possibly short.
-        """
-        consumer = self._get_consumer()
-        consumer.assign(
-            [
-                KafkaTopicPartition(tp.topic, tp.partition, max(end - 1, 0))
-                for tp, end in listed.items()
-            ]
+        """The high watermarks a fetch at ``listed - 1`` answers
+        (:func:`~spark_groups.kafka.confirmed_ends.fetch_high_watermarks`)."""
+        return fetch_high_watermarks(
+            self._get_consumer(), listed, deadline, config=self._config, timeout_s=self.timeout_s
         )
-        try:
-            waiting = set(listed)
-            while waiting:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    log.warning(
-                        "no fetch answer from %s within %g s for %s; using ListOffsets for them",
-                        self._servers(),
-                        self.timeout_s,
-                        _names(sorted(waiting)),
-                    )
-                    break
-                # poll() returns at the first event; consume(n, t) would wait for n of them.
-                first = consumer.poll(min(left, 0.2))
-                if first is None:
-                    continue
-                for msg in [first, *consumer.consume(1000, 0)]:
-                    err = msg.error()
-                    if err is None or err.code() == KafkaError._PARTITION_EOF:
-                        waiting.discard(TopicPartition(msg.topic(), msg.partition()))  # type: ignore[arg-type]
-                    elif err.code() == auth.GROUP_DENIED:
-                        continue  # the coordinator of a group this consumer never joins
-                    elif err.code() == auth.TOPIC_DENIED:
-                        raise auth.topic_denied(msg.topic() or "?", self._config, err)
-                    elif err.fatal() or not (
-                        err.retriable()
-                        or err.code() in NO_ANSWER_CODES
-                        or err.code() in UNKNOWN_TOPIC_CODES
-                    ):
-                        raise SparkGroupsError(
-                            f"fetching from {self._servers()} failed: {err.name()}: "
-                            f"{scrub(err.str(), self._config)}"
-                        )
-            result: dict[TopicPartition, int] = {}
-            for tp in listed:
-                if tp in waiting:
-                    continue
-                _, high = consumer.get_watermark_offsets(
-                    KafkaTopicPartition(tp.topic, tp.partition), cached=True
-                )
-                if high >= 0:
-                    result[tp] = high
-            return result
-        finally:
-            consumer.unassign()

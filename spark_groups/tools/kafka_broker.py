@@ -20,16 +20,16 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
+from typing import Self
 
 from spark_groups.errors import BrokerUnreachableError, SparkGroupsError
+from spark_groups.tools.processes import Launcher, ManagedProcess, free_ports, java, port_open
 
 log = logging.getLogger(__name__)
 
@@ -59,15 +59,16 @@ _SERVER_DEFAULTS: dict[str, str] = {
     "num.io.threads": "4",
 }
 
+#: The broker's log goes to its stdout, which goes to server.log with the JVM's own output.
 _LOG4J2 = """\
 status = warn
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.out.type = Console
+appender.out.name = out
+appender.out.target = SYSTEM_OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = {level}
-rootLogger.appenderRef.file.ref = file
+rootLogger.appenderRef.out.ref = out
 logger.kafka.name = kafka
 logger.kafka.level = {level}
 logger.state.name = state.change.logger
@@ -106,29 +107,7 @@ def _classpath() -> str:
     return f"{jars}/*"
 
 
-def _java() -> str:
-    home = os.environ.get("JAVA_HOME")
-    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    if not java or not Path(java).exists():
-        raise SparkGroupsError(
-            "Apache Kafka needs Java 17 or newer, and no `java` was found: "
-            "apt-get install openjdk-17-jre-headless (or set JAVA_HOME)"
-        )
-    return java
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-class KafkaBroker:
+class KafkaBroker(Launcher):
     """One Apache Kafka node (broker and KRaft controller) on 127.0.0.1; a context manager.
 
     ``restart()`` keeps the log (unlike Tansu, Kafka's storage is on disk), so a test can show
@@ -155,11 +134,11 @@ class KafkaBroker:
                 )
         self.heap = heap
         self.start_timeout_s = start_timeout_s
-        self.port, self.controller_port, self.sasl_port = _free_ports(3)
+        self.port, self.controller_port, self.sasl_port = free_ports(3)
         self._overrides = dict(server_properties or {})
         self._dir: Path | None = None
         self._cluster_id = _cluster_id()
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process = ManagedProcess("Apache Kafka", error=BrokerUnreachableError)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -175,7 +154,7 @@ class KafkaBroker:
 
     @property
     def log_path(self) -> Path:
-        """The broker's own log (server.log in its folder)."""
+        """The broker's own log (server.log in its folder), with the JVM's output."""
         if self._dir is None:
             raise SparkGroupsError("the broker has not been started")
         return self._dir / "server.log"
@@ -183,7 +162,7 @@ class KafkaBroker:
     @property
     def running(self) -> bool:
         """True while the broker process is alive."""
-        return self._process is not None and self._process.poll() is None
+        return self._process.running
 
     def _properties(self, data_dir: Path) -> dict[str, str]:
         listeners = [f"PLAINTEXT://127.0.0.1:{self.port}"]
@@ -228,7 +207,7 @@ class KafkaBroker:
     def _java_command(self, main: str, *args: str) -> list[str]:
         assert self._dir is not None
         return [
-            _java(),
+            java(),
             f"-Xmx{self.heap}",
             "-Xms128m",
             "-XX:+UseG1GC",
@@ -241,30 +220,31 @@ class KafkaBroker:
             *args,
         ]
 
-    def start(self) -> KafkaBroker:
-        """Format storage (first start only), start the node and wait until it serves."""
+    def start(self) -> Self:
+        """Format storage (first start only), start the node and wait until it serves; if it
+        does not, stop it (deleting its folder) and raise :class:`BrokerUnreachableError`
+        with the end of its log."""
         if self.running:
             return self
         if self._dir is None:
             self._dir = Path(tempfile.mkdtemp(prefix="spark-groups-kafka-"))
             props = self._properties(self._dir / "data")
             self._config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-            (self._dir / "log4j2.properties").write_text(
-                _LOG4J2.format(log=self._dir / "server.log", level="INFO")
-            )
+            (self._dir / "log4j2.properties").write_text(_LOG4J2.format(level="INFO"))
         if not (self._dir / "data" / "meta.properties").exists():
             self._format()
-        config = self._config_path
-        out = (self._dir / "stdout.log").open("ab")
-        self._process = subprocess.Popen(
-            self._java_command("kafka.Kafka", str(config)),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # a Ctrl-C in a terminal reaches us, not the broker
-            preexec_fn=_die_with_parent,
+        self._process.start(
+            self._java_command("kafka.Kafka", str(self._config_path)), self.log_path
         )
-        out.close()
-        self._wait_until_serving()
+        try:
+            self._process.wait_until_ready(
+                self._serving(),
+                timeout_s=self.start_timeout_s,
+                what=f"serve on {self.bootstrap_servers}",
+            )
+        except BaseException:
+            self.stop()
+            raise
         log.info("Apache Kafka listening on %s (log %s)", self.bootstrap_servers, self.log_path)
         return self
 
@@ -294,50 +274,29 @@ class KafkaBroker:
                 f"{(formatted.stderr or formatted.stdout).strip()[-2000:]}"
             )
 
-    def _wait_until_serving(self) -> None:
+    def _serving(self) -> Callable[[], bool]:
+        """Whether the node answers a metadata request with itself as a broker."""
         from spark_groups.kafka.client import AdminClient
 
         admin: AdminClient | None = None  # made after the first connect: it would log refusals
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            assert self._process is not None
-            if self._process.poll() is not None:
-                raise BrokerUnreachableError(
-                    f"Apache Kafka exited with code {self._process.returncode} at start; "
-                    f"see {self.log_path} and {self.log_path.parent / 'stdout.log'}"
-                )
-            try:  # a plain connect first: a client would log every refused connection
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                admin = admin or AdminClient({"bootstrap.servers": self.bootstrap_servers})
-                metadata = admin.list_topics(timeout=1)
-            except Exception:
-                time.sleep(0.2)
-                continue
-            if metadata.brokers:
-                return
-            time.sleep(0.2)
-        self.stop()
-        raise BrokerUnreachableError(
-            f"Apache Kafka did not serve on {self.bootstrap_servers} within "
-            f"{self.start_timeout_s:.0f} s"
-        )
 
-    def _end_process(self, timeout_s: float) -> None:
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)  # a controlled shutdown; the log stays consistent
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        def serving() -> bool:
+            nonlocal admin
+            if not port_open(self.port):
+                return False
+            try:
+                admin = admin or AdminClient({"bootstrap.servers": self.bootstrap_servers})
+                return bool(admin.list_topics(timeout=1).brokers)
+            except Exception:
+                return False
+
+        return serving
 
     def restart(self, down_s: float = 0.0, *, lose_data: bool = False) -> None:
         """Stop the node and start it again on the same ports, with the same log; with
         ``lose_data``, with its storage wiped (a broker that came back with an empty disk:
         every topic, offset and group gone)."""
-        self._end_process(timeout_s=30)
+        self._process.stop(grace_s=30)  # SIGTERM: a controlled shutdown, the log consistent
         if lose_data and self._dir is not None:
             shutil.rmtree(self._dir / "data", ignore_errors=True)
         deadline = time.monotonic() + down_s
@@ -347,45 +306,20 @@ class KafkaBroker:
 
     def freeze(self) -> None:
         """SIGSTOP the broker: it stops answering without closing connections."""
-        if self._process is not None:
-            self._process.send_signal(signal.SIGSTOP)
+        self._process.send_signal(signal.SIGSTOP)
 
     def thaw(self) -> None:
         """SIGCONT a frozen broker."""
-        if self._process is not None:
-            self._process.send_signal(signal.SIGCONT)
+        self._process.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
         """Stop the node and delete its folder (log, storage, configuration)."""
         self.thaw()
-        self._end_process(timeout_s=20)
+        self._process.stop(grace_s=20)
         folder, self._dir = self._dir, None
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
             log.info("Apache Kafka on %s stopped", self.bootstrap_servers)
-
-    def __enter__(self) -> KafkaBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: ask Linux to send SIGTERM when the thread that started the
-    broker ends (start brokers from a thread that outlives them, as the main thread does), so
-    a test run killed from outside leaves no broker behind."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: stop() is the only way out
-        pass
 
 
 def _cluster_id() -> str:
@@ -404,7 +338,7 @@ def run_kafka_tool(main: str, args: Sequence[str], timeout_s: float = 120.0) -> 
         conf.flush()
         done = subprocess.run(
             [
-                _java(),
+                java(),
                 "-Xmx256m",
                 "-XX:TieredStopAtLevel=1",
                 f"-Dlog4j2.configurationFile={conf.name}",

@@ -20,17 +20,12 @@ import logging
 import os
 import secrets
 import shutil
-import signal
-import socket
-import subprocess
 import tempfile
-import time
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from spark_groups.errors import SparkGroupsError
-from spark_groups.tools.kafka_broker import _die_with_parent, _free_ports, _java
+from spark_groups.tools.processes import Launcher, ManagedProcess, free_ports, java, port_open
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -43,13 +38,13 @@ FETCH_COMMAND = "bash jars/fetch s3proxy"
 #: The region the server answers for (S3Proxy accepts any; clients must sign with one).
 REGION = "us-east-1"
 
+#: The server's log goes to its stdout, which goes to s3proxy.log with the JVM's own output.
 _LOGBACK = """\
 <configuration>
-  <appender name="file" class="ch.qos.logback.core.FileAppender">
-    <file>{log}</file>
-    <encoder><pattern>%d %level %logger{{20}} %msg%n</pattern></encoder>
+  <appender name="out" class="ch.qos.logback.core.ConsoleAppender">
+    <encoder><pattern>%d %level %logger{20} %msg%n</pattern></encoder>
   </appender>
-  <root level="WARN"><appender-ref ref="file"/></root>
+  <root level="WARN"><appender-ref ref="out"/></root>
 </configuration>
 """
 
@@ -73,18 +68,18 @@ def _classpath() -> str:
     return f"{jars}/*"
 
 
-class S3Server:
+class S3Server(Launcher):
     """One S3Proxy process on ``127.0.0.1``: :attr:`endpoint`, :attr:`access_key`,
     :attr:`secret_key`, and the storage options that reach it (:meth:`storage_options`)."""
 
     def __init__(self, start_timeout_s: float = 60.0, heap: str = "256m") -> None:
         self.start_timeout_s = start_timeout_s
         self.heap = heap
-        self.port = _free_ports(1)[0]
+        self.port = free_ports(1)[0]
         self.access_key = "sg" + secrets.token_hex(8)
         self.secret_key = secrets.token_urlsafe(24)
         self._dir: Path | None = None
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process = ManagedProcess("S3Proxy", error=SparkGroupsError)
 
     @property
     def endpoint(self) -> str:
@@ -93,7 +88,7 @@ class S3Server:
 
     @property
     def log_path(self) -> Path:
-        """The server's log file (warnings and errors)."""
+        """The server's log file (warnings and errors, and the JVM's output)."""
         assert self._dir is not None, "the server was never started"
         return self._dir / "s3proxy.log"
 
@@ -106,7 +101,7 @@ class S3Server:
     @property
     def running(self) -> bool:
         """Whether the server process is alive."""
-        return self._process is not None and self._process.poll() is None
+        return self._process.running
 
     def storage_options(self, *, conditional_put: bool = True) -> dict[str, str]:
         """delta-rs storage options for this server; with ``conditional_put`` (the default)
@@ -140,14 +135,15 @@ class S3Server:
         }
         return {prefix + key: value for key, value in settings.items()}
 
-    def start(self) -> S3Server:
-        """Start the server and wait until it answers HTTP."""
+    def start(self) -> Self:
+        """Start the server and wait until it accepts connections; if it does not, stop it
+        (deleting its folder) and raise :class:`SparkGroupsError` with the end of its log."""
         if self.running:
             return self
         self._dir = Path(tempfile.mkdtemp(prefix="spark-groups-s3-"))
         data = self._dir / "data"
         data.mkdir()
-        (self._dir / "logback.xml").write_text(_LOGBACK.format(log=self.log_path))
+        (self._dir / "logback.xml").write_text(_LOGBACK)
         config = self._dir / "s3proxy.conf"
         config.write_text(
             "".join(
@@ -165,10 +161,9 @@ class S3Server:
             )
         )
         config.chmod(0o600)
-        out = (self._dir / "stdout.log").open("ab")
-        self._process = subprocess.Popen(
+        self._process.start(
             [
-                _java(),
+                java(),
                 f"-Xmx{self.heap}",
                 "-XX:TieredStopAtLevel=1",
                 f"-Dlogback.configurationFile={self._dir / 'logback.xml'}",
@@ -178,36 +173,19 @@ class S3Server:
                 "--properties",
                 str(config),
             ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
+            self.log_path,
         )
-        out.close()
-        self._wait_until_serving()
+        try:
+            self._process.wait_until_ready(
+                lambda: port_open(self.port),
+                timeout_s=self.start_timeout_s,
+                what=f"listen on {self.endpoint}",
+            )
+        except BaseException:
+            self.stop()
+            raise
         log.info("S3Proxy listening on %s (folder %s)", self.endpoint, self._dir)
         return self
-
-    def _wait_until_serving(self) -> None:
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            assert self._process is not None and self._dir is not None
-            if self._process.poll() is not None:
-                code = self._process.returncode
-                self.stop()
-                raise SparkGroupsError(
-                    f"S3Proxy exited with code {code} at start; "
-                    f"see {self._dir / 'stdout.log'}"
-                )
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return
-            except OSError:
-                time.sleep(0.2)
-        self.stop()
-        raise SparkGroupsError(
-            f"S3Proxy did not listen on {self.endpoint} within {self.start_timeout_s:.0f} s"
-        )
 
     def filesystem(self) -> pafs.S3FileSystem:
         """A pyarrow S3 file system on this server (may create buckets)."""
@@ -229,26 +207,8 @@ class S3Server:
 
     def stop(self) -> None:
         """Stop the server and delete its folder (objects, configuration, log)."""
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        self._process.stop(grace_s=20)
         folder, self._dir = self._dir, None
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
             log.info("S3Proxy on %s stopped", self.endpoint)
-
-    def __enter__(self) -> S3Server:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

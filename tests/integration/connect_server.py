@@ -18,22 +18,17 @@ Kafka broker and Spark cluster, it dies with the thread that started it
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
+from typing import Self
 
 import pyspark
 
-from spark_groups.tools.kafka_broker import _die_with_parent, _free_ports
+from spark_groups.tools.processes import Launcher, ManagedProcess, free_ports, port_open
 
 SPARK_HOME = Path(pyspark.__file__).parent
 SPARK_SUBMIT = SPARK_HOME / "bin" / "spark-submit"
@@ -59,7 +54,7 @@ logger.connect.level = info
 _CLIENT_ENV = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_API_MODE")
 
 
-class ConnectServer:
+class ConnectServer(Launcher):
     """One Spark Connect server (``local[2]``) on 127.0.0.1; a context manager.
 
     ``conf`` adds Spark settings (``--conf``); ``python`` is the interpreter of its Python
@@ -80,9 +75,10 @@ class ConnectServer:
         self.conf = dict(conf or {})
         self.python = python
         self.start_timeout_s = start_timeout_s
-        (self.port,) = _free_ports(1)
+        (self.port,) = free_ports(1)
         self.dir: Path | None = None
-        self._process: subprocess.Popen[bytes] | None = None
+        # Detached: its group is spark-submit, the JVM and its Python workers.
+        self._process = ManagedProcess("the Spark Connect server")
 
     @property
     def url(self) -> str:
@@ -99,13 +95,11 @@ class ConnectServer:
     @property
     def running(self) -> bool:
         """True while the server process is alive."""
-        return self._process is not None and self._process.poll() is None
+        return self._process.running
 
     def log_tail(self, chars: int = 4000) -> str:
         """The end of the server's log, for failure messages."""
-        if self.dir is None or not self.log_path.exists():
-            return "(no log)"
-        return self.log_path.read_text(errors="replace")[-chars:]
+        return self._process.log_tail(chars)
 
     def _command(self) -> list[str]:
         assert self.dir is not None
@@ -141,98 +135,47 @@ class ConnectServer:
         )
         return env
 
-    def start(self) -> ConnectServer:
+    def start(self) -> Self:
         """Start the server; return once a Connect client gets an answer from it. If it
         does not come up, the error ends with its log, and its folder stays."""
         if self.running:
             return self
         self.dir = Path(tempfile.mkdtemp(prefix="spark-groups-connect-"))
         (self.dir / "log4j2.properties").write_text(_LOG4J2)
-        out = self.log_path.open("ab")
-        self._process = subprocess.Popen(
-            self._command(),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=self._env(),
-            cwd=self.dir,
-            start_new_session=True,  # its group: spark-submit, the JVM, its Python workers
-            preexec_fn=_die_with_parent,
-        )
-        out.close()
+        self._process.start(self._command(), self.log_path, env=self._env(), cwd=self.dir)
         try:
-            self._wait_until_serving()
+            self._process.wait_until_ready(
+                self._answers, timeout_s=self.start_timeout_s, what=f"answer on {self.url}"
+            )
         except BaseException:
             self.stop(remove=False)
             raise
         return self
 
-    def _wait_until_serving(self) -> None:
-        deadline = time.monotonic() + self.start_timeout_s
-        while True:
-            assert self._process is not None
-            if self._process.poll() is not None:
-                raise RuntimeError(
-                    f"the Spark Connect server exited with {self._process.returncode} at "
-                    f"start; its log ({self.log_path}) ends:\n{self.log_tail()}"
-                )
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"the Spark Connect server did not answer on {self.url} within "
-                    f"{self.start_timeout_s:.0f} s; its log ({self.log_path}) ends:\n"
-                    f"{self.log_tail()}"
-                )
-            try:  # a plain connect first: a client would retry a refused connection itself
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-            except OSError:
-                time.sleep(0.2)
-                continue
-            try:
-                self._probe()
-            except Exception as exc:
-                raise RuntimeError(
-                    f"the Spark Connect server on {self.url} did not answer a client: {exc}; "
-                    f"its log ({self.log_path}) ends:\n{self.log_tail()}"
-                ) from exc
-            return
-
-    def _probe(self) -> None:
-        """One query from a Connect session of its own, stopped after (so the test's
-        ``builder.remote(...).getOrCreate()`` makes a fresh one)."""
+    def _answers(self) -> bool:
+        """Whether the server answers one query from a Connect session of its own, stopped
+        after (so the test's ``builder.remote(...).getOrCreate()`` makes a fresh one). False
+        while nothing listens on its port; once something does, one query decides."""
         from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-        session = ConnectSession.builder.remote(self.url).create()
+        if not port_open(self.port):
+            return False
         try:
-            rows = session.range(3).collect()
-            assert [r.id for r in rows] == [0, 1, 2], rows
-        finally:
-            session.stop()
+            session = ConnectSession.builder.remote(self.url).create()
+            try:
+                rows = session.range(3).collect()
+                assert [r.id for r in rows] == [0, 1, 2], rows
+            finally:
+                session.stop()
+        except Exception as exc:
+            raise self._process.failure(f"on {self.url} did not answer a client: {exc}") from exc
+        return True
 
     def stop(self, remove: bool = True) -> None:
         """End the server and its Python workers; remove its folder (and log) with
         ``remove``."""
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-        if process is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):  # group gone
-                os.killpg(process.pid, signal.SIGKILL)  # workers left behind by the JVM
+        self._process.stop(grace_s=30)  # and the Python workers left behind by the JVM
         folder = self.dir
         if remove and folder is not None:
             self.dir = None
             shutil.rmtree(folder, ignore_errors=True)
-
-    def __enter__(self) -> ConnectServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -19,18 +19,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import pyspark
 
-from spark_groups.tools.kafka_broker import _die_with_parent, _free_ports
+from spark_groups.tools.processes import Launcher, ManagedProcess, free_ports, stop_all
 
 SPARK_HOME = Path(pyspark.__file__).parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
@@ -39,7 +35,7 @@ _MASTER = "org.apache.spark.deploy.master.Master"
 _WORKER = "org.apache.spark.deploy.worker.Worker"
 
 
-class SparkCluster:
+class SparkCluster(Launcher):
     """A standalone master and ``workers`` workers on 127.0.0.1 (a context manager).
 
     ``worker_memory`` is what each worker offers to executors; ``daemon_memory`` the heap of
@@ -59,9 +55,9 @@ class SparkCluster:
         self.worker_memory = worker_memory
         self.daemon_memory = daemon_memory
         self.start_timeout_s = start_timeout_s
-        self.port, self.webui_port = _free_ports(2)
+        self.port, self.webui_port = free_ports(2)
         self.dir: Path | None = None
-        self._processes: list[subprocess.Popen[bytes]] = []
+        self._processes: list[ManagedProcess] = []  # the master first
 
     @property
     def master_url(self) -> str:
@@ -103,22 +99,16 @@ class SparkCluster:
 
     def _spawn(self, name: str, args: list[str]) -> None:
         assert self.dir is not None
-        out = (self.dir / f"{name}.log").open("ab")
-        self._processes.append(
-            subprocess.Popen(
-                [str(SPARK_CLASS), *args],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=self._env(),
-                cwd=self.dir,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
+        # Detached: its group is the daemon and the executors it runs.
+        process = ManagedProcess(f"the Spark {name}")
+        process.start(
+            [str(SPARK_CLASS), *args], self.dir / f"{name}.log", env=self._env(), cwd=self.dir
         )
-        out.close()
+        self._processes.append(process)
 
-    def start(self) -> SparkCluster:
-        """Start the master and the workers; return once every worker is registered."""
+    def start(self) -> Self:
+        """Start the master and the workers; return once every worker is registered. If they
+        do not come up, stop them and raise RuntimeError with the end of their logs."""
         self.dir = Path(tempfile.mkdtemp(prefix="spark-groups-cluster-"))
         host = ["--host", "127.0.0.1"]
         self._spawn("master", [_MASTER, *host, "--port", str(self.port),
@@ -126,68 +116,31 @@ class SparkCluster:
         for i in range(self.workers):
             work = self.worker_dir(i)
             work.mkdir()
-            port, webui = _free_ports(2)
+            port, webui = free_ports(2)
             self._spawn(
                 f"worker-{i}",
                 [_WORKER, *host, "--port", str(port), "--webui-port", str(webui),
                  "--cores", str(self.cores), "--memory", self.worker_memory,
                  "--work-dir", str(work), self.master_url],
             )  # fmt: skip
+        master, *workers = self._processes
         try:
-            self._wait_for_workers()
+            master.wait_until_ready(
+                lambda: len(self.alive_workers()) >= self.workers,
+                timeout_s=self.start_timeout_s,
+                what=f"see {self.workers} workers alive",
+                poll_s=0.5,
+                others=workers,
+            )
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _wait_for_workers(self) -> None:
-        deadline = time.monotonic() + self.start_timeout_s
-        while len(self.alive_workers()) < self.workers:
-            for process in self._processes:
-                if process.poll() is not None:
-                    raise RuntimeError(
-                        f"a Spark daemon exited with {process.returncode} at start; see the "
-                        f"logs in {self.dir}: {self.logs()[-3000:]}"
-                    )
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"{len(self.alive_workers())} of {self.workers} workers registered with "
-                    f"{self.master_url} within {self.start_timeout_s:.0f} s; logs: "
-                    f"{self.logs()[-3000:]}"
-                )
-            time.sleep(0.5)
-
-    def logs(self) -> str:
-        """The daemons' logs, for failure messages."""
-        if self.dir is None:
-            return ""
-        return "".join(
-            f"--- {p.name}\n{p.read_text(errors='replace')}" for p in sorted(self.dir.glob("*.log"))
-        )
-
     def stop(self) -> None:
         """End the workers (and their executors) and the master; remove the folder."""
         processes, self._processes = self._processes, []
-        for process in reversed(processes):  # workers first, then the master
-            if process.poll() is None:  # its group: the daemon and the executors it runs
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
+        stop_all(processes[::-1], grace_s=30)  # workers first, then the master
         folder, self.dir = self.dir, None
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
-
-    def __enter__(self) -> SparkCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -1,0 +1,171 @@
+"""ListOffsets for a set of partitions, within a deadline: asked again while their leadership
+moves, and its errors told as spark_groups errors.
+
+One request through a ``Consumer`` asks for the log end (:data:`LATEST`), the log start
+(:data:`EARLIEST`) or, per partition, the first offset at or after a timestamp. Leadership
+that moved (a broker restarted or frozen, an election) refreshes the metadata and asks again;
+a topic the consumer's metadata does not know yet is looked up once more; no answer by the
+deadline raises :class:`~spark_groups.errors.BrokerUnreachableError` naming the bootstrap
+servers; an unknown topic raises :class:`~spark_groups.errors.TopicNotFoundError`; a denied
+one the authorization error of :mod:`spark_groups.kafka.auth`. Secrets never reach a message.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from spark_groups.errors import BrokerUnreachableError, SparkGroupsError, TopicNotFoundError
+from spark_groups.kafka import auth
+from spark_groups.kafka.client import Consumer, KafkaError, KafkaException, KafkaTopicPartition
+from spark_groups.kafka.config import bootstrap_servers_of
+from spark_groups.kafka.errors import LEADERSHIP_MOVED_CODES, NO_ANSWER_CODES, UNKNOWN_TOPIC_CODES
+from spark_groups.kafka.secrets import scrub
+from spark_groups.offsets import TopicPartition
+
+log = logging.getLogger(__name__)
+
+#: The ListOffsets "timestamp" that asks for the log end.
+LATEST = -1
+#: The ListOffsets "timestamp" that asks for the log start.
+EARLIEST = -2
+
+#: Pause between two ListOffsets tries after an answer that leadership moved.
+_RETRY_BACKOFF_S = 0.1
+
+
+def partition_names(tps: list[TopicPartition], most: int = 5) -> str:
+    """``tps`` for a message: the first ``most`` of them, then how many more."""
+    shown = ", ".join(str(tp) for tp in tps[:most])
+    return shown + (f" and {len(tps) - most} more" if len(tps) > most else "")
+
+
+def list_offsets(
+    consumer: Consumer,
+    tps: list[TopicPartition],
+    which: int | Mapping[TopicPartition, int],
+    deadline: float,
+    *,
+    config: Mapping[str, Any],
+    timeout_s: float,
+) -> dict[TopicPartition, int]:
+    """ListOffsets for ``tps`` through ``consumer`` until ``deadline`` (``time.monotonic()``):
+    ``which`` is :data:`LATEST`, :data:`EARLIEST` or a timestamp (ms) per partition. By time,
+    -1 answers "no record that late"; otherwise it is an error. ``config`` is the consumer's
+    (for the servers named in errors and the secrets kept out of them); ``timeout_s`` the
+    wait that errors report."""
+    servers = bootstrap_servers_of(config)
+    by_time = isinstance(which, Mapping)
+    request = [
+        KafkaTopicPartition(
+            tp.topic, tp.partition, which[tp] if isinstance(which, Mapping) else which
+        )
+        for tp in tps
+    ]
+    kind = "by time" if by_time else "end" if which == LATEST else "start"
+    what = f"to list the {kind} offsets of {partition_names(tps)}"
+    refreshed = False
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _unreachable(what, None, config, timeout_s)
+        try:
+            answer = consumer.offsets_for_times(request, timeout=left)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            code = err.code() if err is not None else None
+            if code in UNKNOWN_TOPIC_CODES and not refreshed:
+                # The consumer's metadata may predate the topic: look again, once.
+                refreshed = True
+                _refresh_metadata(consumer, tps, deadline)
+                continue
+            if code in UNKNOWN_TOPIC_CODES:
+                raise TopicNotFoundError(
+                    f"unknown topic or partition on {servers}: {partition_names(tps)}",
+                    topics=sorted({tp.topic for tp in tps}),
+                    servers=servers,
+                ) from None
+            if code in LEADERSHIP_MOVED_CODES and err is not None:
+                _await_new_leaders(consumer, tps, err, deadline, servers)
+                continue
+            if code == auth.TOPIC_DENIED and err is not None:
+                topics = ", ".join(sorted({tp.topic for tp in tps}))
+                raise auth.topic_denied(topics, config, err) from None
+            if code is None or code in NO_ANSWER_CODES:
+                raise _unreachable(what, err, config, timeout_s) from None
+            assert err is not None  # a code came from it
+            raise SparkGroupsError(
+                f"ListOffsets on {servers} failed {what}: {err.name()}: {scrub(err.str(), config)}"
+            ) from None
+        by_tp = {TopicPartition(got.topic, got.partition): got for got in answer}
+        moving = [
+            error
+            for error in (by_tp[tp].error for tp in tps if tp in by_tp)
+            if error is not None and error.code() in LEADERSHIP_MOVED_CODES
+        ]
+        if moving:
+            _await_new_leaders(consumer, tps, moving[0], deadline, servers)
+            continue
+        result: dict[TopicPartition, int] = {}
+        for tp in tps:
+            got = by_tp.get(tp)
+            if got is None:
+                raise SparkGroupsError(f"ListOffsets on {servers} skipped {tp}")
+            if got.error is not None:
+                if got.error.code() == auth.TOPIC_DENIED:
+                    raise auth.topic_denied(tp.topic, config, got.error)
+                if got.error.code() in UNKNOWN_TOPIC_CODES:
+                    raise TopicNotFoundError(
+                        f"unknown topic or partition {tp} on {servers}",
+                        topics=[tp.topic],
+                        servers=servers,
+                    )
+                raise SparkGroupsError(
+                    f"ListOffsets for {tp} on {servers} failed: {got.error.name()}"
+                )
+            if got.offset < 0 and not (by_time and got.offset == -1):
+                raise SparkGroupsError(
+                    f"ListOffsets for {tp} on {servers} answered no offset ({got.offset})"
+                )
+            result[tp] = got.offset
+        return result
+
+
+def _unreachable(
+    what: str, err: KafkaError | None, config: Mapping[str, Any], timeout_s: float
+) -> BrokerUnreachableError:
+    servers = bootstrap_servers_of(config)
+    detail = f" ({err.name()}: {scrub(err.str(), config)})" if err is not None else ""
+    return BrokerUnreachableError(
+        f"no answer from {servers} within {timeout_s:g} s {what}{detail}",
+        servers=servers,
+        waited_s=timeout_s,
+    )
+
+
+def _await_new_leaders(
+    consumer: Consumer, tps: list[TopicPartition], err: KafkaError, deadline: float, servers: str
+) -> None:
+    """Leadership of ``tps`` moved (``err``): refresh metadata and pause briefly before
+    the caller asks again; the caller's deadline bounds the retries."""
+    log.info(
+        "ListOffsets on %s: %s for %s; asking again with fresh metadata",
+        servers,
+        err.name(),
+        partition_names(tps),
+    )
+    _refresh_metadata(consumer, tps, deadline)
+    time.sleep(min(_RETRY_BACKOFF_S, max(deadline - time.monotonic(), 0)))
+
+
+def _refresh_metadata(consumer: Consumer, tps: list[TopicPartition], deadline: float) -> None:
+    for topic in sorted({tp.topic for tp in tps}):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        try:
+            consumer.list_topics(topic, timeout=left)
+        except KafkaException:
+            return
