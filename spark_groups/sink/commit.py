@@ -198,17 +198,17 @@ class DeltaSink:
         when a commit failed and the table cannot be read to tell whether it landed.
         """
         staged = StagedFiles(self._table, files, self.compression)
-        partition_by = self._check(plan, staged, schema)
+        partition_by = self._check(plan, staged, schema)  # 1
         attempt = 0
         while True:
             attempt += 1
-            snapshot, decision = self._open_and_decide(plan, staged, schema, partition_by)
-            if not decision.txns:
+            snapshot, decision = self._open_and_decide(plan, staged, schema, partition_by)  # 2, 3
+            if not decision.txns:  # 4
                 return self._nothing_to_write(plan, staged, decision, attempt)
             self._before_commit(attempt, snapshot, decision)
-            if self._attempt(snapshot, plan, decision, partition_by, staged) == "ok":
-                return self._clean_up(plan, staged, decision, attempt)
-            self._wait_to_retry(plan, staged, attempt)
+            if self._attempt(snapshot, plan, decision, partition_by, staged) == "ok":  # 5
+                return self._clean_up(plan, staged, decision, attempt)  # 6
+            self._wait_to_retry(plan, staged, attempt)  # 5, a conflict: again from 2
 
     # ------------------------------------------------------------------ the steps
 

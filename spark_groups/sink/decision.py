@@ -4,10 +4,8 @@ No table, no clock: :class:`~spark_groups.sink.commit.DeltaSink` reads the table
 transaction version of every partition (one snapshot) and asks :func:`decide_batch`, which
 takes the batch's files and a function that cuts them (the only I/O, the caller's), and
 answers with the :class:`BatchDecision` to commit, or refuses a gap. :func:`decide` is the
-pure rule per partition:
-
-For each planned partition, with ``v`` the table's version (the next offset it expects, or
-none) and ``[from, until)`` the planned range:
+pure rule: for each planned partition, with ``v`` the table's version (the next offset it
+expects, or none) and ``[from, until)`` the planned range:
 
 ==========================  ============================================================
 the table                   the decision
