@@ -1,11 +1,11 @@
 """What the sink writes of a batch, decided from the batch's plan and the table's versions.
 
-Pure: no table, no files, no clock. :class:`~spark_groups.sink.commit.DeltaSink` reads the
-table's transaction version of every partition (one snapshot), asks :func:`decide`, and then
-does the I/O the answer calls for (cutting files, raising, committing).
-
-For each planned partition, with ``v`` the table's version (the next offset it expects, or
-none) and ``[from, until)`` the planned range:
+No table, no clock: :class:`~spark_groups.sink.commit.DeltaSink` reads the table's
+transaction version of every partition (one snapshot) and asks :func:`decide_batch`, which
+takes the batch's files and a function that cuts them (the only I/O, the caller's), and
+answers with the :class:`BatchDecision` to commit, or refuses a gap. :func:`decide` is the
+pure rule: for each planned partition, with ``v`` the table's version (the next offset it
+expects, or none) and ``[from, until)`` the planned range:
 
 ==========================  ============================================================
 the table                   the decision
@@ -23,14 +23,25 @@ no ``v``, or ``v == from``  ``write`` from ``from``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
-from spark_groups.offsets import TopicPartition
+from spark_groups.errors import SinkGapError
+from spark_groups.offsets import Handover, OffsetRange, TopicPartition
 from spark_groups.sink.plan import BatchPlan
 
+if TYPE_CHECKING:
+    from spark_groups.sink.writer import DataFile
+
+log = logging.getLogger(__name__)
+
 Action = Literal["drop", "write", "gap"]
+#: A partition the batch would leave a gap in: the table's version and the planned range.
+Gap = tuple[TopicPartition, int, OffsetRange]
+#: Cuts one partition's files at an offset: the files without the rows below it.
+Cut = Callable[[list["DataFile"], int], list["DataFile"]]
 
 
 @dataclass(frozen=True)
@@ -67,3 +78,127 @@ def decide(
             else:
                 out[tp] = PartitionDecision("gap", planned.from_offset, version)
     return out
+
+
+@dataclass
+class BatchDecision:
+    """A batch decided against one snapshot of the table.
+
+    ``keep`` are the files to commit, ``txns`` the transaction version to set per partition
+    written, ``written`` the range whose rows go in per partition, ``dropped`` the partitions
+    whose rows are all in the table already, ``versions`` the snapshot's transaction versions,
+    and ``outside`` the gaps another consumer of the group accounts for: ``[v, from)`` and who.
+    """
+
+    keep: list[DataFile] = field(default_factory=list)
+    txns: dict[TopicPartition, int] = field(default_factory=dict)
+    written: dict[TopicPartition, OffsetRange] = field(default_factory=dict)
+    dropped: list[TopicPartition] = field(default_factory=list)
+    versions: dict[TopicPartition, int] = field(default_factory=dict)
+    outside: dict[TopicPartition, tuple[int, int, str]] = field(default_factory=dict)
+
+
+def decide_batch(
+    plan: BatchPlan,
+    versions: dict[TopicPartition, int],
+    files: Sequence[DataFile],
+    cut: Cut,
+    *,
+    table_path: str,
+    group_id: str,
+    fail_on_gap: bool,
+) -> BatchDecision:
+    """Decide ``plan`` and its ``files`` against the table's ``versions`` (one snapshot).
+
+    Partitions in the table already are dropped; the files of a partition whose first rows
+    are in the table are cut at the table's offset with ``cut``; a gap raises
+    :class:`~spark_groups.errors.SinkGapError` (its partitions and missing offsets in
+    ``gaps``), or with ``fail_on_gap`` false is logged and written. ``table_path`` and
+    ``group_id`` are for the messages.
+    """
+    decision = BatchDecision()
+    by_tp: dict[TopicPartition, list[DataFile]] = {}
+    for f in files:
+        by_tp.setdefault(f.topic_partition, []).append(f)
+    decision.versions = versions
+    gaps: list[Gap] = []
+    for tp, choice in decide(plan, versions).items():
+        planned = plan.ranges[tp]
+        if choice.action == "drop":
+            decision.dropped.append(tp)
+            continue
+        if choice.action == "gap":  # refused below unless failOnGap=false writes it
+            assert choice.version is not None  # a gap is always below a known version
+            gaps.append((tp, choice.version, planned))
+        mine = by_tp.get(tp, [])
+        if choice.start > planned.from_offset:  # the rows below it are in the table
+            mine = cut(mine, choice.start)
+        if choice.outside is not None:
+            decision.outside[tp] = choice.outside
+        decision.keep.extend(mine)
+        decision.txns[tp] = planned.until_offset
+        decision.written[tp] = OffsetRange(
+            tp.topic, tp.partition, choice.start, planned.until_offset
+        )
+    for tp, (v, until, by) in decision.outside.items():
+        log.info(
+            "sink %s: batch %d: %s [%d, %d) was committed by %s, outside this table; "
+            "recorded as such",
+            table_path,
+            plan.batch_id,
+            tp,
+            v,
+            until,
+            by,
+        )
+    if gaps:
+        if fail_on_gap:
+            raise gap_error(plan, gaps, table_path, group_id)
+        log.warning(
+            "sink %s: batch %d leaves a gap (failOnGap=false): %s",
+            table_path,
+            plan.batch_id,
+            gap_text(plan, gaps),
+        )
+    return decision
+
+
+def gap_text(plan: BatchPlan, gaps: list[Gap]) -> str:
+    """The gaps of ``plan``, one clause per partition, with why a handover in the plan does
+    not explain one."""
+    return "; ".join(
+        f"{tp}: the table holds offsets up to {v}, the batch starts at {r.from_offset}"
+        + gap_origin(plan.outside.get(tp), v)
+        for tp, v, r in gaps
+    )
+
+
+def gap_error(plan: BatchPlan, gaps: list[Gap], table_path: str, group_id: str) -> SinkGapError:
+    """The error refusing ``plan`` for its ``gaps``: what to do about them, and per
+    partition the missing offsets ``(table's next, batch's from)``."""
+    commands = "; ".join(
+        f"spark-groups accept-gap {group_id} --sink-table {table_path} "
+        f"--partition {tp.topic}:{tp.partition} --until {r.from_offset}"
+        for tp, v, r in gaps
+    )
+    return SinkGapError(
+        f"sink {table_path}: batch {plan.batch_id} would leave a gap: {gap_text(plan, gaps)}. No "
+        "other consumer of the group is known to have committed those records "
+        "(were they lost to retention, skipped by at-most-once, or was the table "
+        "restored?). Nothing was committed, and every member would fail the same "
+        "way: to leave the records out of the table, record that decision with "
+        f"{commands} (then restart); to read them instead, reset the group to the "
+        "table's offsets with spark-groups reset. The source option sink.table "
+        "makes members hold such a partition instead of failing",
+        gaps={tp: (v, r.from_offset) for tp, v, r in gaps},
+    )
+
+
+def gap_origin(handover: Handover | None, table_offset: int) -> str:
+    """Why a handover in the plan does not explain a gap ('' without one)."""
+    if handover is None:
+        return ""
+    return (
+        f" ({handover.by} committed [{handover.since}, {handover.until}), but spark_groups had "
+        f"committed up to {handover.since}, past the table's {table_offset})"
+    )

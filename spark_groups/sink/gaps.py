@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from spark_groups.errors import OptionError, SinkError
 from spark_groups.files import table_uri
 from spark_groups.offsets import TopicPartition
-from spark_groups.sink.commit import _load, _versions, app_id
+from spark_groups.sink.table import app_id, load, versions
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +64,10 @@ def accept_gap(
         raise OptionError("--until", f"must be an offset >= 0, got {until}")
     uri = table_uri(table_path)
     for _attempt in range(10):
-        table = _load(uri, storage_options)
+        table = load(uri, storage_options)
         if table is None:
             raise SinkError(f"sink table {table_path}: there is no Delta table there")
-        offset = _versions(table, group_id, [tp]).get(tp)
+        offset = versions(table, group_id, [tp]).get(tp)
         if offset is None:
             raise SinkError(
                 f"sink table {table_path}: group {group_id!r} has written nothing of {tp} "
@@ -98,7 +98,7 @@ def accept_gap(
             )
         except CommitFailedError:
             continue  # a member committed meanwhile: decide again on the new snapshot
-        after = _load(uri, storage_options)
+        after = load(uri, storage_options)
         version = after.version() if after is not None else None
         log.info(
             "sink %s: %s: accepted the gap [%d, %d) (by %s) as version %s",

@@ -47,7 +47,7 @@ from spark_groups.maintenance import (
     deleted_file_retention_hours,
     vacuum,
 )
-from spark_groups.sink.commit import APP_ID_PREFIX
+from spark_groups.sink.table import APP_ID_PREFIX
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

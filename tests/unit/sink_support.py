@@ -38,6 +38,20 @@ def rows(partition: int, offsets: Iterable[int], topic: str = TOPIC) -> pa.Recor
     )
 
 
+def data_file(partition: int, first: int, last: int, topic: str = TOPIC) -> DataFile:
+    """A :class:`DataFile` of rows ``first..last`` of one partition, never written (for the
+    parts of the sink that only look at files' offsets)."""
+    return DataFile(
+        path=f"part-{topic}-{partition}-{first}.parquet",
+        size=1,
+        rows=last - first + 1,
+        topic=topic,
+        partition=partition,
+        min_offset=first,
+        max_offset=last,
+    )
+
+
 def write_task(
     table: Path,
     batches: Sequence[pa.RecordBatch],

@@ -13,7 +13,11 @@ from deltalake import DeltaTable
 
 from spark_groups.errors import SinkError, SinkGapError
 from spark_groups.offsets import OffsetRange, TopicPartition
+from spark_groups.sink.attempt import Committer
 from spark_groups.sink.commit import COMMIT_INFO_KEYS, DeltaSink, app_id, committed_positions
+from spark_groups.sink.decision import BatchDecision
+from spark_groups.sink.staged import StagedFiles
+from spark_groups.sink.table import SinkTable
 
 from sink_support import (
     SCHEMA,
@@ -392,3 +396,101 @@ def test_two_writers_creating_the_table_at_once_share_it(tmp_path: Path) -> None
     assert offsets_in(table, 0) == list(range(10)) and offsets_in(table, 1) == list(range(10))
     creates = [h for h in DeltaTable(str(table)).history() if h["operation"] == "CREATE TABLE"]
     assert len(creates) == 1
+
+
+# ---------------------------------------------------------------- the parts of a commit
+# spark_groups.sink.staged, .table and .attempt, each on its own (still no Spark, no broker).
+
+
+def test_staged_files_are_cut_once_per_offset_and_removed_unless_kept(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    below, straddling, above = (
+        write_task(table, [rows(0, range(0, 5))])
+        + write_task(table, [rows(0, range(5, 15))])
+        + write_task(table, [rows(0, range(15, 20))])
+    )
+    staged = StagedFiles(SinkTable(str(table)), [below, straddling, above], "snappy")
+
+    cut = staged.cut([below, straddling, above], 10)
+    assert cut[1:] == [above] and cut[0].min_offset == 10 and cut[0].max_offset == 14
+    assert staged.made == {cut[0].path}
+    assert staged.cut([straddling], 10) == cut[:1]  # a retry reuses the rewrite
+    assert len(parquet_files(table)) == 4
+
+    staged.remove(keep={f.path for f in cut})
+    assert parquet_files(table) == {f.path for f in cut}  # the originals went, the cut stayed
+    staged.remove()
+    assert parquet_files(table) == set()
+
+
+def test_staged_files_are_checked_against_the_plan(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    files = write_task(table, [rows(0, range(5))])
+    with pytest.raises(SinkError, match="batch 2 lists a file twice"):
+        StagedFiles(SinkTable(str(table)), files * 2, "snappy").check(plan(2, {0: (0, 5)}))
+    StagedFiles(SinkTable(str(table)), files, "snappy").check(plan(2, {0: (0, 5)}))
+
+
+def test_the_sink_table_is_created_nullable_and_refuses_other_columns(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    table = SinkTable(str(path))
+    assert table.partition_columns() is None and table.load() is None
+    required = pa.schema([pa.field("id", pa.int64(), nullable=False), *list(SCHEMA)[1:]])
+    created = table.open(required, ())
+    assert all(f.nullable for f in created.schema().to_arrow())  # every column nullable
+    assert table.partition_columns() == ()
+    assert table.partition_by_for(write_task(path, [rows(0, [0])])) == ()
+    with pytest.raises(SinkError, match=r"partitioned by \[\], the query by \['id'\]"):
+        table.open(SCHEMA, ("id",))
+
+    other = tmp_path / "other"
+    DeltaTable.create(str(other), required)  # made by another writer, with a NOT NULL column
+    with pytest.raises(SinkError, match="'id' is NOT NULL in the table but nullable in the query"):
+        SinkTable(str(other)).open(SCHEMA, ())
+    with pytest.raises(SinkError, match="the query has no column 'id', which is NOT NULL"):
+        SinkTable(str(other)).open(pa.schema(list(SCHEMA)[1:]), ())
+
+
+def test_files_written_for_other_partition_columns_are_refused(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    files = write_task(table, [rows(0, [0])])
+    with pytest.raises(SinkError, match=r"written for partition columns \[\], the table is"):
+        SinkTable(str(table), partition_by=("id",)).partition_by_for(files)
+
+
+def committer(table: Path, member: str = "test") -> Committer:
+    return Committer(SinkTable(str(table)), "g1", member)
+
+
+def test_an_attempt_on_a_stale_snapshot_of_the_same_partition_conflicts(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    sink(table).commit(plan(0, {0: (0, 5)}), write_task(table, [rows(0, range(5))]), SCHEMA)
+    stale = DeltaTable(str(table))
+    sink(table).commit(plan(1, {0: (5, 7)}), write_task(table, [rows(0, [5, 6])]), SCHEMA)
+
+    files = write_task(table, [rows(0, [5, 6])])
+    decision = BatchDecision(keep=files, txns={TP0: 7}, written={TP0: OffsetRange(TOPIC, 0, 5, 7)})
+    assert committer(table).attempt(stale, plan(1, {0: (5, 7)}), decision, ()) == "conflict"
+    assert committer(table).landed(decision) is False
+    assert committed_positions(str(table), "g1", [TP0]) == {TP0: 7}
+
+
+def test_an_attempt_commits_its_info_and_is_found_again(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    sink(table).commit(plan(0, {1: (0, 1)}), write_task(table, [rows(1, [0])]), SCHEMA)
+    the_plan = plan(3, {0: (0, 4), 1: (1, 1)})
+    decision = BatchDecision(
+        keep=[], txns={TP0: 4}, written={TP0: OffsetRange(TOPIC, 0, 0, 4)}, dropped=[TP1]
+    )
+    me = committer(table, member="m-1")
+    assert me.landed(decision) is False
+    assert me.attempt(DeltaTable(str(table)), the_plan, decision, ()) == "ok"
+    assert me.landed(decision) is True  # no files: told by the transaction versions
+    assert me.version_of(the_plan, decision) == 2
+    entry = DeltaTable(str(table)).history(1)[0]
+    assert {k: entry[k] for k in COMMIT_INFO_KEYS} == {
+        k: v for k, v in me.info(the_plan, decision).items() if k in COMMIT_INFO_KEYS
+    }
+    assert entry["spark_groups.dropped"] == '["orders-1"]'
+    assert json.loads(entry["userMetadata"]) == {"group": "g1", "txns": {TOPIC: {"0": 4}}}
+    assert committer(table, member="m-2").version_of(the_plan, decision) is None  # not m-2's

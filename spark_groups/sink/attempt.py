@@ -1,0 +1,193 @@
+"""One attempt at a batch's Delta commit, on the snapshot its decision was made on.
+
+The decision's files (add actions) and one transaction id per partition written
+(``spark_groups.sink.table``) go into one ``append`` commit carrying the batch's commit info
+(:data:`COMMIT_INFO_KEYS`, and the transaction versions as ``userMetadata``). delta-rs fails
+it with ``CommitFailedError`` when a commit after the snapshot set one of those transaction
+ids: a *conflict*, and the caller decides again on a fresh snapshot. Commits that touched
+other partitions it rebases over.
+
+Any other error leaves it open whether the commit landed, so the table is read back to tell
+(:meth:`Committer.landed`): landed is success, not landed a
+:class:`~spark_groups.errors.SinkError`, and a table that cannot be read
+:class:`CommitUnknownError`, after which the batch's files must stay in place.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from spark_groups.errors import SinkError
+from spark_groups.offsets import TopicPartition
+from spark_groups.sink.decision import BatchDecision
+from spark_groups.sink.plan import BatchPlan
+from spark_groups.sink.table import SinkTable, app_id, versions
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: Keys of the commit info (``commitInfo``) every sink commit carries.
+COMMIT_INFO_KEYS = (
+    "spark_groups.batch",
+    "spark_groups.group",
+    "spark_groups.member",
+    "spark_groups.ranges",
+    "spark_groups.dropped",
+    "spark_groups.outside",
+)
+
+#: What an attempt that did not raise came to.
+Outcome = Literal["ok", "conflict"]
+
+
+class CommitUnknownError(SinkError):
+    """A commit failed in a way that leaves it unknown whether it landed."""
+
+
+@dataclass(frozen=True)
+class Committer:
+    """Commits batch decisions to ``table`` as ``member`` of the consumer group
+    ``group_id`` (whose transaction ids the commits set)."""
+
+    table: SinkTable
+    group_id: str
+    member: str
+
+    def attempt(
+        self,
+        snapshot: DeltaTable,
+        plan: BatchPlan,
+        decision: BatchDecision,
+        partition_by: tuple[str, ...],
+    ) -> Outcome:
+        """Commit ``decision`` on ``snapshot``, the version it was made on: "ok", or
+        "conflict" when a concurrent commit got in the way. Raises
+        :class:`~spark_groups.errors.SinkError` when the commit certainly failed,
+        :class:`CommitUnknownError` when that cannot be told."""
+        from deltalake import CommitProperties, Transaction
+        from deltalake.exceptions import CommitFailedError
+        from deltalake.transaction import AddAction
+
+        table_id = str(snapshot.metadata().id)
+        txns = [
+            Transaction(app_id(table_id, self.group_id, tp), until)
+            for tp, until in sorted(decision.txns.items())
+        ]
+        adds: list[Any] = [
+            AddAction(f.path, f.size, dict(f.partition_values), f.modification_time, True, f.stats)
+            for f in decision.keep
+        ]
+        properties = CommitProperties(
+            app_transactions=txns, custom_metadata=self.info(plan, decision)
+        )
+        try:
+            snapshot.create_write_transaction(
+                adds,
+                "append",
+                snapshot.schema(),
+                partition_by=list(partition_by) or None,
+                commit_properties=properties,
+            )
+        except CommitFailedError:
+            return "conflict"
+        except Exception as exc:
+            landed = self.landed(decision)
+            if landed:
+                log.warning(
+                    "sink %s: batch %d: the commit reported %s: %s, but it is in the table",
+                    self.table.path,
+                    plan.batch_id,
+                    type(exc).__name__,
+                    exc,
+                )
+                return "ok"
+            if landed is None:
+                raise CommitUnknownError(
+                    f"sink {self.table.path}: batch {plan.batch_id}: the commit failed "
+                    f"({type(exc).__name__}: {exc}) and the table cannot be read to tell whether "
+                    "it landed; its files were left in place"
+                ) from exc
+            raise SinkError(
+                f"sink {self.table.path}: batch {plan.batch_id}: the commit failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return "ok"
+
+    def info(self, plan: BatchPlan, decision: BatchDecision) -> dict[str, str]:
+        """The commit info of ``decision``'s commit: :data:`COMMIT_INFO_KEYS` and the
+        transaction versions as ``userMetadata`` (see :func:`txns_text`)."""
+        return {
+            "spark_groups.batch": str(plan.batch_id),
+            "spark_groups.group": self.group_id,
+            "spark_groups.member": self.member,
+            "spark_groups.ranges": json.dumps(
+                {
+                    topic: {p: [r.from_offset, r.until_offset] for p, r in parts.items()}
+                    for topic, parts in _by_topic(decision.written).items()
+                },
+                separators=(",", ":"),
+            ),
+            "spark_groups.dropped": json.dumps([str(tp) for tp in decision.dropped]),
+            "spark_groups.outside": json.dumps(
+                {
+                    topic: {p: [v, until, by] for p, (v, until, by) in parts.items()}
+                    for topic, parts in _by_topic(decision.outside).items()
+                },
+                separators=(",", ":"),
+            ),
+            "userMetadata": txns_text(self.group_id, decision.txns),
+        }
+
+    def landed(self, decision: BatchDecision) -> bool | None:
+        """Whether the commit of ``decision`` is in the table (None: cannot tell)."""
+        try:
+            table = self.table.load()
+            if table is None:
+                return False
+            if decision.keep:
+                uris = table.file_uris()
+                wanted = decision.keep[0].path
+                return any(u.endswith("/" + wanted) for u in uris)
+            found = versions(table, self.group_id, decision.txns)
+            return all(found.get(tp) == until for tp, until in decision.txns.items())
+        except Exception as exc:
+            log.warning("sink %s: cannot read the table back: %s", self.table.path, exc)
+            return None
+
+    def version_of(self, plan: BatchPlan, decision: BatchDecision) -> int | None:
+        """The table version of the commit just made (found by its commit info; None if it
+        cannot be found among the last few commits)."""
+        info = self.info(plan, decision)
+        try:
+            table = self.table.load()
+            if table is None:
+                return None
+            for entry in table.history(20):
+                if all(entry.get(k) == info[k] for k in COMMIT_INFO_KEYS):
+                    return int(entry["version"])
+        except Exception as exc:
+            log.debug("sink %s: cannot find the commit's version: %s", self.table.path, exc)
+        return None
+
+
+def txns_text(group_id: str, txns: Mapping[TopicPartition, int]) -> str:
+    """The commit's transaction versions as Delta's ``userMetadata``, which delta-spark's
+    ``history()`` shows: ``{"group": g, "txns": {topic: {partition: next offset}}}``."""
+    by_topic: dict[str, dict[str, int]] = {}
+    for tp, until in sorted(txns.items()):
+        by_topic.setdefault(tp.topic, {})[str(tp.partition)] = until
+    return json.dumps({"group": group_id, "txns": by_topic}, separators=(",", ":"))
+
+
+def _by_topic(ranges: Mapping[TopicPartition, T]) -> dict[str, dict[str, T]]:
+    out: dict[str, dict[str, T]] = {}
+    for tp in sorted(ranges):
+        out.setdefault(tp.topic, {})[str(tp.partition)] = ranges[tp]
+    return out

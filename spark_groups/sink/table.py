@@ -1,0 +1,236 @@
+"""The sink's Delta table: where each partition stands in it, and opening it for a commit.
+
+The table itself says, per Kafka partition, up to where a group's rows are complete: one
+Delta transaction id (``txn``) per partition written, in the spirit of
+delta-io/kafka-delta-ingest::
+
+    app id  = spark_groups:<Delta table id>:<topic>:<partition>:<group id>
+    version = the next offset of that partition
+
+:func:`versions` reads them from one snapshot, :func:`committed_positions` from the newest
+version of the table at a path. :class:`SinkTable` opens the table for a batch's commit: at
+its newest version, created when missing, refused when it uses features the sink cannot
+honour (``spark_groups.sink.features``) or other partition columns than the query's, and
+with the query's new columns added when ``mergeSchema`` allows it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from spark_groups.delta import create_table, open_table
+from spark_groups.errors import SinkError
+from spark_groups.files import table_uri
+from spark_groups.offsets import TopicPartition
+from spark_groups.sink.features import check_table_features
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+    from spark_groups.sink.writer import DataFile
+
+log = logging.getLogger(__name__)
+
+#: Prefix of the sink's Delta transaction (``txn``) app ids.
+APP_ID_PREFIX = "spark_groups"
+
+
+def app_id(table_id: str, group_id: str, tp: TopicPartition) -> str:
+    """The Delta transaction app id of one partition of one group in one table.
+
+    The group id comes last: topics cannot contain ``:`` and partitions are numbers, so the
+    id is unambiguous whatever the group id contains.
+    """
+    return f"{APP_ID_PREFIX}:{table_id}:{tp.topic}:{tp.partition}:{group_id}"
+
+
+def load(uri: str, storage_options: dict[str, str] | None) -> DeltaTable | None:
+    """The table at ``uri`` at its newest version, or None when there is none.
+
+    Raises :class:`~spark_groups.errors.SinkError` when it cannot be opened."""
+    try:
+        return open_table(uri, storage_options)
+    except Exception as exc:
+        raise SinkError(f"sink table {uri}: cannot open it: {type(exc).__name__}: {exc}") from exc
+
+
+def versions(
+    table: DeltaTable, group_id: str, partitions: Iterable[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """The transaction version (next offset) of ``group_id`` per partition in the snapshot
+    ``table``; partitions the group never wrote are absent."""
+    table_id = str(table.metadata().id)
+    out: dict[TopicPartition, int] = {}
+    for tp in partitions:
+        version = table.transaction_version(app_id(table_id, group_id, tp))
+        if version is not None:
+            out[tp] = int(version)
+    return out
+
+
+def committed_positions(
+    table_path: str,
+    group_id: str,
+    partitions: Iterable[TopicPartition],
+    storage_options: dict[str, str] | None = None,
+) -> dict[TopicPartition, int]:
+    """The next offset per partition that the sink table at ``table_path`` holds for
+    ``group_id`` (its transaction versions). Partitions never written are absent; a table
+    that does not exist yet gives ``{}``.
+
+    This is where a partition should resume when the sink is the furthest ahead (the sink
+    commits before the source's ledger and Kafka commits).
+    """
+    wanted = sorted(set(partitions))
+    if not wanted:
+        return {}
+    table = load(table_uri(table_path), storage_options)
+    if table is None:
+        return {}
+    return versions(table, group_id, wanted)
+
+
+class SinkTable:
+    """The sink's table at ``path`` (with ``storage_options`` on an object store), as a
+    batch's commit opens it.
+
+    ``partition_by`` are the partition columns for a new table (None: take the existing
+    table's, or none); ``merge_schema`` allows adding the query's new columns to the table.
+    Nothing is read or written until a method is called.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        storage_options: dict[str, str] | None = None,
+        partition_by: tuple[str, ...] | None = None,
+        merge_schema: bool = False,
+    ) -> None:
+        """Describe the table; see the class doc."""
+        self.path = path
+        self.uri = table_uri(path)
+        self.storage_options = storage_options
+        self.partition_by = partition_by
+        self.merge_schema = merge_schema
+
+    def __repr__(self) -> str:
+        return f"SinkTable(path={self.path!r})"
+
+    def load(self) -> DeltaTable | None:
+        """The table at its newest version, or None when there is none (see :func:`load`)."""
+        return load(self.uri, self.storage_options)
+
+    def partition_columns(self) -> tuple[str, ...] | None:
+        """The existing table's partition columns, or None when there is no table yet."""
+        table = self.load()
+        if table is None:
+            return None
+        return tuple(table.metadata().partition_columns)
+
+    def partition_by_for(self, files: Sequence[DataFile]) -> tuple[str, ...]:
+        """The partition columns: the option's, else the table's, else none; and the ones the
+        files were written for, which must agree (the table may have been created by another
+        writer after the tasks ran)."""
+        if self.partition_by is not None:
+            wanted = self.partition_by
+        else:
+            existing = self.partition_columns()
+            wanted = existing if existing is not None else ()
+        for f in files:
+            if tuple(f.partition_values) != wanted:
+                raise SinkError(
+                    f"sink {self.path}: data file {f.path} was written for partition columns "
+                    f"{list(f.partition_values)}, the table is partitioned by {list(wanted)} "
+                    "(was it created by another writer meanwhile?)"
+                )
+        return wanted
+
+    def open(self, schema: pa.Schema, partition_by: tuple[str, ...]) -> DeltaTable:
+        """The table at its newest version (created when missing), with the query's columns."""
+        table = self.load()
+        if table is None:
+            table = self._create(schema, partition_by)
+        check_table_features(table, self.path)
+        actual = tuple(table.metadata().partition_columns)
+        if actual != partition_by:
+            raise SinkError(
+                f"sink {self.path}: the table is partitioned by {list(actual)}, the query by "
+                f"{list(partition_by)} (option partitionBy; a table's partition columns cannot "
+                "change)"
+            )
+        added = self._new_columns(table, schema)
+        if added:
+            table.alter.add_columns(added)
+            log.info(
+                "sink %s: added column(s) %s (mergeSchema)",
+                self.path,
+                ", ".join(f.name for f in added),
+            )
+            table = self.load()
+            assert table is not None
+        return table
+
+    def _create(self, schema: pa.Schema, partition_by: tuple[str, ...]) -> DeltaTable:
+        """Create the table with the query's columns, all nullable (or adopt the table of a
+        writer that created it first)."""
+        nullable = pa.schema([f.with_nullable(True) for f in schema])
+        error = create_table(
+            self.uri,
+            nullable,
+            partition_by=partition_by,
+            description="written by the spark_groups delta-group sink",
+            storage_options=self.storage_options,
+        )
+        if error is None:
+            log.info(
+                "sink %s: created the table (partitioned by %s)", self.path, list(partition_by)
+            )
+        else:
+            log.info("sink %s: create failed (%s); opening the table there", self.path, error)
+        table = self.load()
+        if table is None:
+            raise SinkError(f"sink {self.path}: could not create the Delta table: {error}")
+        return table
+
+    def _new_columns(self, table: DeltaTable, schema: pa.Schema) -> list[Any]:
+        """Check the query's columns against the table's; return the columns to add."""
+        from deltalake import Field, Schema
+
+        existing = {f["name"]: f for f in json.loads(table.schema().to_json())["fields"]}
+        query = Schema.from_arrow(schema)
+        query_fields = {f["name"]: f for f in json.loads(query.to_json())["fields"]}
+        added = []
+        for field_ in query.fields:
+            mine = query_fields[field_.name]
+            theirs = existing.get(field_.name)
+            if theirs is None:
+                if not self.merge_schema:
+                    raise SinkError(
+                        f"sink {self.path}: the query has a column {field_.name!r} that the table "
+                        "does not; set the sink option mergeSchema=true to add it (as nullable)"
+                    )
+                added.append(Field(field_.name, field_.type, nullable=True))
+                continue
+            if mine["type"] != theirs["type"]:
+                raise SinkError(
+                    f"sink {self.path}: column {field_.name!r} is "
+                    f"{json.dumps(theirs['type'])} in the table and {json.dumps(mine['type'])} in "
+                    "the query; only new nullable columns can be added"
+                )
+            if mine["nullable"] and not theirs["nullable"]:
+                raise SinkError(
+                    f"sink {self.path}: column {field_.name!r} is NOT NULL in the table but "
+                    "nullable in the query"
+                )
+        for name, theirs in existing.items():
+            if name not in query_fields and not theirs["nullable"]:
+                raise SinkError(
+                    f"sink {self.path}: the query has no column {name!r}, which is NOT NULL in "
+                    "the table"
+                )
+        return added
