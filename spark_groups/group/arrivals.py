@@ -33,7 +33,7 @@ from spark_groups import commit_metadata
 from spark_groups.errors import CommitError
 from spark_groups.group import gaps, resume
 from spark_groups.group.bookkeeping import Bookkeeping
-from spark_groups.group.commit import Committer
+from spark_groups.group.commit import BatchCommitter
 from spark_groups.group.member import GroupMember
 from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.ledger import CATCH_UP_BATCH, OUTSIDE_BATCH, LedgerRow
@@ -52,7 +52,7 @@ class Arrivals:
         self,
         options: SourceOptions,
         books: Bookkeeping,
-        committer: Committer,
+        committer: BatchCommitter,
         metrics: StreamMetrics,
     ) -> None:
         self.options = options

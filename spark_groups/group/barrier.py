@@ -12,7 +12,7 @@ When the group takes partitions away, the member's owner thread calls
    signal (``checkpointLocation`` or ``sink.table``, see ``group.durable``) the barrier does
    not wait for that trigger: every :data:`DURABLE_CHECK_INTERVAL_S` it asks whether the
    batch is durable and, once it is, commits the revoked partitions' ranges of it itself
-   (``Committer.commit_ranges``, ownership checked with the commit on this thread).
+   (``BatchCommitter.commit_ranges``, ownership checked with the commit on this thread).
 4. The wait is bounded by the rebalance timeout (``max.poll.interval.ms`` less 5 s): past
    it the partitions move uncommitted (counted, logged with what to raise).
 5. However it ended, the partitions are given up: a batch that outlived the barrier must
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from spark_groups.group.bookkeeping import Bookkeeping
-from spark_groups.group.commit import Committer
+from spark_groups.group.commit import BatchCommitter
 from spark_groups.group.member import GroupMember
 from spark_groups.metrics import StreamMetrics
 from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition
@@ -58,7 +58,7 @@ class RevocationBarrier:
     def __init__(
         self,
         books: Bookkeeping,
-        committer: Committer,
+        committer: BatchCommitter,
         metrics: StreamMetrics,
         *,
         timeout_s: float,

@@ -1,15 +1,15 @@
 """The commit path: a finished batch's offsets go to Kafka, then to the ledger.
 
-A batch is committed from one of three places, never two at once (:attr:`Committer.lock`):
+A batch is committed from one of three places, never two at once (:attr:`BatchCommitter.lock`):
 
 * the **safe point**: Spark's ``latestOffset(start)`` says every batch up to ``start`` has
-  finished (:meth:`Committer.safe_point`);
+  finished (:meth:`BatchCommitter.safe_point`);
 * the **revocation barrier**, for the ranges of revoked partitions whose batch is already
-  durable (``group.barrier``, through :meth:`Committer.commit_ranges`);
+  durable (``group.barrier``, through :meth:`BatchCommitter.commit_ranges`);
 * **leaving**: before the member leaves the group, what Spark finished as the durability
-  signals see it (:meth:`Committer.what_finished`).
+  signals see it (:meth:`BatchCommitter.what_finished`).
 
-The order of one commit (:meth:`Committer.commit_ranges`):
+The order of one commit (:meth:`BatchCommitter.commit_ranges`):
 
 1. Take the committable ranges (``PartitionTable.committable``: owned, not given up since the
    batch was planned, past what is known committed).
@@ -52,7 +52,7 @@ from spark_groups.options import SourceOptions
 log = logging.getLogger(__name__)
 
 
-class Committer:
+class BatchCommitter:
     """Commits batches of one stream: Kafka first, then the ledger (see the module doc)."""
 
     def __init__(

@@ -134,7 +134,7 @@ class PartitionTable:
         """The ranges of ``batch`` that may be committed: their partition is in ``owned``, was
         not given up after ``batch`` was planned, and the range ends past what is committed.
 
-        Caller: ``Committer`` (``group.commit``), before committing. Affects: nothing.
+        Caller: ``BatchCommitter`` (``group.commit``), before committing. Affects: nothing.
         """
         kept = []
         for r in ranges:
@@ -221,7 +221,7 @@ class PartitionTable:
 
         A commit never moves ``committed`` back, and moves an ACTIVE partition's position
         past what the commit covered (a replayed batch after a restart).
-        Caller: ``Committer``. Affects: ``committed`` (an owned partition not
+        Caller: ``BatchCommitter``. Affects: ``committed`` (an owned partition not
         resumed yet becomes AWAITING_RESUME), ``position``.
         """
         for tp, until in offsets.items():

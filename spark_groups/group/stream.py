@@ -47,7 +47,7 @@ from spark_groups.group.arrivals import Arrivals
 from spark_groups.group.available_now import AvailableNowTargets
 from spark_groups.group.barrier import RevocationBarrier
 from spark_groups.group.bookkeeping import Bookkeeping
-from spark_groups.group.commit import Committer
+from spark_groups.group.commit import BatchCommitter
 from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.history import RebalanceHistory
 from spark_groups.group.member import GroupMember
@@ -95,7 +95,9 @@ class GroupStream:
         self._durability = DurabilityWatch(
             options.checkpoint, options.sink_path, options.group_id, options.storage_options
         )
-        self._committer = Committer(options, self._books, ledger, self._durability, self.metrics)
+        self._committer = BatchCommitter(
+            options, self._books, ledger, self._durability, self.metrics
+        )
         self._arrivals = Arrivals(options, self._books, self._committer, self.metrics)
         max_poll = int(options.kafka.get("max.poll.interval.ms", "300000"))
         self._barrier = RevocationBarrier(

@@ -8,7 +8,7 @@ ids: a *conflict*, and the caller decides again on a fresh snapshot. Commits tha
 other partitions it rebases over.
 
 Any other error leaves it open whether the commit landed, so the table is read back to tell
-(:meth:`Committer.landed`): landed is success, not landed a
+(:meth:`CommitAttempt.landed`): landed is success, not landed a
 :class:`~spark_groups.errors.SinkError`, and a table that cannot be read
 :class:`CommitUnknownError`, after which the batch's files must stay in place.
 """
@@ -52,7 +52,7 @@ class CommitUnknownError(SinkError):
 
 
 @dataclass(frozen=True)
-class Committer:
+class CommitAttempt:
     """Commits batch decisions to ``table`` as ``member`` of the consumer group
     ``group_id`` (whose transaction ids the commits set)."""
 

@@ -63,7 +63,7 @@ import pyarrow as pa
 
 from spark_groups.errors import SinkError
 from spark_groups.offsets import OffsetRange, TopicPartition
-from spark_groups.sink.attempt import COMMIT_INFO_KEYS, Committer, CommitUnknownError, Outcome
+from spark_groups.sink.attempt import COMMIT_INFO_KEYS, CommitAttempt, CommitUnknownError, Outcome
 from spark_groups.sink.decision import BatchDecision, decide_batch
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.staged import StagedFiles
@@ -148,7 +148,7 @@ class DeltaSink:
         self.member = member
         self.compression = compression
         self._table = SinkTable(path, self.storage_options, self.partition_by, merge_schema)
-        self._committer = Committer(self._table, group_id, member)
+        self._committer = CommitAttempt(self._table, group_id, member)
         self.uri = self._table.uri
 
     def __repr__(self) -> str:

@@ -14,7 +14,7 @@ from spark_groups.errors import CommitError, StaleGenerationError
 from spark_groups.group.available_now import AvailableNowTargets
 from spark_groups.group.barrier import RevocationBarrier
 from spark_groups.group.bookkeeping import Bookkeeping, PlannedBatches
-from spark_groups.group.commit import Committer
+from spark_groups.group.commit import BatchCommitter
 from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.gaps import Held
 from spark_groups.group.partitions import PartitionTable
@@ -136,14 +136,14 @@ class Member:
         return frozenset(offsets)
 
 
-def committer(tmp_path: Path, *, ledger: bool = True) -> tuple[Committer, Bookkeeping]:
+def committer(tmp_path: Path, *, ledger: bool = True) -> tuple[BatchCommitter, Bookkeeping]:
     options = parse_options(
         {"kafka.bootstrap.servers": "unused:9092", "subscribe": "t", "group.id": "g"}
     )
     books = Bookkeeping()
     for tp in OWNED:
         books.partitions.resume(tp, 0)
-    made = Committer(
+    made = BatchCommitter(
         options,
         books,
         OffsetLedger(str(tmp_path / "ledger"), "g") if ledger else None,

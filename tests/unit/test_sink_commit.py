@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 
 from spark_groups.errors import SinkError, SinkGapError
 from spark_groups.offsets import OffsetRange, TopicPartition
-from spark_groups.sink.attempt import Committer
+from spark_groups.sink.attempt import CommitAttempt
 from spark_groups.sink.commit import COMMIT_INFO_KEYS, DeltaSink, app_id, committed_positions
 from spark_groups.sink.decision import BatchDecision
 from spark_groups.sink.staged import StagedFiles
@@ -458,8 +458,8 @@ def test_files_written_for_other_partition_columns_are_refused(tmp_path: Path) -
         SinkTable(str(table), partition_by=("id",)).partition_by_for(files)
 
 
-def committer(table: Path, member: str = "test") -> Committer:
-    return Committer(SinkTable(str(table)), "g1", member)
+def attempt_on(table: Path, member: str = "test") -> CommitAttempt:
+    return CommitAttempt(SinkTable(str(table)), "g1", member)
 
 
 def test_an_attempt_on_a_stale_snapshot_of_the_same_partition_conflicts(tmp_path: Path) -> None:
@@ -470,8 +470,8 @@ def test_an_attempt_on_a_stale_snapshot_of_the_same_partition_conflicts(tmp_path
 
     files = write_task(table, [rows(0, [5, 6])])
     decision = BatchDecision(keep=files, txns={TP0: 7}, written={TP0: OffsetRange(TOPIC, 0, 5, 7)})
-    assert committer(table).attempt(stale, plan(1, {0: (5, 7)}), decision, ()) == "conflict"
-    assert committer(table).landed(decision) is False
+    assert attempt_on(table).attempt(stale, plan(1, {0: (5, 7)}), decision, ()) == "conflict"
+    assert attempt_on(table).landed(decision) is False
     assert committed_positions(str(table), "g1", [TP0]) == {TP0: 7}
 
 
@@ -482,7 +482,7 @@ def test_an_attempt_commits_its_info_and_is_found_again(tmp_path: Path) -> None:
     decision = BatchDecision(
         keep=[], txns={TP0: 4}, written={TP0: OffsetRange(TOPIC, 0, 0, 4)}, dropped=[TP1]
     )
-    me = committer(table, member="m-1")
+    me = attempt_on(table, member="m-1")
     assert me.landed(decision) is False
     assert me.attempt(DeltaTable(str(table)), the_plan, decision, ()) == "ok"
     assert me.landed(decision) is True  # no files: told by the transaction versions
@@ -493,4 +493,4 @@ def test_an_attempt_commits_its_info_and_is_found_again(tmp_path: Path) -> None:
     }
     assert entry["spark_groups.dropped"] == '["orders-1"]'
     assert json.loads(entry["userMetadata"]) == {"group": "g1", "txns": {TOPIC: {"0": 4}}}
-    assert committer(table, member="m-2").version_of(the_plan, decision) is None  # not m-2's
+    assert attempt_on(table, member="m-2").version_of(the_plan, decision) is None  # not m-2's
