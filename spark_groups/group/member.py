@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import re
 import struct
 import threading
 import time
@@ -27,12 +26,11 @@ from typing import Any, Protocol, TypeVar, cast
 from spark_groups.errors import (
     AuthenticationError,
     AuthorizationError,
-    BrokerUnreachableError,
     CommitError,
     GroupMembershipError,
     StaleGenerationError,
-    TopicNotFoundError,
 )
+from spark_groups.group.topics import Subscription
 from spark_groups.kafka import auth
 from spark_groups.kafka.client import Consumer, KafkaError, KafkaException, KafkaTopicPartition
 from spark_groups.kafka.errors import FENCED_CODES, config_error
@@ -120,7 +118,7 @@ class GroupMember:
         poll_interval_s: float = 0.05,
     ) -> None:
         self._config = dict(config)
-        self._subscription = list(subscription)
+        self._topics = Subscription(list(subscription), self._config, broker_timeout_s)
         self._listener: RebalanceListener = listener or _NoListener()
         self._broker_timeout_s = broker_timeout_s
         # The Python client does not expose the negotiated protocol; the configuration decides
@@ -358,18 +356,7 @@ class GroupMember:
         """Every partition of every topic the subscription matches, from fresh metadata."""
         timeout = timeout_s or self._broker_timeout_s
         metadata = self.call(lambda c: c.list_topics(timeout=timeout), timeout + 5)
-        return [
-            TopicPartition(name, p)
-            for name in sorted(self._matching_topics(metadata.topics))
-            for p in sorted(metadata.topics[name].partitions)
-        ]
-
-    def _matching_topics(self, topics: Mapping[str, Any]) -> list[str]:
-        names = [t for t in topics if not t.startswith("__")]
-        if len(self._subscription) == 1 and self._subscription[0].startswith("^"):
-            regex = re.compile(self._subscription[0])
-            return [t for t in names if regex.search(t)]
-        return [t for t in self._subscription if t in topics]
+        return self._topics.partitions(metadata)
 
     # ----------------------------------------------------------------- owner thread
     def serve(self, seconds: float) -> None:
@@ -405,9 +392,9 @@ class GroupMember:
         self._owner_ident = threading.get_ident()
         try:
             self._consumer = self._create_consumer()
-            self._check_topics()
+            self._topics.check(self._consumer, lambda: self._failure)
             self._consumer.subscribe(
-                self._subscription,
+                self._topics.topics,
                 on_assign=self._counted(self._on_assign),
                 on_revoke=self._counted(self._on_revoke),
                 on_lost=self._counted(self._on_lost),
@@ -415,7 +402,7 @@ class GroupMember:
             log.info(
                 "group member subscribed: group=%s subscription=%s protocol=%s assignor=%s",
                 self._config.get("group.id"),
-                self._subscription,
+                self._topics.topics,
                 self._config.get("group.protocol", "classic"),
                 self._config.get("group.remote.assignor", "broker default")
                 if self._config.get("group.protocol") == "consumer"
@@ -448,59 +435,6 @@ class GroupMember:
             return Consumer(config)
         except KafkaException as exc:
             raise config_error(exc) from None
-
-    def _check_topics(self) -> None:
-        assert self._consumer is not None
-        servers = self._config.get("bootstrap.servers")
-        metadata = self._metadata()
-        if len(self._subscription) == 1 and self._subscription[0].startswith("^"):
-            return  # a pattern may match topics created later
-        missing = [t for t in self._subscription if t not in metadata.topics]
-        for topic in missing:
-            # Kafka leaves topics this client may not describe out of an all-topics answer;
-            # asked by name, it says whether the topic is missing or denied.
-            try:
-                named = self._consumer.list_topics(topic, timeout=self._broker_timeout_s)
-            except KafkaException:
-                continue
-            found = named.topics.get(topic)
-            if found is not None and found.error is not None:
-                denied = self._denied(found.error, topic)
-                if denied is not None:
-                    raise denied
-        if missing:
-            raise TopicNotFoundError(
-                f"topic {', '.join(repr(t) for t in missing)} does not exist on {servers}",
-                topics=missing,
-                servers=str(servers),
-            )
-
-    def _metadata(self) -> Any:
-        """Cluster metadata, asked in short slices until ``broker_timeout_s``; between them
-        ``poll(0)`` serves librdkafka's error callback (not called inside ``list_topics``),
-        so refused credentials fail at once instead of after the whole timeout."""
-        assert self._consumer is not None
-        servers = self._config.get("bootstrap.servers")
-        deadline = time.monotonic() + self._broker_timeout_s
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                return self._consumer.list_topics(timeout=max(0.05, min(1.0, left)))
-            except KafkaException as exc:
-                message = self._consumer.poll(0)
-                if message is not None and message.error() is not None:
-                    denied = self._denied(message.error(), message.topic())
-                    if denied is not None:
-                        raise denied from None
-                if self._failure is not None:
-                    raise self._failure from None
-                if time.monotonic() >= deadline:
-                    raise BrokerUnreachableError(
-                        f"no broker of kafka.bootstrap.servers={servers} answered within "
-                        f"{self._broker_timeout_s:.0f} s ({exc.args[0] if exc.args else exc})",
-                        servers=str(servers),
-                        waited_s=self._broker_timeout_s,
-                    ) from None
 
     def _denied(
         self, error: KafkaError | None, topic: str | None = None
