@@ -26,14 +26,13 @@ from typing import Any, Protocol, TypeVar, cast
 from spark_groups.errors import (
     AuthenticationError,
     AuthorizationError,
-    CommitError,
     GroupMembershipError,
-    StaleGenerationError,
 )
+from spark_groups.group import commits
 from spark_groups.group.topics import Subscription
 from spark_groups.kafka import auth
 from spark_groups.kafka.client import Consumer, KafkaError, KafkaException, KafkaTopicPartition
-from spark_groups.kafka.errors import FENCED_CODES, config_error
+from spark_groups.kafka.errors import config_error
 from spark_groups.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -72,20 +71,6 @@ def parse_generation(group_metadata: object) -> int:
 
 def _to_ours(partitions: Iterable[KafkaTopicPartition]) -> frozenset[TopicPartition]:
     return frozenset(TopicPartition(p.topic, p.partition) for p in partitions)
-
-
-def _to_kafka(
-    partitions: Iterable[TopicPartition],
-    offsets: Mapping[TopicPartition, int] | None = None,
-    metadata: str | None = None,
-) -> list[KafkaTopicPartition]:
-    if offsets is None:
-        return [KafkaTopicPartition(p.topic, p.partition) for p in partitions]
-    if metadata is None:
-        return [KafkaTopicPartition(p.topic, p.partition, offsets[p]) for p in partitions]
-    return [
-        KafkaTopicPartition(p.topic, p.partition, offsets[p], metadata=metadata) for p in partitions
-    ]
 
 
 class _NoListener:
@@ -244,29 +229,9 @@ class GroupMember:
         """The group's committed offsets in Kafka with each commit's metadata string (""
         for none; see :mod:`spark_groups.commit_metadata`); partitions with none are left
         out."""
-        wanted = _to_kafka(partitions)
-        if not wanted:
-            return {}
-
-        def fetch(consumer: Consumer) -> list[KafkaTopicPartition]:
-            return consumer.committed(wanted, timeout=timeout_s)
-
-        try:
-            result = self.call(fetch, timeout_s + 5)
-        except KafkaException as exc:
-            denied = self._denied(exc.args[0] if exc.args else None, wanted[0].topic)
-            if denied is not None:
-                raise denied from None
-            raise self._membership_error(f"could not fetch committed offsets: {exc}") from exc
-        for p in result:
-            denied = self._denied(p.error, p.topic)
-            if denied is not None:
-                raise denied
-        return {
-            TopicPartition(p.topic, p.partition): (p.offset, p.metadata or "")
-            for p in result
-            if p.error is None and p.offset >= 0
-        }
+        return commits.committed_with_metadata(
+            self.call, partitions, timeout_s, config=self._config
+        )
 
     def commit(
         self,
@@ -288,69 +253,15 @@ class GroupMember:
         Raises :class:`StaleGenerationError` when the coordinator refuses the commit because
         this member was fenced or a rebalance moved on, :class:`CommitError` otherwise.
         """
-        if not offsets:
-            return frozenset()
-        done: set[TopicPartition] = set()
-        sent_under: list[int] = []  # the generation the commit went out under
-
-        def commit(consumer: Consumer) -> list[KafkaTopicPartition] | None:
-            kept = dict(offsets)
-            if owned_only:
-                if not self._in_callback:
-                    self._poll_once(0)  # runs queued rebalance callbacks (this thread)
-                kept = {tp: o for tp, o in kept.items() if tp in self._assignment}
-            done.update(kept)
-            if not kept:
-                return []
-            sent_under.append(self._generation)
-            return consumer.commit(
-                offsets=_to_kafka(sorted(kept), kept, metadata), asynchronous=False
-            )
-
-        try:
-            result = self.call(commit, timeout_s)
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            code = error.code() if isinstance(error, KafkaError) else None
-            topics = ", ".join(sorted({tp.topic for tp in offsets}))
-            denied = self._denied(error, topics)
-            if denied is not None:  # retrying cannot help: the query must stop, not go on
-                raise denied from None
-            if code in FENCED_CODES:
-                generation = sent_under[0] if sent_under else self._generation
-                raise StaleGenerationError(
-                    f"Kafka refused the offset commit of {len(offsets)} partitions for generation "
-                    f"{generation}: {error}",
-                    generation=generation,
-                    partitions=offsets,
-                    code=code,
-                ) from exc
-            raise CommitError(
-                f"the offset commit of {len(offsets)} partition(s) of {topics} failed: {exc}",
-                partitions=offsets,
-                code=code,
-            ) from exc
-        failed = [p for p in (result or []) if p.error is not None]
-        if failed:
-            first = failed[0]
-            denied = self._denied(first.error, first.topic)
-            if denied is not None:
-                raise denied
-            if first.error.code() in FENCED_CODES:  # type: ignore[union-attr]
-                generation = sent_under[0] if sent_under else self._generation
-                raise StaleGenerationError(
-                    f"Kafka refused the offset commit of {first.topic}-{first.partition} for "
-                    f"generation {generation}: {first.error}",
-                    generation=generation,
-                    partitions=[TopicPartition(p.topic, p.partition) for p in failed],
-                    code=first.error.code(),  # type: ignore[union-attr]
-                )
-            raise CommitError(
-                f"offset commit failed for {first.topic}-{first.partition}: {first.error}",
-                partitions=[TopicPartition(p.topic, p.partition) for p in failed],
-                code=first.error.code(),  # type: ignore[union-attr]
-            )
-        return frozenset(done)
+        return commits.commit(
+            self.call,
+            offsets,
+            timeout_s,
+            config=self._config,
+            generation=lambda: self._generation,
+            owned=self._owned_now if owned_only else None,
+            metadata=metadata,
+        )
 
     def subscribed_partitions(self, timeout_s: float | None = None) -> list[TopicPartition]:
         """Every partition of every topic the subscription matches, from fresh metadata."""
@@ -464,6 +375,13 @@ class GroupMember:
         # Paused partitions should never deliver; a record fetched before the pause landed
         # is dropped here: executors read it, never the driver.
         log.debug("dropped a record the driver fetched before pausing %s", message.topic())
+
+    def _owned_now(self, consumer: Consumer) -> frozenset[TopicPartition]:
+        """The partitions owned once the rebalance events librdkafka has queued are handled;
+        inside a rebalance callback nothing is polled (no poll may nest)."""
+        if not self._in_callback:
+            self._poll_once(0)  # runs queued rebalance callbacks (this thread)
+        return self._assignment
 
     def _on_error(self, error: KafkaError) -> None:
         if auth.is_authentication_failure(error):
