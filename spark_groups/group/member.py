@@ -16,74 +16,27 @@ from __future__ import annotations
 
 import logging
 import queue
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from spark_groups.errors import (
-    AuthenticationError,
-    AuthorizationError,
     GroupMembershipError,
 )
 from spark_groups.group import commits
+from spark_groups.group.callbacks import Callbacks, RebalanceListener, parse_generation
 from spark_groups.group.topics import Subscription
-from spark_groups.kafka import auth
-from spark_groups.kafka.client import Consumer, KafkaError, KafkaException, KafkaTopicPartition
+from spark_groups.kafka.client import Consumer, KafkaException
 from spark_groups.kafka.errors import config_error
 from spark_groups.offsets import TopicPartition
+
+__all__ = ["GroupMember", "RebalanceListener", "parse_generation"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class RebalanceListener(Protocol):
-    """What the member tells about its assignment. Called on the member's owner thread."""
-
-    def on_assigned(self, partitions: frozenset[TopicPartition], generation: int) -> None:
-        """Partitions were added to this member's assignment."""
-
-    def on_revoked(
-        self, partitions: frozenset[TopicPartition], serve: Callable[[float], None]
-    ) -> None:
-        """Partitions are being taken away. The group waits until this returns; a listener
-        that waits must call ``serve(seconds)`` in its loop to keep serving other threads."""
-
-    def on_lost(self, partitions: frozenset[TopicPartition]) -> None:
-        """Partitions were lost without a clean revocation (session expired, fenced)."""
-
-
-def parse_generation(group_metadata: object) -> int:
-    """The generation id inside librdkafka's serialized consumer group metadata, or -1.
-
-    ``Consumer.consumer_group_metadata()`` returns librdkafka's ``CGMDv2:`` blob: the magic,
-    then the generation id as a native-endian int32, then group and member ids.
-    """
-    if isinstance(group_metadata, bytes) and group_metadata.startswith(b"CGMDv2:"):
-        start = len(b"CGMDv2:")
-        (generation,) = struct.unpack_from("=i", group_metadata, start)
-        return int(generation)
-    return -1
-
-
-def _to_ours(partitions: Iterable[KafkaTopicPartition]) -> frozenset[TopicPartition]:
-    return frozenset(TopicPartition(p.topic, p.partition) for p in partitions)
-
-
-class _NoListener:
-    def on_assigned(self, partitions: frozenset[TopicPartition], generation: int) -> None:
-        pass
-
-    def on_revoked(
-        self, partitions: frozenset[TopicPartition], serve: Callable[[float], None]
-    ) -> None:
-        pass
-
-    def on_lost(self, partitions: frozenset[TopicPartition]) -> None:
-        pass
 
 
 class GroupMember:
@@ -104,14 +57,7 @@ class GroupMember:
     ) -> None:
         self._config = dict(config)
         self._topics = Subscription(list(subscription), self._config, broker_timeout_s)
-        self._listener: RebalanceListener = listener or _NoListener()
         self._broker_timeout_s = broker_timeout_s
-        # The Python client does not expose the negotiated protocol; the configuration decides
-        # it. KIP-848 (group.protocol=consumer) rebalances are always incremental.
-        self._cooperative = self._config.get("group.protocol") == "consumer" or (
-            "cooperative" in self._config.get("partition.assignment.strategy", "")
-        )
-        self._poll_interval_s = poll_interval_s
         self._requests: queue.SimpleQueue[tuple[Callable[[Consumer], Any], Future[Any]]] = (
             queue.SimpleQueue()
         )
@@ -119,15 +65,17 @@ class GroupMember:
         self._owner_ident: int | None = None
         self._consumer: Consumer | None = None
         self._subscribed = threading.Event()
-        self._first_assignment = threading.Event()
         self._stopped = threading.Event()
         self._closing = False
         self._failure: BaseException | None = None
-        self._assignment: frozenset[TopicPartition] = frozenset()
-        self._in_callback = 0  # > 0 while a rebalance callback runs (owner thread)
-        self._generation = -1
-        self._member_id = ""
-        self.rebalances = 0
+        self._callbacks = Callbacks(
+            self._config,
+            listener,
+            serve=self.serve,
+            closing=lambda: self._closing,
+            fail=self._fail,
+            poll_interval_s=poll_interval_s,
+        )
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> GroupMember:
@@ -171,26 +119,49 @@ class GroupMember:
     @property
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions this member owns right now (a snapshot)."""
-        return self._assignment
+        return self._callbacks.assignment
 
     @property
     def generation(self) -> int:
         """The group generation of the current assignment (-1 before the first)."""
-        return self._generation
+        return self._callbacks.generation
 
     @property
     def member_id(self) -> str:
         """The member id the coordinator gave this member ('' before joining)."""
-        return self._member_id
+        return self._callbacks.member_id
+
+    @property
+    def rebalances(self) -> int:
+        """How many assignments this member has received."""
+        return self._callbacks.rebalances
+
+    # Tests stand in for librdkafka by setting these (tests/unit/test_stream.py).
+    @property
+    def _assignment(self) -> frozenset[TopicPartition]:
+        return self._callbacks.assignment
+
+    @_assignment.setter
+    def _assignment(self, partitions: frozenset[TopicPartition]) -> None:
+        self._callbacks.assignment = partitions
+
+    @property
+    def _generation(self) -> int:
+        return self._callbacks.generation
+
+    @_generation.setter
+    def _generation(self, generation: int) -> None:
+        self._callbacks.generation = generation
 
     def wait_for_assignment(self, timeout_s: float) -> bool:
         """Wait until the first assignment (possibly empty) arrived; False on timeout."""
+        first = self._callbacks.first_assignment
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self.check()
-            if self._first_assignment.wait(min(0.1, max(0.0, deadline - time.monotonic()))):
+            if first.wait(min(0.1, max(0.0, deadline - time.monotonic()))):
                 return True
-        return self._first_assignment.is_set()
+        return first.is_set()
 
     def check(self) -> None:
         """Raise the failure that stopped the owner thread, if any."""
@@ -258,8 +229,8 @@ class GroupMember:
             offsets,
             timeout_s,
             config=self._config,
-            generation=lambda: self._generation,
-            owned=self._owned_now if owned_only else None,
+            generation=lambda: self._callbacks.generation,
+            owned=self._callbacks.owned_now if owned_only else None,
             metadata=metadata,
         )
 
@@ -304,12 +275,7 @@ class GroupMember:
         try:
             self._consumer = self._create_consumer()
             self._topics.check(self._consumer, lambda: self._failure)
-            self._consumer.subscribe(
-                self._topics.topics,
-                on_assign=self._counted(self._on_assign),
-                on_revoke=self._counted(self._on_revoke),
-                on_lost=self._counted(self._on_lost),
-            )
+            self._callbacks.subscribe(self._consumer, self._topics.topics)
             log.info(
                 "group member subscribed: group=%s subscription=%s protocol=%s assignor=%s",
                 self._config.get("group.id"),
@@ -321,7 +287,7 @@ class GroupMember:
             )
             self._subscribed.set()
             while not self._closing:
-                self._poll_once()
+                self._callbacks.poll(self._consumer)
                 self._drain()
         except BaseException as exc:
             self._failure = exc
@@ -339,128 +305,18 @@ class GroupMember:
         """A :class:`GroupMembershipError` about this member's group (its id as data)."""
         return GroupMembershipError(message, group=str(self._config.get("group.id", "")))
 
+    def _fail(self, failure: BaseException) -> None:
+        """Stop with ``failure`` after the current poll (librdkafka's ``error_cb``)."""
+        self._failure = failure
+        self._closing = True
+
     def _create_consumer(self) -> Consumer:
         config: dict[str, Any] = dict(self._config)
-        config["error_cb"] = self._on_error
+        config["error_cb"] = self._callbacks.on_error
         try:
             return Consumer(config)
         except KafkaException as exc:
             raise config_error(exc) from None
-
-    def _denied(
-        self, error: KafkaError | None, topic: str | None = None
-    ) -> AuthenticationError | AuthorizationError | None:
-        """The typed error when ``error`` is an authentication or authorization failure."""
-        if not isinstance(error, KafkaError):
-            return None
-        return auth.classify(error, self._config, topic)
-
-    def _poll_once(self, timeout_s: float | None = None) -> None:
-        assert self._consumer is not None
-        message = self._consumer.poll(self._poll_interval_s if timeout_s is None else timeout_s)
-        if message is None:
-            return
-        error = message.error()
-        if error is not None:
-            denied = self._denied(error, message.topic())
-            if denied is not None:
-                raise denied
-            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                log.warning("subscribed topic is gone: %s", error)
-            elif error.fatal():
-                raise self._membership_error(f"fatal consumer error: {error}")
-            else:
-                log.warning("group member: %s", error)
-            return
-        # Paused partitions should never deliver; a record fetched before the pause landed
-        # is dropped here: executors read it, never the driver.
-        log.debug("dropped a record the driver fetched before pausing %s", message.topic())
-
-    def _owned_now(self, consumer: Consumer) -> frozenset[TopicPartition]:
-        """The partitions owned once the rebalance events librdkafka has queued are handled;
-        inside a rebalance callback nothing is polled (no poll may nest)."""
-        if not self._in_callback:
-            self._poll_once(0)  # runs queued rebalance callbacks (this thread)
-        return self._assignment
-
-    def _on_error(self, error: KafkaError) -> None:
-        if auth.is_authentication_failure(error):
-            # librdkafka retries refused credentials forever; they will not start working.
-            self._failure = auth.authentication_error(error, self._config)
-            self._closing = True
-        elif error.code() == KafkaError._ALL_BROKERS_DOWN:
-            log.warning("group member: all brokers are down (%s)", error.str())
-        elif error.fatal():
-            self._failure = self._membership_error(f"fatal consumer error: {error.str()}")
-            self._closing = True
-        else:
-            log.info("group member: %s", error.str())
-
-    def _counted(
-        self, callback: Callable[[Consumer, list[KafkaTopicPartition]], None]
-    ) -> Callable[[Consumer, list[KafkaTopicPartition]], None]:
-        """``callback`` marking that a rebalance callback runs (no poll may nest in it)."""
-
-        def run(consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
-            self._in_callback += 1
-            try:
-                callback(consumer, partitions)
-            finally:
-                self._in_callback -= 1
-
-        return run
-
-    def _refresh_identity(self, consumer: Consumer) -> None:
-        try:
-            self._member_id = consumer.memberid() or ""
-            self._generation = parse_generation(consumer.consumer_group_metadata())
-        except KafkaException:  # not in a group yet
-            pass
-
-    def _on_assign(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
-        cooperative = self._cooperative
-        if cooperative:
-            consumer.incremental_assign(partitions)
-        else:
-            consumer.assign(partitions)
-        if partitions:
-            consumer.pause(partitions)
-        added = _to_ours(partitions)
-        self._assignment = (self._assignment | added) if cooperative else added
-        self._refresh_identity(consumer)
-        self.rebalances += 1
-        log.info(
-            "assigned %d partitions (generation %d, member %s): %s; now own %d",
-            len(added),
-            self._generation,
-            self._member_id,
-            sorted(str(p) for p in added),
-            len(self._assignment),
-        )
-        try:
-            self._listener.on_assigned(added, self._generation)
-        finally:
-            self._first_assignment.set()
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
-        revoked = _to_ours(partitions)
-        self._refresh_identity(consumer)  # a cooperative revocation comes with a new generation
-        log.info("revoking %d partitions: %s", len(revoked), sorted(str(p) for p in revoked))
-        try:
-            if not self._closing and revoked:
-                self._listener.on_revoked(revoked, self.serve)
-        finally:
-            self._assignment = self._assignment - revoked
-
-    def _on_lost(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
-        lost = _to_ours(partitions)
-        self._assignment = self._assignment - lost
-        log.warning(
-            "lost %d partitions without a clean revocation (session expired or fenced): %s",
-            len(lost),
-            sorted(str(p) for p in lost),
-        )
-        self._listener.on_lost(lost)
 
     def _leave(self) -> None:
         consumer, self._consumer = self._consumer, None
@@ -474,7 +330,7 @@ class GroupMember:
             log.warning("error while leaving the group: %s", exc)
         finally:
             self._consumer = None
-            self._assignment = frozenset()
+            self._callbacks.assignment = frozenset()
         log.info("group member left the group in %.2f s", time.monotonic() - started)
 
     def _fail_pending(self) -> None:
