@@ -1,32 +1,45 @@
-"""The driver's consumer-group membership.
+"""The driver's consumer-group membership, as one object over its parts.
 
 One :class:`confluent_kafka.Consumer` joins the group (JoinGroup / SyncGroup / Heartbeat /
 LeaveGroup) and owns an assignment, but never fetches: every partition it is given is paused
 at once. Its records are read by Spark tasks on executors instead.
 
-Threading: only one thread may be inside a Consumer at a time (a second thread calling
-``commit`` while another polls hangs for many seconds). So one *owner thread* creates the
-consumer, polls it in short slices, runs its rebalance callbacks, and serves every other
-thread's requests (commit, committed, metadata) from a queue between polls. Rebalance
-callbacks may block (the revocation barrier) as long as they keep calling the ``serve``
-function they are given, so that commits issued by other threads still go through.
+A member's life:
+
+1. ``GroupMember(config, subscription, listener)`` puts its parts together; nothing connects.
+2. ``start()`` starts the *owner thread* (:mod:`~spark_groups.group.owner`), the only thread
+   that ever touches the consumer: only one thread may be inside it at a time (a second
+   thread calling ``commit`` while another polls hangs for many seconds). There it creates the
+   consumer, checks the subscribed topics exist and may be seen
+   (:mod:`~spark_groups.group.topics`), and subscribes. ``start()`` returns then, or raises
+   what failed.
+3. The owner thread polls in short slices. Inside ``poll()`` librdkafka runs the callbacks
+   (:mod:`~spark_groups.group.callbacks`): assigned partitions are paused and handed to the
+   :class:`RebalanceListener`, revoked and lost ones taken away; refused credentials, denied
+   topics and fatal errors stop the member.
+4. Between polls it runs what other threads ask for with :meth:`GroupMember.call`: offset
+   commits and fetches (:mod:`~spark_groups.group.commits`), metadata. A revocation may block
+   (the revocation barrier) as long as it calls the ``serve`` function it is given, so that
+   commits issued by other threads still go through.
+5. ``close()``, or a failure, ends the loop: ``consumer.close()`` revokes the partitions
+   (without asking the listener after ``close()``) and sends LeaveGroup; requests still
+   queued fail with the cause.
+
+Threads: every method and property may be used from any thread, except ``serve``: owner
+thread only (from a listener's callback). The listener is called on the owner thread.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-from spark_groups.errors import (
-    GroupMembershipError,
-)
+from spark_groups.errors import GroupMembershipError
 from spark_groups.group import commits
 from spark_groups.group.callbacks import Callbacks, RebalanceListener, parse_generation
+from spark_groups.group.owner import OwnerThread
 from spark_groups.group.topics import Subscription
 from spark_groups.kafka.client import Consumer, KafkaException
 from spark_groups.kafka.errors import config_error
@@ -56,64 +69,47 @@ class GroupMember:
         poll_interval_s: float = 0.05,
     ) -> None:
         self._config = dict(config)
-        self._topics = Subscription(list(subscription), self._config, broker_timeout_s)
         self._broker_timeout_s = broker_timeout_s
-        self._requests: queue.SimpleQueue[tuple[Callable[[Consumer], Any], Future[Any]]] = (
-            queue.SimpleQueue()
+        self._topics = Subscription(list(subscription), self._config, broker_timeout_s)
+        self._owner: OwnerThread[Consumer] = OwnerThread(
+            f"spark-groups-member-{self._config.get('group.id')}",
+            "group member",
+            create=self._create_consumer,
+            setup=self._subscribe,
+            step=lambda consumer: self._callbacks.poll(consumer),
+            close=self._leave,
+            error=self._membership_error,
+            log=log,
         )
-        self._thread: threading.Thread | None = None
-        self._owner_ident: int | None = None
-        self._consumer: Consumer | None = None
-        self._subscribed = threading.Event()
-        self._stopped = threading.Event()
-        self._closing = False
-        self._failure: BaseException | None = None
         self._callbacks = Callbacks(
             self._config,
             listener,
-            serve=self.serve,
-            closing=lambda: self._closing,
-            fail=self._fail,
+            serve=self._owner.serve,
+            closing=lambda: self._owner.closing,
+            fail=self._owner.fail,
             poll_interval_s=poll_interval_s,
         )
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> GroupMember:
         """Start the owner thread, check the topics exist, subscribe. Raises on failure."""
-        if self._thread is not None:
-            return self
-        self._thread = threading.Thread(
-            target=self._run,
-            name=f"spark-groups-member-{self._config.get('group.id')}",
-            daemon=True,
-        )
-        self._thread.start()
-        self._subscribed.wait(self._broker_timeout_s + 30)
-        if self._failure is not None:
-            raise self._failure
-        if not self._subscribed.is_set():
-            raise self._membership_error("the group member did not start in time")
+        self._owner.start(self._broker_timeout_s + 30)
         return self
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Leave the group (LeaveGroup) and stop the owner thread. Idempotent."""
-        self._closing = True
-        thread = self._thread
-        if thread is None or threading.get_ident() == self._owner_ident:
-            return
-        thread.join(timeout_s)
-        if thread.is_alive():
+        if not self._owner.stop(timeout_s):
             log.warning("group member did not leave the group within %.0f s", timeout_s)
 
     @property
     def closed(self) -> bool:
         """True once the owner thread has stopped (the member has left the group)."""
-        return self._stopped.is_set()
+        return self._owner.stopped
 
     @property
     def closing(self) -> bool:
         """True once ``close()`` was asked for."""
-        return self._closing
+        return self._owner.closing
 
     # ----------------------------------------------------------------- state
     @property
@@ -165,28 +161,12 @@ class GroupMember:
 
     def check(self) -> None:
         """Raise the failure that stopped the owner thread, if any."""
-        if self._failure is not None:
-            raise self._failure
-        if self._stopped.is_set() and not self._closing:
-            raise self._membership_error("the group member stopped unexpectedly")
+        self._owner.check()
 
     # ----------------------------------------------------------------- calls
     def call(self, fn: Callable[[Consumer], T], timeout_s: float = 60.0) -> T:
         """Run ``fn(consumer)`` on the owner thread and return its result."""
-        if threading.get_ident() == self._owner_ident:
-            assert self._consumer is not None
-            return fn(self._consumer)
-        self.check()
-        if self._stopped.is_set():
-            raise self._membership_error("the group member is closed")
-        future: Future[T] = Future()
-        self._requests.put((fn, future))
-        try:
-            return future.result(timeout_s)
-        except TimeoutError:
-            raise self._membership_error(
-                f"the group member did not answer within {timeout_s:.0f} s"
-            ) from None
+        return self._owner.call(fn, timeout_s)
 
     def committed(
         self, partitions: Iterable[TopicPartition], timeout_s: float = 30.0
@@ -240,76 +220,11 @@ class GroupMember:
         metadata = self.call(lambda c: c.list_topics(timeout=timeout), timeout + 5)
         return self._topics.partitions(metadata)
 
-    # ----------------------------------------------------------------- owner thread
     def serve(self, seconds: float) -> None:
         """Owner thread only: run queued requests for up to ``seconds`` (from callbacks)."""
-        deadline = time.monotonic() + seconds
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                fn, future = self._requests.get(timeout=max(0.0, min(remaining, 0.02)))
-            except queue.Empty:
-                if remaining <= 0:
-                    return
-                continue
-            self._run_request(fn, future)
+        self._owner.serve(seconds)
 
-    def _run_request(self, fn: Callable[[Consumer], Any], future: Future[Any]) -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(fn(cast(Consumer, self._consumer)))
-        except BaseException as exc:  # handed to the caller's thread
-            future.set_exception(exc)
-
-    def _drain(self) -> None:
-        while True:
-            try:
-                fn, future = self._requests.get_nowait()
-            except queue.Empty:
-                return
-            self._run_request(fn, future)
-
-    def _run(self) -> None:
-        self._owner_ident = threading.get_ident()
-        try:
-            self._consumer = self._create_consumer()
-            self._topics.check(self._consumer, lambda: self._failure)
-            self._callbacks.subscribe(self._consumer, self._topics.topics)
-            log.info(
-                "group member subscribed: group=%s subscription=%s protocol=%s assignor=%s",
-                self._config.get("group.id"),
-                self._topics.topics,
-                self._config.get("group.protocol", "classic"),
-                self._config.get("group.remote.assignor", "broker default")
-                if self._config.get("group.protocol") == "consumer"
-                else self._config.get("partition.assignment.strategy"),
-            )
-            self._subscribed.set()
-            while not self._closing:
-                self._callbacks.poll(self._consumer)
-                self._drain()
-        except BaseException as exc:
-            self._failure = exc
-            if not self._subscribed.is_set():
-                log.error("group member could not start: %s", exc)
-            else:
-                log.exception("group member failed")
-        finally:
-            self._leave()
-            self._subscribed.set()
-            self._stopped.set()
-            self._fail_pending()
-
-    def _membership_error(self, message: str) -> GroupMembershipError:
-        """A :class:`GroupMembershipError` about this member's group (its id as data)."""
-        return GroupMembershipError(message, group=str(self._config.get("group.id", "")))
-
-    def _fail(self, failure: BaseException) -> None:
-        """Stop with ``failure`` after the current poll (librdkafka's ``error_cb``)."""
-        self._failure = failure
-        self._closing = True
-
+    # ----------------------------------------------------------------- owner thread
     def _create_consumer(self) -> Consumer:
         config: dict[str, Any] = dict(self._config)
         config["error_cb"] = self._callbacks.on_error
@@ -318,29 +233,29 @@ class GroupMember:
         except KafkaException as exc:
             raise config_error(exc) from None
 
-    def _leave(self) -> None:
-        consumer, self._consumer = self._consumer, None
-        if consumer is None:
-            return
+    def _subscribe(self, consumer: Consumer) -> None:
+        self._topics.check(consumer, lambda: self._owner.failure)
+        self._callbacks.subscribe(consumer, self._topics.topics)
+        log.info(
+            "group member subscribed: group=%s subscription=%s protocol=%s assignor=%s",
+            self._config.get("group.id"),
+            self._topics.topics,
+            self._config.get("group.protocol", "classic"),
+            self._config.get("group.remote.assignor", "broker default")
+            if self._config.get("group.protocol") == "consumer"
+            else self._config.get("partition.assignment.strategy"),
+        )
+
+    def _leave(self, consumer: Consumer) -> None:
         started = time.monotonic()
         try:
-            self._consumer = consumer  # callbacks during close may use call()
             consumer.close()  # revokes, commits nothing (auto commit is off), sends LeaveGroup
         except (KafkaException, RuntimeError) as exc:
             log.warning("error while leaving the group: %s", exc)
         finally:
-            self._consumer = None
             self._callbacks.assignment = frozenset()
         log.info("group member left the group in %.2f s", time.monotonic() - started)
 
-    def _fail_pending(self) -> None:
-        while True:
-            try:
-                _, future = self._requests.get_nowait()
-            except queue.Empty:
-                return
-            if future.set_running_or_notify_cancel():
-                # Requests queued before the owner thread failed get the cause, not "closed".
-                future.set_exception(
-                    self._failure or self._membership_error("the group member is closed")
-                )
+    def _membership_error(self, message: str) -> GroupMembershipError:
+        """A :class:`GroupMembershipError` about this member's group (its id as data)."""
+        return GroupMembershipError(message, group=str(self._config.get("group.id", "")))
