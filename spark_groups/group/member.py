@@ -1,106 +1,55 @@
-"""The driver's consumer-group membership.
+"""The driver's consumer-group membership, as one object over its parts.
 
 One :class:`confluent_kafka.Consumer` joins the group (JoinGroup / SyncGroup / Heartbeat /
 LeaveGroup) and owns an assignment, but never fetches: every partition it is given is paused
 at once. Its records are read by Spark tasks on executors instead.
 
-Threading: only one thread may be inside a Consumer at a time (a second thread calling
-``commit`` while another polls hangs for many seconds). So one *owner thread* creates the
-consumer, polls it in short slices, runs its rebalance callbacks, and serves every other
-thread's requests (commit, committed, metadata) from a queue between polls. Rebalance
-callbacks may block (the revocation barrier) as long as they keep calling the ``serve``
-function they are given, so that commits issued by other threads still go through.
+A member's life:
+
+1. ``GroupMember(config, subscription, listener)`` puts its parts together; nothing connects.
+2. ``start()`` starts the *owner thread* (:mod:`~spark_groups.group.owner`), the only thread
+   that ever touches the consumer: only one thread may be inside it at a time (a second
+   thread calling ``commit`` while another polls hangs for many seconds). There it creates the
+   consumer, checks the subscribed topics exist and may be seen
+   (:mod:`~spark_groups.group.topics`), and subscribes. ``start()`` returns then, or raises
+   what failed.
+3. The owner thread polls in short slices. Inside ``poll()`` librdkafka runs the callbacks
+   (:mod:`~spark_groups.group.callbacks`): assigned partitions are paused and handed to the
+   :class:`RebalanceListener`, revoked and lost ones taken away; refused credentials, denied
+   topics and fatal errors stop the member.
+4. Between polls it runs what other threads ask for with :meth:`GroupMember.call`: offset
+   commits and fetches (:mod:`~spark_groups.group.commits`), metadata. A revocation may block
+   (the revocation barrier) as long as it calls the ``serve`` function it is given, so that
+   commits issued by other threads still go through.
+5. ``close()``, or a failure, ends the loop: ``consumer.close()`` revokes the partitions
+   (without asking the listener after ``close()``) and sends LeaveGroup; requests still
+   queued fail with the cause.
+
+Threads: every method and property may be used from any thread, except ``serve``: owner
+thread only (from a listener's callback). The listener is called on the owner thread.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
-import re
-import struct
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar
 
-from spark_groups.errors import (
-    AuthenticationError,
-    AuthorizationError,
-    BrokerUnreachableError,
-    CommitError,
-    GroupMembershipError,
-    StaleGenerationError,
-    TopicNotFoundError,
-)
-from spark_groups.kafka import auth
-from spark_groups.kafka.client import Consumer, KafkaError, KafkaException, KafkaTopicPartition
-from spark_groups.kafka.errors import FENCED_CODES, config_error
+from spark_groups.errors import GroupMembershipError
+from spark_groups.group import commits
+from spark_groups.group.callbacks import Callbacks, RebalanceListener, parse_generation
+from spark_groups.group.owner import OwnerThread
+from spark_groups.group.topics import Subscription
+from spark_groups.kafka.client import Consumer, KafkaException
+from spark_groups.kafka.errors import config_error
 from spark_groups.offsets import TopicPartition
+
+__all__ = ["GroupMember", "RebalanceListener", "parse_generation"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class RebalanceListener(Protocol):
-    """What the member tells about its assignment. Called on the member's owner thread."""
-
-    def on_assigned(self, partitions: frozenset[TopicPartition], generation: int) -> None:
-        """Partitions were added to this member's assignment."""
-
-    def on_revoked(
-        self, partitions: frozenset[TopicPartition], serve: Callable[[float], None]
-    ) -> None:
-        """Partitions are being taken away. The group waits until this returns; a listener
-        that waits must call ``serve(seconds)`` in its loop to keep serving other threads."""
-
-    def on_lost(self, partitions: frozenset[TopicPartition]) -> None:
-        """Partitions were lost without a clean revocation (session expired, fenced)."""
-
-
-def parse_generation(group_metadata: object) -> int:
-    """The generation id inside librdkafka's serialized consumer group metadata, or -1.
-
-    ``Consumer.consumer_group_metadata()`` returns librdkafka's ``CGMDv2:`` blob: the magic,
-    then the generation id as a native-endian int32, then group and member ids.
-    """
-    if isinstance(group_metadata, bytes) and group_metadata.startswith(b"CGMDv2:"):
-        start = len(b"CGMDv2:")
-        (generation,) = struct.unpack_from("=i", group_metadata, start)
-        return int(generation)
-    return -1
-
-
-def _to_ours(partitions: Iterable[KafkaTopicPartition]) -> frozenset[TopicPartition]:
-    return frozenset(TopicPartition(p.topic, p.partition) for p in partitions)
-
-
-def _to_kafka(
-    partitions: Iterable[TopicPartition],
-    offsets: Mapping[TopicPartition, int] | None = None,
-    metadata: str | None = None,
-) -> list[KafkaTopicPartition]:
-    if offsets is None:
-        return [KafkaTopicPartition(p.topic, p.partition) for p in partitions]
-    if metadata is None:
-        return [KafkaTopicPartition(p.topic, p.partition, offsets[p]) for p in partitions]
-    return [
-        KafkaTopicPartition(p.topic, p.partition, offsets[p], metadata=metadata) for p in partitions
-    ]
-
-
-class _NoListener:
-    def on_assigned(self, partitions: frozenset[TopicPartition], generation: int) -> None:
-        pass
-
-    def on_revoked(
-        self, partitions: frozenset[TopicPartition], serve: Callable[[float], None]
-    ) -> None:
-        pass
-
-    def on_lost(self, partitions: frozenset[TopicPartition]) -> None:
-        pass
 
 
 class GroupMember:
@@ -120,119 +69,104 @@ class GroupMember:
         poll_interval_s: float = 0.05,
     ) -> None:
         self._config = dict(config)
-        self._subscription = list(subscription)
-        self._listener: RebalanceListener = listener or _NoListener()
         self._broker_timeout_s = broker_timeout_s
-        # The Python client does not expose the negotiated protocol; the configuration decides
-        # it. KIP-848 (group.protocol=consumer) rebalances are always incremental.
-        self._cooperative = self._config.get("group.protocol") == "consumer" or (
-            "cooperative" in self._config.get("partition.assignment.strategy", "")
+        self._topics = Subscription(list(subscription), self._config, broker_timeout_s)
+        self._owner: OwnerThread[Consumer] = OwnerThread(
+            f"spark-groups-member-{self._config.get('group.id')}",
+            "group member",
+            create=self._create_consumer,
+            setup=self._subscribe,
+            step=lambda consumer: self._callbacks.poll(consumer),
+            close=self._leave,
+            error=self._membership_error,
+            log=log,
         )
-        self._poll_interval_s = poll_interval_s
-        self._requests: queue.SimpleQueue[tuple[Callable[[Consumer], Any], Future[Any]]] = (
-            queue.SimpleQueue()
+        self._callbacks = Callbacks(
+            self._config,
+            listener,
+            serve=self._owner.serve,
+            closing=lambda: self._owner.closing,
+            fail=self._owner.fail,
+            poll_interval_s=poll_interval_s,
         )
-        self._thread: threading.Thread | None = None
-        self._owner_ident: int | None = None
-        self._consumer: Consumer | None = None
-        self._subscribed = threading.Event()
-        self._first_assignment = threading.Event()
-        self._stopped = threading.Event()
-        self._closing = False
-        self._failure: BaseException | None = None
-        self._assignment: frozenset[TopicPartition] = frozenset()
-        self._in_callback = 0  # > 0 while a rebalance callback runs (owner thread)
-        self._generation = -1
-        self._member_id = ""
-        self.rebalances = 0
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> GroupMember:
         """Start the owner thread, check the topics exist, subscribe. Raises on failure."""
-        if self._thread is not None:
-            return self
-        self._thread = threading.Thread(
-            target=self._run,
-            name=f"spark-groups-member-{self._config.get('group.id')}",
-            daemon=True,
-        )
-        self._thread.start()
-        self._subscribed.wait(self._broker_timeout_s + 30)
-        if self._failure is not None:
-            raise self._failure
-        if not self._subscribed.is_set():
-            raise self._membership_error("the group member did not start in time")
+        self._owner.start(self._broker_timeout_s + 30)
         return self
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Leave the group (LeaveGroup) and stop the owner thread. Idempotent."""
-        self._closing = True
-        thread = self._thread
-        if thread is None or threading.get_ident() == self._owner_ident:
-            return
-        thread.join(timeout_s)
-        if thread.is_alive():
+        if not self._owner.stop(timeout_s):
             log.warning("group member did not leave the group within %.0f s", timeout_s)
 
     @property
     def closed(self) -> bool:
         """True once the owner thread has stopped (the member has left the group)."""
-        return self._stopped.is_set()
+        return self._owner.stopped
 
     @property
     def closing(self) -> bool:
         """True once ``close()`` was asked for."""
-        return self._closing
+        return self._owner.closing
 
     # ----------------------------------------------------------------- state
     @property
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions this member owns right now (a snapshot)."""
-        return self._assignment
+        return self._callbacks.assignment
 
     @property
     def generation(self) -> int:
         """The group generation of the current assignment (-1 before the first)."""
-        return self._generation
+        return self._callbacks.generation
 
     @property
     def member_id(self) -> str:
         """The member id the coordinator gave this member ('' before joining)."""
-        return self._member_id
+        return self._callbacks.member_id
+
+    @property
+    def rebalances(self) -> int:
+        """How many assignments this member has received."""
+        return self._callbacks.rebalances
+
+    # Tests stand in for librdkafka by setting these (tests/unit/test_stream.py).
+    @property
+    def _assignment(self) -> frozenset[TopicPartition]:
+        return self._callbacks.assignment
+
+    @_assignment.setter
+    def _assignment(self, partitions: frozenset[TopicPartition]) -> None:
+        self._callbacks.assignment = partitions
+
+    @property
+    def _generation(self) -> int:
+        return self._callbacks.generation
+
+    @_generation.setter
+    def _generation(self, generation: int) -> None:
+        self._callbacks.generation = generation
 
     def wait_for_assignment(self, timeout_s: float) -> bool:
         """Wait until the first assignment (possibly empty) arrived; False on timeout."""
+        first = self._callbacks.first_assignment
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self.check()
-            if self._first_assignment.wait(min(0.1, max(0.0, deadline - time.monotonic()))):
+            if first.wait(min(0.1, max(0.0, deadline - time.monotonic()))):
                 return True
-        return self._first_assignment.is_set()
+        return first.is_set()
 
     def check(self) -> None:
         """Raise the failure that stopped the owner thread, if any."""
-        if self._failure is not None:
-            raise self._failure
-        if self._stopped.is_set() and not self._closing:
-            raise self._membership_error("the group member stopped unexpectedly")
+        self._owner.check()
 
     # ----------------------------------------------------------------- calls
     def call(self, fn: Callable[[Consumer], T], timeout_s: float = 60.0) -> T:
         """Run ``fn(consumer)`` on the owner thread and return its result."""
-        if threading.get_ident() == self._owner_ident:
-            assert self._consumer is not None
-            return fn(self._consumer)
-        self.check()
-        if self._stopped.is_set():
-            raise self._membership_error("the group member is closed")
-        future: Future[T] = Future()
-        self._requests.put((fn, future))
-        try:
-            return future.result(timeout_s)
-        except TimeoutError:
-            raise self._membership_error(
-                f"the group member did not answer within {timeout_s:.0f} s"
-            ) from None
+        return self._owner.call(fn, timeout_s)
 
     def committed(
         self, partitions: Iterable[TopicPartition], timeout_s: float = 30.0
@@ -246,29 +180,9 @@ class GroupMember:
         """The group's committed offsets in Kafka with each commit's metadata string (""
         for none; see :mod:`spark_groups.commit_metadata`); partitions with none are left
         out."""
-        wanted = _to_kafka(partitions)
-        if not wanted:
-            return {}
-
-        def fetch(consumer: Consumer) -> list[KafkaTopicPartition]:
-            return consumer.committed(wanted, timeout=timeout_s)
-
-        try:
-            result = self.call(fetch, timeout_s + 5)
-        except KafkaException as exc:
-            denied = self._denied(exc.args[0] if exc.args else None, wanted[0].topic)
-            if denied is not None:
-                raise denied from None
-            raise self._membership_error(f"could not fetch committed offsets: {exc}") from exc
-        for p in result:
-            denied = self._denied(p.error, p.topic)
-            if denied is not None:
-                raise denied
-        return {
-            TopicPartition(p.topic, p.partition): (p.offset, p.metadata or "")
-            for p in result
-            if p.error is None and p.offset >= 0
-        }
+        return commits.committed_with_metadata(
+            self.call, partitions, timeout_s, config=self._config
+        )
 
     def commit(
         self,
@@ -290,349 +204,58 @@ class GroupMember:
         Raises :class:`StaleGenerationError` when the coordinator refuses the commit because
         this member was fenced or a rebalance moved on, :class:`CommitError` otherwise.
         """
-        if not offsets:
-            return frozenset()
-        done: set[TopicPartition] = set()
-        sent_under: list[int] = []  # the generation the commit went out under
-
-        def commit(consumer: Consumer) -> list[KafkaTopicPartition] | None:
-            kept = dict(offsets)
-            if owned_only:
-                if not self._in_callback:
-                    self._poll_once(0)  # runs queued rebalance callbacks (this thread)
-                kept = {tp: o for tp, o in kept.items() if tp in self._assignment}
-            done.update(kept)
-            if not kept:
-                return []
-            sent_under.append(self._generation)
-            return consumer.commit(
-                offsets=_to_kafka(sorted(kept), kept, metadata), asynchronous=False
-            )
-
-        try:
-            result = self.call(commit, timeout_s)
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            code = error.code() if isinstance(error, KafkaError) else None
-            topics = ", ".join(sorted({tp.topic for tp in offsets}))
-            denied = self._denied(error, topics)
-            if denied is not None:  # retrying cannot help: the query must stop, not go on
-                raise denied from None
-            if code in FENCED_CODES:
-                generation = sent_under[0] if sent_under else self._generation
-                raise StaleGenerationError(
-                    f"Kafka refused the offset commit of {len(offsets)} partitions for generation "
-                    f"{generation}: {error}",
-                    generation=generation,
-                    partitions=offsets,
-                    code=code,
-                ) from exc
-            raise CommitError(
-                f"the offset commit of {len(offsets)} partition(s) of {topics} failed: {exc}",
-                partitions=offsets,
-                code=code,
-            ) from exc
-        failed = [p for p in (result or []) if p.error is not None]
-        if failed:
-            first = failed[0]
-            denied = self._denied(first.error, first.topic)
-            if denied is not None:
-                raise denied
-            if first.error.code() in FENCED_CODES:  # type: ignore[union-attr]
-                generation = sent_under[0] if sent_under else self._generation
-                raise StaleGenerationError(
-                    f"Kafka refused the offset commit of {first.topic}-{first.partition} for "
-                    f"generation {generation}: {first.error}",
-                    generation=generation,
-                    partitions=[TopicPartition(p.topic, p.partition) for p in failed],
-                    code=first.error.code(),  # type: ignore[union-attr]
-                )
-            raise CommitError(
-                f"offset commit failed for {first.topic}-{first.partition}: {first.error}",
-                partitions=[TopicPartition(p.topic, p.partition) for p in failed],
-                code=first.error.code(),  # type: ignore[union-attr]
-            )
-        return frozenset(done)
+        return commits.commit(
+            self.call,
+            offsets,
+            timeout_s,
+            config=self._config,
+            generation=lambda: self._callbacks.generation,
+            owned=self._callbacks.owned_now if owned_only else None,
+            metadata=metadata,
+        )
 
     def subscribed_partitions(self, timeout_s: float | None = None) -> list[TopicPartition]:
         """Every partition of every topic the subscription matches, from fresh metadata."""
         timeout = timeout_s or self._broker_timeout_s
         metadata = self.call(lambda c: c.list_topics(timeout=timeout), timeout + 5)
-        return [
-            TopicPartition(name, p)
-            for name in sorted(self._matching_topics(metadata.topics))
-            for p in sorted(metadata.topics[name].partitions)
-        ]
+        return self._topics.partitions(metadata)
 
-    def _matching_topics(self, topics: Mapping[str, Any]) -> list[str]:
-        names = [t for t in topics if not t.startswith("__")]
-        if len(self._subscription) == 1 and self._subscription[0].startswith("^"):
-            regex = re.compile(self._subscription[0])
-            return [t for t in names if regex.search(t)]
-        return [t for t in self._subscription if t in topics]
-
-    # ----------------------------------------------------------------- owner thread
     def serve(self, seconds: float) -> None:
         """Owner thread only: run queued requests for up to ``seconds`` (from callbacks)."""
-        deadline = time.monotonic() + seconds
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                fn, future = self._requests.get(timeout=max(0.0, min(remaining, 0.02)))
-            except queue.Empty:
-                if remaining <= 0:
-                    return
-                continue
-            self._run_request(fn, future)
+        self._owner.serve(seconds)
 
-    def _run_request(self, fn: Callable[[Consumer], Any], future: Future[Any]) -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(fn(cast(Consumer, self._consumer)))
-        except BaseException as exc:  # handed to the caller's thread
-            future.set_exception(exc)
-
-    def _drain(self) -> None:
-        while True:
-            try:
-                fn, future = self._requests.get_nowait()
-            except queue.Empty:
-                return
-            self._run_request(fn, future)
-
-    def _run(self) -> None:
-        self._owner_ident = threading.get_ident()
-        try:
-            self._consumer = self._create_consumer()
-            self._check_topics()
-            self._consumer.subscribe(
-                self._subscription,
-                on_assign=self._counted(self._on_assign),
-                on_revoke=self._counted(self._on_revoke),
-                on_lost=self._counted(self._on_lost),
-            )
-            log.info(
-                "group member subscribed: group=%s subscription=%s protocol=%s assignor=%s",
-                self._config.get("group.id"),
-                self._subscription,
-                self._config.get("group.protocol", "classic"),
-                self._config.get("group.remote.assignor", "broker default")
-                if self._config.get("group.protocol") == "consumer"
-                else self._config.get("partition.assignment.strategy"),
-            )
-            self._subscribed.set()
-            while not self._closing:
-                self._poll_once()
-                self._drain()
-        except BaseException as exc:
-            self._failure = exc
-            if not self._subscribed.is_set():
-                log.error("group member could not start: %s", exc)
-            else:
-                log.exception("group member failed")
-        finally:
-            self._leave()
-            self._subscribed.set()
-            self._stopped.set()
-            self._fail_pending()
-
-    def _membership_error(self, message: str) -> GroupMembershipError:
-        """A :class:`GroupMembershipError` about this member's group (its id as data)."""
-        return GroupMembershipError(message, group=str(self._config.get("group.id", "")))
-
+    # ----------------------------------------------------------------- owner thread
     def _create_consumer(self) -> Consumer:
         config: dict[str, Any] = dict(self._config)
-        config["error_cb"] = self._on_error
+        config["error_cb"] = self._callbacks.on_error
         try:
             return Consumer(config)
         except KafkaException as exc:
             raise config_error(exc) from None
 
-    def _check_topics(self) -> None:
-        assert self._consumer is not None
-        servers = self._config.get("bootstrap.servers")
-        metadata = self._metadata()
-        if len(self._subscription) == 1 and self._subscription[0].startswith("^"):
-            return  # a pattern may match topics created later
-        missing = [t for t in self._subscription if t not in metadata.topics]
-        for topic in missing:
-            # Kafka leaves topics this client may not describe out of an all-topics answer;
-            # asked by name, it says whether the topic is missing or denied.
-            try:
-                named = self._consumer.list_topics(topic, timeout=self._broker_timeout_s)
-            except KafkaException:
-                continue
-            found = named.topics.get(topic)
-            if found is not None and found.error is not None:
-                denied = self._denied(found.error, topic)
-                if denied is not None:
-                    raise denied
-        if missing:
-            raise TopicNotFoundError(
-                f"topic {', '.join(repr(t) for t in missing)} does not exist on {servers}",
-                topics=missing,
-                servers=str(servers),
-            )
-
-    def _metadata(self) -> Any:
-        """Cluster metadata, asked in short slices until ``broker_timeout_s``; between them
-        ``poll(0)`` serves librdkafka's error callback (not called inside ``list_topics``),
-        so refused credentials fail at once instead of after the whole timeout."""
-        assert self._consumer is not None
-        servers = self._config.get("bootstrap.servers")
-        deadline = time.monotonic() + self._broker_timeout_s
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                return self._consumer.list_topics(timeout=max(0.05, min(1.0, left)))
-            except KafkaException as exc:
-                message = self._consumer.poll(0)
-                if message is not None and message.error() is not None:
-                    denied = self._denied(message.error(), message.topic())
-                    if denied is not None:
-                        raise denied from None
-                if self._failure is not None:
-                    raise self._failure from None
-                if time.monotonic() >= deadline:
-                    raise BrokerUnreachableError(
-                        f"no broker of kafka.bootstrap.servers={servers} answered within "
-                        f"{self._broker_timeout_s:.0f} s ({exc.args[0] if exc.args else exc})",
-                        servers=str(servers),
-                        waited_s=self._broker_timeout_s,
-                    ) from None
-
-    def _denied(
-        self, error: KafkaError | None, topic: str | None = None
-    ) -> AuthenticationError | AuthorizationError | None:
-        """The typed error when ``error`` is an authentication or authorization failure."""
-        if not isinstance(error, KafkaError):
-            return None
-        return auth.classify(error, self._config, topic)
-
-    def _poll_once(self, timeout_s: float | None = None) -> None:
-        assert self._consumer is not None
-        message = self._consumer.poll(self._poll_interval_s if timeout_s is None else timeout_s)
-        if message is None:
-            return
-        error = message.error()
-        if error is not None:
-            denied = self._denied(error, message.topic())
-            if denied is not None:
-                raise denied
-            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                log.warning("subscribed topic is gone: %s", error)
-            elif error.fatal():
-                raise self._membership_error(f"fatal consumer error: {error}")
-            else:
-                log.warning("group member: %s", error)
-            return
-        # Paused partitions should never deliver; a record fetched before the pause landed
-        # is dropped here: executors read it, never the driver.
-        log.debug("dropped a record the driver fetched before pausing %s", message.topic())
-
-    def _on_error(self, error: KafkaError) -> None:
-        if auth.is_authentication_failure(error):
-            # librdkafka retries refused credentials forever; they will not start working.
-            self._failure = auth.authentication_error(error, self._config)
-            self._closing = True
-        elif error.code() == KafkaError._ALL_BROKERS_DOWN:
-            log.warning("group member: all brokers are down (%s)", error.str())
-        elif error.fatal():
-            self._failure = self._membership_error(f"fatal consumer error: {error.str()}")
-            self._closing = True
-        else:
-            log.info("group member: %s", error.str())
-
-    def _counted(
-        self, callback: Callable[[Consumer, list[KafkaTopicPartition]], None]
-    ) -> Callable[[Consumer, list[KafkaTopicPartition]], None]:
-        """``callback`` marking that a rebalance callback runs (no poll may nest in it)."""
-
-        def run(consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
-            self._in_callback += 1
-            try:
-                callback(consumer, partitions)
-            finally:
-                self._in_callback -= 1
-
-        return run
-
-    def _refresh_identity(self, consumer: Consumer) -> None:
-        try:
-            self._member_id = consumer.memberid() or ""
-            self._generation = parse_generation(consumer.consumer_group_metadata())
-        except KafkaException:  # not in a group yet
-            pass
-
-    def _on_assign(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
-        cooperative = self._cooperative
-        if cooperative:
-            consumer.incremental_assign(partitions)
-        else:
-            consumer.assign(partitions)
-        if partitions:
-            consumer.pause(partitions)
-        added = _to_ours(partitions)
-        self._assignment = (self._assignment | added) if cooperative else added
-        self._refresh_identity(consumer)
-        self.rebalances += 1
+    def _subscribe(self, consumer: Consumer) -> None:
+        self._topics.check(consumer, lambda: self._owner.failure)
+        self._callbacks.subscribe(consumer, self._topics.topics)
         log.info(
-            "assigned %d partitions (generation %d, member %s): %s; now own %d",
-            len(added),
-            self._generation,
-            self._member_id,
-            sorted(str(p) for p in added),
-            len(self._assignment),
+            "group member subscribed: group=%s subscription=%s protocol=%s assignor=%s",
+            self._config.get("group.id"),
+            self._topics.topics,
+            self._config.get("group.protocol", "classic"),
+            self._config.get("group.remote.assignor", "broker default")
+            if self._config.get("group.protocol") == "consumer"
+            else self._config.get("partition.assignment.strategy"),
         )
-        try:
-            self._listener.on_assigned(added, self._generation)
-        finally:
-            self._first_assignment.set()
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
-        revoked = _to_ours(partitions)
-        self._refresh_identity(consumer)  # a cooperative revocation comes with a new generation
-        log.info("revoking %d partitions: %s", len(revoked), sorted(str(p) for p in revoked))
-        try:
-            if not self._closing and revoked:
-                self._listener.on_revoked(revoked, self.serve)
-        finally:
-            self._assignment = self._assignment - revoked
-
-    def _on_lost(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
-        lost = _to_ours(partitions)
-        self._assignment = self._assignment - lost
-        log.warning(
-            "lost %d partitions without a clean revocation (session expired or fenced): %s",
-            len(lost),
-            sorted(str(p) for p in lost),
-        )
-        self._listener.on_lost(lost)
-
-    def _leave(self) -> None:
-        consumer, self._consumer = self._consumer, None
-        if consumer is None:
-            return
+    def _leave(self, consumer: Consumer) -> None:
         started = time.monotonic()
         try:
-            self._consumer = consumer  # callbacks during close may use call()
             consumer.close()  # revokes, commits nothing (auto commit is off), sends LeaveGroup
         except (KafkaException, RuntimeError) as exc:
             log.warning("error while leaving the group: %s", exc)
         finally:
-            self._consumer = None
-            self._assignment = frozenset()
+            self._callbacks.assignment = frozenset()
         log.info("group member left the group in %.2f s", time.monotonic() - started)
 
-    def _fail_pending(self) -> None:
-        while True:
-            try:
-                _, future = self._requests.get_nowait()
-            except queue.Empty:
-                return
-            if future.set_running_or_notify_cancel():
-                # Requests queued before the owner thread failed get the cause, not "closed".
-                future.set_exception(
-                    self._failure or self._membership_error("the group member is closed")
-                )
+    def _membership_error(self, message: str) -> GroupMembershipError:
+        """A :class:`GroupMembershipError` about this member's group (its id as data)."""
+        return GroupMembershipError(message, group=str(self._config.get("group.id", "")))

@@ -1,0 +1,248 @@
+"""What librdkafka tells the group member, and what the member keeps of it.
+
+librdkafka calls back from inside ``poll()`` (and ``close()``) on the member's owner thread:
+
+* the rebalance callbacks. :class:`Callbacks` (un)assigns and pauses the partitions, then
+  calls the :class:`RebalanceListener`: ``on_assigned`` with the new generation,
+  ``on_revoked`` with a ``serve`` function (the group waits for it to return; a listener that
+  waits keeps other threads' requests going by calling it), ``on_lost``;
+* ``error_cb``: refused credentials and fatal errors stop the member (they will not heal);
+  anything else is logged;
+* and ``poll()`` itself returns error events: a denied topic or group and fatal errors stop
+  the member, others are logged. (A record fetched before a pause landed is dropped: the
+  executors read records, never the driver.)
+
+:class:`Callbacks` keeps what the rebalances leave: the assignment, the generation and member
+id, the number of assignments, whether the first one arrived.
+
+Threads: every method runs on the owner thread. The state is read from any thread: each value
+is replaced, never changed in place, so a reader sees a consistent snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
+
+from spark_groups.errors import GroupMembershipError
+from spark_groups.kafka import auth
+from spark_groups.kafka.client import Consumer, KafkaError, KafkaException, KafkaTopicPartition
+from spark_groups.offsets import TopicPartition
+
+#: The member's logger: its assignment events are documented under this name (groups.md).
+log = logging.getLogger("spark_groups.group.member")
+
+
+class RebalanceListener(Protocol):
+    """What the member tells about its assignment. Called on the member's owner thread."""
+
+    def on_assigned(self, partitions: frozenset[TopicPartition], generation: int) -> None:
+        """Partitions were added to this member's assignment."""
+
+    def on_revoked(
+        self, partitions: frozenset[TopicPartition], serve: Callable[[float], None]
+    ) -> None:
+        """Partitions are being taken away. The group waits until this returns; a listener
+        that waits must call ``serve(seconds)`` in its loop to keep serving other threads."""
+
+    def on_lost(self, partitions: frozenset[TopicPartition]) -> None:
+        """Partitions were lost without a clean revocation (session expired, fenced)."""
+
+
+def parse_generation(group_metadata: object) -> int:
+    """The generation id inside librdkafka's serialized consumer group metadata, or -1.
+
+    ``Consumer.consumer_group_metadata()`` returns librdkafka's ``CGMDv2:`` blob: the magic,
+    then the generation id as a native-endian int32, then group and member ids.
+    """
+    if isinstance(group_metadata, bytes) and group_metadata.startswith(b"CGMDv2:"):
+        start = len(b"CGMDv2:")
+        (generation,) = struct.unpack_from("=i", group_metadata, start)
+        return int(generation)
+    return -1
+
+
+def _to_ours(partitions: Iterable[KafkaTopicPartition]) -> frozenset[TopicPartition]:
+    return frozenset(TopicPartition(p.topic, p.partition) for p in partitions)
+
+
+class _NoListener:
+    def on_assigned(self, partitions: frozenset[TopicPartition], generation: int) -> None:
+        pass
+
+    def on_revoked(
+        self, partitions: frozenset[TopicPartition], serve: Callable[[float], None]
+    ) -> None:
+        pass
+
+    def on_lost(self, partitions: frozenset[TopicPartition]) -> None:
+        pass
+
+
+class Callbacks:
+    """librdkafka's callbacks and poll events for one member (see the module documentation).
+
+    ``serve`` runs other threads' requests for some seconds (handed to ``on_revoked``);
+    ``closing`` says whether the member is leaving (its revocation then skips the listener);
+    ``fail`` stops the member with a failure, for ``error_cb``, which cannot raise.
+
+    State, read from any thread: ``assignment`` (the partitions owned now), ``generation``
+    (-1 before the first assignment), ``member_id`` ('' before joining), ``rebalances`` (how
+    many assignments arrived), ``first_assignment`` (set once the first, possibly empty, did)
+    and ``in_callback`` (> 0 while a rebalance callback runs: no poll may nest in it).
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, str],
+        listener: RebalanceListener | None,
+        *,
+        serve: Callable[[float], None],
+        closing: Callable[[], bool],
+        fail: Callable[[BaseException], None],
+        poll_interval_s: float,
+    ) -> None:
+        self._config = config
+        self._listener: RebalanceListener = listener or _NoListener()
+        self._serve = serve
+        self._closing = closing
+        self._fail = fail
+        self._poll_interval_s = poll_interval_s
+        # The Python client does not expose the negotiated protocol; the configuration decides
+        # it. KIP-848 (group.protocol=consumer) rebalances are always incremental.
+        self._cooperative = config.get("group.protocol") == "consumer" or (
+            "cooperative" in config.get("partition.assignment.strategy", "")
+        )
+        self.assignment: frozenset[TopicPartition] = frozenset()
+        self.generation = -1
+        self.member_id = ""
+        self.rebalances = 0
+        self.first_assignment = threading.Event()
+        self.in_callback = 0
+
+    def subscribe(self, consumer: Consumer, topics: list[str]) -> None:
+        """Subscribe ``consumer`` to ``topics`` with this member's rebalance callbacks."""
+        consumer.subscribe(
+            topics,
+            on_assign=self._counted(self.on_assign),
+            on_revoke=self._counted(self.on_revoke),
+            on_lost=self._counted(self.on_lost),
+        )
+
+    def poll(self, consumer: Consumer, timeout_s: float | None = None) -> None:
+        """Poll once (``poll_interval_s`` by default): librdkafka runs the callbacks due;
+        an error event that must stop the member is raised."""
+        message = consumer.poll(self._poll_interval_s if timeout_s is None else timeout_s)
+        if message is None:
+            return
+        error = message.error()
+        if error is not None:
+            denied = auth.classify(error, self._config, message.topic())
+            if denied is not None:
+                raise denied
+            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                log.warning("subscribed topic is gone: %s", error)
+            elif error.fatal():
+                raise self._membership_error(f"fatal consumer error: {error}")
+            else:
+                log.warning("group member: %s", error)
+            return
+        # Paused partitions should never deliver; a record fetched before the pause landed
+        # is dropped here: executors read it, never the driver.
+        log.debug("dropped a record the driver fetched before pausing %s", message.topic())
+
+    def owned_now(self, consumer: Consumer) -> frozenset[TopicPartition]:
+        """The partitions owned once the rebalance events librdkafka has queued are handled
+        (a session that expired while this process was frozen shows up as lost partitions).
+        Inside a rebalance callback nothing is polled (no poll may nest)."""
+        if not self.in_callback:
+            self.poll(consumer, 0)
+        return self.assignment
+
+    def on_error(self, error: KafkaError) -> None:
+        """librdkafka's ``error_cb``: stop on refused credentials or a fatal error."""
+        if auth.is_authentication_failure(error):
+            # librdkafka retries refused credentials forever; they will not start working.
+            self._fail(auth.authentication_error(error, self._config))
+        elif error.code() == KafkaError._ALL_BROKERS_DOWN:
+            log.warning("group member: all brokers are down (%s)", error.str())
+        elif error.fatal():
+            self._fail(self._membership_error(f"fatal consumer error: {error.str()}"))
+        else:
+            log.info("group member: %s", error.str())
+
+    def on_assign(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        """Assign and pause ``partitions``, then tell the listener (``on_assigned``)."""
+        cooperative = self._cooperative
+        if cooperative:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
+        if partitions:
+            consumer.pause(partitions)
+        added = _to_ours(partitions)
+        self.assignment = (self.assignment | added) if cooperative else added
+        self._refresh_identity(consumer)
+        self.rebalances += 1
+        log.info(
+            "assigned %d partitions (generation %d, member %s): %s; now own %d",
+            len(added),
+            self.generation,
+            self.member_id,
+            sorted(str(p) for p in added),
+            len(self.assignment),
+        )
+        try:
+            self._listener.on_assigned(added, self.generation)
+        finally:
+            self.first_assignment.set()
+
+    def on_revoke(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        """Tell the listener (``on_revoked``, unless the member is leaving), then drop
+        ``partitions`` from the assignment; librdkafka unassigns them after this returns."""
+        revoked = _to_ours(partitions)
+        self._refresh_identity(consumer)  # a cooperative revocation comes with a new generation
+        log.info("revoking %d partitions: %s", len(revoked), sorted(str(p) for p in revoked))
+        try:
+            if not self._closing() and revoked:
+                self._listener.on_revoked(revoked, self._serve)
+        finally:
+            self.assignment = self.assignment - revoked
+
+    def on_lost(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        """Drop ``partitions`` from the assignment, then tell the listener (``on_lost``)."""
+        lost = _to_ours(partitions)
+        self.assignment = self.assignment - lost
+        log.warning(
+            "lost %d partitions without a clean revocation (session expired or fenced): %s",
+            len(lost),
+            sorted(str(p) for p in lost),
+        )
+        self._listener.on_lost(lost)
+
+    def _counted(
+        self, callback: Callable[[Consumer, list[KafkaTopicPartition]], None]
+    ) -> Callable[[Consumer, list[KafkaTopicPartition]], None]:
+        """``callback`` marking that a rebalance callback runs (no poll may nest in it)."""
+
+        def run(consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+            self.in_callback += 1
+            try:
+                callback(consumer, partitions)
+            finally:
+                self.in_callback -= 1
+
+        return run
+
+    def _refresh_identity(self, consumer: Consumer) -> None:
+        try:
+            self.member_id = consumer.memberid() or ""
+            self.generation = parse_generation(consumer.consumer_group_metadata())
+        except KafkaException:  # not in a group yet
+            pass
+
+    def _membership_error(self, message: str) -> GroupMembershipError:
+        return GroupMembershipError(message, group=str(self._config.get("group.id", "")))
