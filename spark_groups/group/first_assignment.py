@@ -104,8 +104,16 @@ def describe_group(config: Mapping[str, Any], group_id: str, timeout_s: float = 
     try:
         admin = AdminClient(connection)
         group = admin.describe_consumer_groups([group_id])[group_id].result(timeout_s)
+        cluster_id = str(admin.list_topics(timeout=timeout_s).cluster_id or "")
     except Exception as exc:
         return f"not described ({scrub(str(exc) or type(exc).__name__, config)})"
+    broker_hint = ""
+    if "tansu" in cluster_id.lower():
+        broker_hint = (
+            "; the broker is Tansu, which can keep a group leader that left during a "
+            "rebalance and then never completes a join (docs/brokers.md): use a new group.id "
+            "or restart the broker"
+        )
     state = getattr(group.state, "name", str(group.state))
     members = [
         f"{m.client_id}@{m.host}"
@@ -113,4 +121,5 @@ def describe_group(config: Mapping[str, Any], group_id: str, timeout_s: float = 
         + f" owning {len(m.assignment.topic_partitions) if m.assignment else 0}"
         for m in group.members
     ]
-    return f"state {state}, {len(members)} members: " + (", ".join(members) or "none")
+    listed = ", ".join(members) or "none"
+    return f"state {state}, {len(members)} members: {listed}{broker_hint}"

@@ -20,7 +20,7 @@ from spark_groups.errors import GroupMembershipError
 from spark_groups.group import first_assignment
 from spark_groups.offsets import BatchOffset, TopicPartition
 
-from broker_support import produce_ids, wait_until
+from broker_support import broker_kind, produce_ids, wait_until
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_a_member_with_no_partitions_is_idle_healthy_and_takes_over_when_another
 EAGER = {"partition.assignment.strategy": "range"}
 
 
-def stuck_member(servers: str, topic: str, group: str) -> tuple[Consumer, threading.Event]:
+def stuck_member(servers: str, topic: str, group: str) -> Consumer:
     """A plain consumer that joins, then stops polling (an application stuck in its own
     processing): an eager rebalance waits for it to rejoin, up to its max.poll.interval.ms."""
     consumer = Consumer(
@@ -93,14 +93,14 @@ def stuck_member(servers: str, topic: str, group: str) -> tuple[Consumer, thread
     consumer.subscribe([topic], on_assign=lambda c, ps: assigned.set())
     wait_until(lambda: consumer.poll(0.2) is not None or assigned.is_set(),
                what="the plain consumer to join")  # fmt: skip
-    return consumer, assigned
+    return consumer
 
 
 def test_a_bound_on_the_first_assignment_fails_naming_the_option_and_the_groups_state(
     bootstrap_servers: str, make_topic: Callable[..., str], streams
 ) -> None:
     topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
-    consumer, _ = stuck_member(bootstrap_servers, topic, group)
+    consumer = stuck_member(bootstrap_servers, topic, group)
     try:
         stream = make_stream(
             streams, bootstrap_servers, topic, group, None, joinTimeoutMs="4000", **EAGER
@@ -122,7 +122,7 @@ def test_without_a_bound_a_member_waits_says_why_and_goes_on_once_assigned(
     monkeypatch.setattr(first_assignment, "REPORT_EVERY_S", 1.0)
     topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
     produce_ids(bootstrap_servers, topic, range(20), 2)
-    consumer, _ = stuck_member(bootstrap_servers, topic, group)
+    consumer = stuck_member(bootstrap_servers, topic, group)
     caplog.set_level(logging.INFO, logger="spark_groups")
     stream = make_stream(streams, bootstrap_servers, topic, group, None, **EAGER)
     result: list = []
@@ -144,3 +144,19 @@ def test_without_a_bound_a_member_waits_says_why_and_goes_on_once_assigned(
     assert result, "latest_offset never returned"
     planned = BatchOffset.from_json(result[0])
     assert sum(r.size for r in planned.ranges) == 20
+
+
+def test_the_group_description_names_the_state_and_warns_about_tansu(
+    bootstrap_servers: str, make_topic: Callable[..., str]
+) -> None:
+    topic, group = make_topic(1), f"g-{uuid.uuid4().hex[:8]}"
+    consumer = stuck_member(bootstrap_servers, topic, group)
+    try:
+        text = first_assignment.describe_group({"bootstrap.servers": bootstrap_servers}, group)
+    finally:
+        consumer.close()
+    assert text.startswith("state "), text
+    on_tansu = broker_kind() == "tansu"
+    assert ("the broker is Tansu" in text) == on_tansu, text
+    if not on_tansu:  # Tansu's DescribeGroups lists no members
+        assert "STABLE, 1 members: rdkafka@" in text, text
