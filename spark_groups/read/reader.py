@@ -46,11 +46,8 @@ bootstrap servers only.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
-import os
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,45 +60,33 @@ import pyarrow.compute as pc
 
 from spark_groups.errors import BrokerUnreachableError, DataLossError, SparkGroupsError
 from spark_groups.kafka import auth
-from spark_groups.kafka.client import (
-    Consumer,
-    KafkaError,
-    KafkaException,
-    KafkaTopicPartition,
-    Message,
-    create_consumer,
-)
-from spark_groups.kafka.config import bootstrap_servers_of, layered
+from spark_groups.kafka.client import KafkaError, KafkaException, KafkaTopicPartition, Message
+from spark_groups.kafka.config import bootstrap_servers_of
 from spark_groups.kafka.errors import TRANSIENT_FETCH_CODES, UNREACHABLE_CODES, error_text
 from spark_groups.kafka.secrets import scrub
 from spark_groups.offsets import OffsetRange
+from spark_groups.read.pool import (
+    READER_DEFAULTS,
+    READER_REQUIRED,
+    PooledConsumer,
+    checkin,
+    checkout,
+    close_cached_consumers,
+    close_quietly,
+    reader_config,
+)
 from spark_groups.read.schema import HEADER_TYPE, arrow_schema
 
+__all__ = [
+    "READER_DEFAULTS",
+    "READER_REQUIRED",
+    "close_cached_consumers",
+    "read_range",
+    "read_ranges",
+    "reader_config",
+]
+
 log = logging.getLogger(__name__)
-
-#: Defaults merged *under* the caller's consumer configuration (the caller's value wins).
-READER_DEFAULTS: dict[str, str] = {
-    # librdkafka wants a group.id even for assign()-only consumers; it never joins this group.
-    "group.id": "spark-groups-reader",
-    # Tansu ignores max.partition.fetch.bytes, so a fetch can overfill the local queue, after
-    # which librdkafka waits fetch.queue.backoff.ms (default 1 s) before fetching again.
-    "fetch.queue.backoff.ms": "10",
-    # How long an empty fetch waits at the log end. Ranges lie below the log end, so this only
-    # matters (a) for the end-of-partition event of a range that ends in offsets without records
-    # and (b) for the next range on a reused consumer: its first fetch waits for the empty
-    # prefetch still in flight from the previous range (~100 ms per range at 100 ms).
-    "fetch.wait.max.ms": "10",
-    # Brokers close idle connections; that is not worth a log line per consumer.
-    "log.connection.close": "false",
-}
-
-#: Settings the read path depends on; they override the caller's configuration.
-READER_REQUIRED: dict[str, str] = {
-    "enable.auto.commit": "false",
-    "enable.auto.offset.store": "false",
-    "enable.partition.eof": "true",
-    "auto.offset.reset": "error",
-}
 
 #: Most messages asked of one ``consume()`` call, as a share of the garbage collector's
 #: generation-0 threshold (700 by default). Each chunk is turned into column values and its
@@ -116,8 +101,6 @@ _CONSUME_WAIT_S = 0.25
 #: when this many are finished, or the first of them finished this long ago.
 _UNASSIGN_BATCH = 64
 _UNASSIGN_WAIT_S = 0.05
-#: Idle consumers kept per configuration and process.
-_MAX_IDLE_PER_CONFIG = 4
 #: Longest wait for the watermarks asked at a deadline or an out-of-range error (also bounded
 #: by poll_timeout_s); no answer means the broker is unreachable.
 _PROBE_TIMEOUT_S = 10.0
@@ -138,112 +121,6 @@ _msg_partition = Message.partition
 _msg_topic = Message.topic
 _first = itemgetter(0)
 _second = itemgetter(1)
-
-# --------------------------------------------------------------------------- consumer pool
-
-
-@dataclass(eq=False)
-class _PooledConsumer:
-    """One cached consumer, its pool key, and the last client-wide error librdkafka reported."""
-
-    key: tuple[int, tuple[tuple[str, str], ...]]
-    consumer: Consumer | None = None
-    last_error: KafkaError | None = field(default=None)
-
-    @property
-    def pid(self) -> int:
-        return self.key[0]
-
-    def on_error(self, err: KafkaError) -> None:
-        # librdkafka's error_cb: served from inside consume(), on the thread using the consumer.
-        self.last_error = err
-        log.debug("kafka client error: %s", err.name())
-
-
-_POOL: dict[tuple[int, tuple[tuple[str, str], ...]], list[_PooledConsumer]] = {}
-_POOL_LOCK = threading.Lock()
-# Consumers inherited through fork(). Their librdkafka threads do not exist in this process:
-# closing or freeing one deadlocks, so they are kept (and given an extra reference, so not even
-# interpreter shutdown frees them) and never touched again.
-_ABANDONED: list[_PooledConsumer] = []
-
-
-def _abandon(entries: list[_PooledConsumer]) -> None:
-    for entry in entries:
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(entry.consumer))
-        _ABANDONED.append(entry)
-
-
-def _after_fork_in_child() -> None:
-    global _POOL_LOCK
-    _POOL_LOCK = threading.Lock()  # the parent's lock may have been held at fork time
-    inherited = [entry for entries in _POOL.values() for entry in entries]
-    _POOL.clear()
-    _abandon(inherited)
-
-
-if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def reader_config(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
-    """The configuration a read-path consumer is created with (defaults < caller < required)."""
-    return layered(READER_DEFAULTS, consumer_config, READER_REQUIRED)
-
-
-def _checkout(config: dict[str, str]) -> _PooledConsumer:
-    pid = os.getpid()
-    key = (pid, tuple(sorted((k, str(v)) for k, v in config.items())))
-    with _POOL_LOCK:
-        foreign = [k for k in _POOL if k[0] != pid]
-        for k in foreign:  # fork without register_at_fork handlers: same treatment
-            _abandon(_POOL.pop(k))
-        idle = _POOL.get(key)
-        if idle:
-            return idle.pop()
-    entry = _PooledConsumer(key=key)
-    entry.consumer = create_consumer({**config, "error_cb": entry.on_error})
-    log.debug("created a read-path consumer for %s", bootstrap_servers_of(config))
-    return entry
-
-
-def _checkin(entry: _PooledConsumer) -> None:
-    """Unassign ``entry`` and keep it for the next range (or close it if too many are idle)."""
-    if entry.pid != os.getpid():  # pragma: no cover - a generator resumed after fork
-        return
-    try:
-        entry.consumer.unassign()
-    except (KafkaException, RuntimeError):
-        _close_quietly(entry)
-        return
-    entry.last_error = None
-    with _POOL_LOCK:
-        idle = _POOL.setdefault(entry.key, [])
-        if len(idle) < _MAX_IDLE_PER_CONFIG:
-            idle.append(entry)
-            return
-    _close_quietly(entry)
-
-
-def _close_quietly(entry: _PooledConsumer) -> None:
-    if entry.pid != os.getpid():  # pragma: no cover - never close a consumer from another process
-        return
-    try:
-        entry.consumer.close()
-    except (KafkaException, RuntimeError) as exc:
-        log.debug("closing a read-path consumer failed: %s", exc)
-
-
-def close_cached_consumers() -> int:
-    """Close every idle pooled consumer of this process; return how many were closed."""
-    pid = os.getpid()
-    with _POOL_LOCK:
-        mine = [k for k in _POOL if k[0] == pid]
-        entries = [e for k in mine for e in _POOL.pop(k)]
-    for entry in entries:
-        _close_quietly(entry)
-    return len(entries)
-
 
 # --------------------------------------------------------------------------- Arrow
 
@@ -446,7 +323,7 @@ def read_ranges(
     if not work:
         return
     config = reader_config(consumer_config)
-    entry = _checkout(config)
+    entry = checkout(config)
     healthy = False
     try:
         yield from _TaskRead(
@@ -458,9 +335,9 @@ def read_ranges(
         raise
     finally:
         if healthy:
-            _checkin(entry)
+            checkin(entry)
         else:
-            _close_quietly(entry)
+            close_quietly(entry)
 
 
 class _Range:
@@ -500,7 +377,7 @@ class _TaskRead:
 
     def __init__(
         self,
-        entry: _PooledConsumer,
+        entry: PooledConsumer,
         config: Mapping[str, str],
         ranges: Sequence[OffsetRange],
         include_headers: bool,

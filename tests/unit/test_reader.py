@@ -23,7 +23,7 @@ from spark_groups.embedded import free_port
 from spark_groups.errors import BrokerUnreachableError, DataLossError, SparkGroupsError
 from spark_groups.kafka import client as kafka_client
 from spark_groups.offsets import OffsetRange
-from spark_groups.read import reader
+from spark_groups.read import pool, reader
 from spark_groups.read.reader import read_range, read_ranges
 from spark_groups.read.schema import arrow_schema
 
@@ -304,7 +304,7 @@ class _FakeRead(reader._TaskRead):
     watermarks."""
 
     def __init__(self, rng: OffsetRange, low: int, high: int, fail: bool) -> None:
-        entry = reader._PooledConsumer(key=(os.getpid(), ()))
+        entry = pool.PooledConsumer(key=(os.getpid(), ()))
         super().__init__(entry, {}, (rng,), False, 100, 1.0, fail)
         self._marks = (low, high)
         self.state = self.states[0]
@@ -356,7 +356,7 @@ class _ScriptedConsumer:
 
 
 def scripted_read(ranges: list[OffsetRange], chunks: list[list[Message]]) -> list[pa.RecordBatch]:
-    entry = reader._PooledConsumer(key=(os.getpid(), ()), consumer=_ScriptedConsumer(chunks))
+    entry = pool.PooledConsumer(key=(os.getpid(), ()), consumer=_ScriptedConsumer(chunks))
     task = reader._TaskRead(entry, {}, ranges, False, 100, 1.0, True)
     return list(task.run())
 
@@ -695,7 +695,7 @@ def test_a_forked_worker_makes_its_own_consumer(bootstrap_servers, make_topic):
     topic = make_topic(partitions=1)
     produce_batches(bootstrap_servers, topic, [30])
     assert len(rows_of(read_all(bootstrap_servers, OffsetRange(topic, 0, 0, 30)))) == 30
-    parent_entries = [e for entries in reader._POOL.values() for e in entries]
+    parent_entries = [e for entries in pool._POOL.values() for e in entries]
     assert len(parent_entries) == 1
 
     read_fd, write_fd = os.pipe()
@@ -703,7 +703,7 @@ def test_a_forked_worker_makes_its_own_consumer(bootstrap_servers, make_topic):
     if pid == 0:  # pragma: no cover - the child
         code = 1
         try:
-            inherited_dropped = not reader._POOL
+            inherited_dropped = not pool._POOL
             rows = rows_of(
                 read_all(bootstrap_servers, OffsetRange(topic, 0, 10, 30), poll_timeout_s=10.0)
             )
