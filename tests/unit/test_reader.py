@@ -23,7 +23,7 @@ from spark_groups.embedded import free_port
 from spark_groups.errors import BrokerUnreachableError, DataLossError, SparkGroupsError
 from spark_groups.kafka import client as kafka_client
 from spark_groups.offsets import OffsetRange
-from spark_groups.read import pool, reader
+from spark_groups.read import columns, pool, reader
 from spark_groups.read.reader import read_range, read_ranges
 from spark_groups.read.schema import arrow_schema
 
@@ -209,10 +209,10 @@ def test_timestamp_types_map_to_kafka_ids():
         Message(topic="t", partition=3, offset=12, value=b"c", timestamp=(0, -1)),
         Message(topic="t", partition=3, offset=13, value=b"d", timestamp=(1, 4000)),
     ]
-    columns = reader._Columns(include_headers=False)
-    columns.add(msgs[:2], pa.array([10, 11]).to_numpy(), 0)
-    columns.add(msgs[2:], pa.array([12, 13]).to_numpy(), 0)
-    batch = columns.to_batch((rng,), arrow_schema(False), reader._Constants())
+    built = columns.Columns(include_headers=False)
+    built.add(msgs[:2], pa.array([10, 11]).to_numpy(), 0)
+    built.add(msgs[2:], pa.array([12, 13]).to_numpy(), 0)
+    batch = built.to_batch((rng,), arrow_schema(False), columns.Constants())
     assert batch.column("timestampType").to_pylist() == [0, 1, -1, 0]
     assert batch.column("timestamp").to_pylist() == [
         datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC),
@@ -223,13 +223,13 @@ def test_timestamp_types_map_to_kafka_ids():
     assert batch.column("offset").to_pylist() == [10, 11, 12, 13]
     assert batch.column("partition").to_pylist() == [3] * 4
 
-    uniform = reader._Columns(include_headers=False)
+    uniform = columns.Columns(include_headers=False)
     uniform.add(
         [Message(topic="t", partition=3, offset=o, timestamp=(2, o)) for o in (10, 11)],
         pa.array([10, 11]).to_numpy(),
         0,
     )
-    batch = uniform.to_batch((rng,), arrow_schema(False), reader._Constants())
+    batch = uniform.to_batch((rng,), arrow_schema(False), columns.Constants())
     assert batch.column("timestampType").to_pylist() == [1, 1]
 
 
