@@ -23,7 +23,7 @@ from spark_groups.embedded import free_port
 from spark_groups.errors import BrokerUnreachableError, DataLossError, SparkGroupsError
 from spark_groups.kafka import client as kafka_client
 from spark_groups.offsets import OffsetRange
-from spark_groups.read import columns, pool, reader
+from spark_groups.read import columns, loop, pool, reader
 from spark_groups.read.reader import read_range, read_ranges
 from spark_groups.read.schema import arrow_schema
 
@@ -299,18 +299,23 @@ def test_offset_out_of_range_on_kafka_fails_fast(mock_servers):
     )
 
 
-class _FakeRead(reader._TaskRead):
-    """A _TaskRead of one range without a consumer, whose broker reports the given
-    watermarks."""
+class _Watermarks:
+    """A consumer whose broker reports the given watermarks, and nothing else."""
+
+    def __init__(self, low: int, high: int) -> None:
+        self.marks = (low, high)
+
+    def get_watermark_offsets(self, tp: Any, **kwargs: Any) -> tuple[int, int]:
+        return self.marks
+
+
+class _FakeRead(loop.TaskRead):
+    """A TaskRead of one range whose broker reports the given watermarks."""
 
     def __init__(self, rng: OffsetRange, low: int, high: int, fail: bool) -> None:
-        entry = pool.PooledConsumer(key=(os.getpid(), ()))
+        entry = pool.PooledConsumer(key=(os.getpid(), ()), consumer=_Watermarks(low, high))
         super().__init__(entry, {}, (rng,), False, 100, 1.0, fail)
-        self._marks = (low, high)
         self.state = self.states[0]
-
-    def _watermarks(self, state: Any) -> tuple[int, int]:
-        return self._marks
 
 
 def test_offsets_deleted_by_retention():
@@ -321,13 +326,13 @@ def test_offsets_deleted_by_retention():
         fails._out_of_range(fails.state)
 
     skip = _FakeRead(rng, low=150, high=300, fail=False)
-    skip._out_of_range(skip.state)
+    assert skip._out_of_range(skip.state) == 150  # read on from the new log start
     state = skip.state
-    assert (state.next_offset, state.reassign_at, state.done) == (150, 150, False)
+    assert (state.next_offset, state.done) == (150, False)
     assert skip.remaining == 50
 
     gone = _FakeRead(rng, low=250, high=300, fail=False)
-    gone._out_of_range(gone.state)
+    assert gone._out_of_range(gone.state) is None
     assert gone.state.done and gone.active == 0 and gone.remaining == 0
 
     beyond = _FakeRead(OffsetRange("t", 0, 400, 410), low=0, high=300, fail=True)
@@ -357,7 +362,7 @@ class _ScriptedConsumer:
 
 def scripted_read(ranges: list[OffsetRange], chunks: list[list[Message]]) -> list[pa.RecordBatch]:
     entry = pool.PooledConsumer(key=(os.getpid(), ()), consumer=_ScriptedConsumer(chunks))
-    task = reader._TaskRead(entry, {}, ranges, False, 100, 1.0, True)
+    task = loop.TaskRead(entry, {}, ranges, False, 100, 1.0, True)
     return list(task.run())
 
 
