@@ -1,29 +1,11 @@
 """The Delta offsets ledger: which offset ranges a consumer group has processed.
 
 The ledger is a Delta table written with ``deltalake`` (delta-rs, no JVM). Every committed
-micro-batch appends one row per partition it read, in a single Delta commit::
-
-    group_id string, topic string, partition int32, from_offset int64, until_offset int64,
-    member_id string, generation int32, batch int64, committed_at timestamp[us, UTC],
-    log_end int64
-
-All columns but ``log_end`` are non-nullable. ``log_end`` is the partition's log end offset
-the member saw at (or just before) the commit, so ``log_end - until_offset`` is the lag *at
-commit time*; it is null for rows that are no batch's (reset markers, outside offsets) and
-for rows written before the column existed: a ledger without it gets the column, by a schema
-merge, at its next append. The table keeps the minimal Delta protocol (reader 1, writer 2).
-
-**Special rows.** ``batch = -1`` (:data:`CATCH_UP_BATCH`) records that a new owner brought
-the group up to the exactly-once sink's offsets. ``batch = -2`` (:data:`RESET_BATCH`) is a
-*reset marker*, written by ``spark-groups reset``: an operator set the group's position to
-``until_offset`` (it was at ``from_offset``; generation ``-1``; ``member_id`` names who reset).
-``batch = -3`` (:data:`OUTSIDE_BATCH`) records offsets committed *outside* spark_groups:
-``[from_offset, until_offset)`` was committed in Kafka by another consumer of the group (a
-plain consumer service; ``member_id`` says who, from the commit's metadata) or accepted by an
-operator (``spark-groups accept-gap``; ``member_id`` ``accept-gap:user@host``); generation
-``-1``.
-A partition's position (:meth:`OffsetLedger.latest_positions`) is the highest ``until_offset``
-since its last reset marker, the marker included: the maximum alone could never move back.
+micro-batch appends one row per partition it read, in a single Delta commit
+(:mod:`spark_groups.ledger.rows`: the schema and the special rows). A partition's position
+(:meth:`OffsetLedger.latest_positions`) is the highest ``until_offset`` since its last reset
+marker, the marker included: the maximum alone could never move back. The table keeps the
+minimal Delta protocol (reader 1, writer 2).
 
 **One table, one group.** The group id is stored in the table's configuration under
 :data:`GROUP_ID_KEY` when the table is created (delta-rs only accepts such a non-``delta.*``
@@ -60,7 +42,6 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -77,11 +58,38 @@ from spark_groups.ledger.maintenance import (
     LOG_RETENTION,
     maintain,
 )
+from spark_groups.ledger.positions import positions_over_time, rows_with_positions
 from spark_groups.ledger.retention import expire
+from spark_groups.ledger.rows import (
+    CATCH_UP_BATCH,
+    LEDGER_SCHEMA,
+    OUTSIDE_BATCH,
+    RESET_BATCH,
+    SCHEMA_WITHOUT_LOG_END,
+    LedgerRow,
+    invalid_row,
+    to_arrow,
+)
 from spark_groups.offsets import TopicPartition
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
+
+__all__ = [
+    "CATCH_UP_BATCH",
+    "FORMAT_KEY",
+    "GROUP_ID_KEY",
+    "LEDGER_FORMAT",
+    "LEDGER_SCHEMA",
+    "MAX_COMMIT_ATTEMPTS",
+    "OUTSIDE_BATCH",
+    "REFRESH_AFTER_S",
+    "RESET_BATCH",
+    "LedgerRow",
+    "OffsetLedger",
+    "positions_over_time",
+    "rows_with_positions",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -100,24 +108,6 @@ MAX_COMMIT_ATTEMPTS = 8
 #: busy member of the same ledger).
 REFRESH_AFTER_S = 600.0
 
-#: The Arrow schema of the ledger table (column order as stored).
-LEDGER_SCHEMA = pa.schema(
-    [
-        pa.field("group_id", pa.string(), nullable=False),
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-        pa.field("from_offset", pa.int64(), nullable=False),
-        pa.field("until_offset", pa.int64(), nullable=False),
-        pa.field("member_id", pa.string(), nullable=False),
-        pa.field("generation", pa.int32(), nullable=False),
-        pa.field("batch", pa.int64(), nullable=False),
-        pa.field("committed_at", pa.timestamp("us", tz="UTC"), nullable=False),
-        pa.field("log_end", pa.int64(), nullable=True),
-    ]
-)
-#: The schema of ledgers written before ``log_end`` existed (still read and appended to).
-_SCHEMA_WITHOUT_LOG_END = pa.schema([f for f in LEDGER_SCHEMA if f.name != "log_end"])
-
 _SQL_TABLE = "ledger"
 _HISTORY_ORDER = [
     ("committed_at", "ascending"),
@@ -125,45 +115,6 @@ _HISTORY_ORDER = [
     ("topic", "ascending"),
     ("partition", "ascending"),
 ]
-_INT32_MAX = 2**31 - 1
-
-#: The ``batch`` of a row recording that a new owner caught the group up with the
-#: exactly-once sink's offsets (no batch of this query read that range).
-CATCH_UP_BATCH = -1
-#: The ``batch`` of a *reset marker*: an operator set the group's position (``spark-groups
-#: reset``). Its ``from_offset`` is the position before the reset, its ``until_offset`` the
-#: new one (which may be lower: a reset marker is the only row whose range may run backwards).
-RESET_BATCH = -2
-#: The ``batch`` of a row recording offsets committed outside spark_groups (by another
-#: consumer of the group, or accepted by an operator with ``spark-groups accept-gap``).
-OUTSIDE_BATCH = -3
-
-
-@dataclass(frozen=True)
-class LedgerRow:
-    """One committed offset range: partition ``topic``/``partition`` read ``[from, until)``.
-
-    ``member_id`` and ``generation`` identify the group member (and its group generation)
-    that committed the batch numbered ``batch`` (:data:`CATCH_UP_BATCH` for a catch-up with
-    the exactly-once sink, :data:`RESET_BATCH` for a reset marker); ``committed_at`` must be
-    timezone-aware (it is stored in UTC). ``log_end`` is the log end offset seen at commit
-    time (None when unknown).
-    """
-
-    topic: str
-    partition: int
-    from_offset: int
-    until_offset: int
-    member_id: str
-    generation: int
-    batch: int
-    committed_at: datetime
-    log_end: int | None = None
-
-    @property
-    def topic_partition(self) -> TopicPartition:
-        """The partition this row belongs to."""
-        return TopicPartition(self.topic, self.partition)
 
 
 class OffsetLedger:
@@ -229,7 +180,10 @@ class OffsetLedger:
         """
         if not rows:
             return
-        data = self._to_arrow(rows)
+        problem = invalid_row(rows)
+        if problem is not None:
+            raise self._error(f"{self._name}: {problem}")
+        data = to_arrow(self.group_id, rows)
         with self._lock:
             version = self._commit(data)
             logger.debug(
@@ -432,7 +386,7 @@ class OffsetLedger:
         actual = [(f.name, f.type) for f in schema]
         expected = [(f.name, f.type) for f in LEDGER_SCHEMA]
         self._has_log_end = actual == expected
-        if actual != expected and actual != [(f.name, f.type) for f in _SCHEMA_WITHOUT_LOG_END]:
+        if actual != expected and actual != [(f.name, f.type) for f in SCHEMA_WITHOUT_LOG_END]:
             raise self._error(
                 f"{self._name}: the Delta table there has another schema, it is "
                 f"not a spark_groups offsets ledger (found {_schema_text(schema)}; expected "
@@ -511,32 +465,6 @@ class OffsetLedger:
 
     # ------------------------------------------------------------------ writing
 
-    def _to_arrow(self, rows: Sequence[LedgerRow]) -> pa.Table:
-        """Validate ``rows`` and build the Arrow table of one commit."""
-        seen: set[tuple[str, int, int]] = set()
-        for row in rows:
-            problem = _row_problem(row)
-            if problem is None:
-                key = (row.topic, row.partition, row.batch)
-                if key in seen:
-                    problem = "the same partition appears twice for one batch"
-                seen.add(key)
-            if problem is not None:
-                raise self._error(f"{self._name}: invalid row {row!r}: {problem}")
-        columns = {
-            "group_id": [self.group_id] * len(rows),
-            "topic": [r.topic for r in rows],
-            "partition": [r.partition for r in rows],
-            "from_offset": [r.from_offset for r in rows],
-            "until_offset": [r.until_offset for r in rows],
-            "member_id": [r.member_id for r in rows],
-            "generation": [r.generation for r in rows],
-            "batch": [r.batch for r in rows],
-            "committed_at": [r.committed_at for r in rows],  # Arrow converts to UTC
-            "log_end": [r.log_end for r in rows],
-        }
-        return pa.Table.from_pydict(columns, schema=LEDGER_SCHEMA)
-
     def _commit(self, data: pa.Table) -> int:
         """Append ``data`` in one commit; return the table version of that commit."""
         from deltalake import CommitProperties, PostCommitHookProperties, write_deltalake
@@ -611,61 +539,6 @@ class OffsetLedger:
                 return None
             with self._wrapped("reading"):
                 return query(table, _SQL_TABLE, sql)
-
-
-def rows_with_positions(history: pa.Table) -> Iterator[tuple[dict, int]]:
-    """Each row of ``history`` (rows of :meth:`OffsetLedger.history`) in commit order, with
-    its partition's position after it, by the rule of :meth:`OffsetLedger.latest_positions`:
-    the highest ``until_offset`` since the last reset marker."""
-    rows = sorted(history.to_pylist(), key=lambda r: (r["committed_at"], r["batch"] == RESET_BATCH))
-    positions: dict[TopicPartition, int] = {}
-    for row in rows:
-        tp = TopicPartition(row["topic"], row["partition"])
-        until = row["until_offset"]
-        if row["batch"] == RESET_BATCH or tp not in positions:
-            positions[tp] = until
-        else:
-            positions[tp] = max(positions[tp], until)
-        yield row, positions[tp]
-
-
-def positions_over_time(history: pa.Table) -> dict[TopicPartition, list[tuple[datetime, int]]]:
-    """The group's position per partition after each row of ``history``
-    (:func:`rows_with_positions`). The last point of each series is what
-    ``latest_positions`` returns for the same rows."""
-    series: dict[TopicPartition, list[tuple[datetime, int]]] = {}
-    for row, position in rows_with_positions(history):
-        tp = TopicPartition(row["topic"], row["partition"])
-        series.setdefault(tp, []).append((row["committed_at"], position))
-    return series
-
-
-def _row_problem(row: LedgerRow) -> str | None:
-    """Why ``row`` cannot be stored, or ``None``."""
-    if not isinstance(row, LedgerRow):
-        return f"expected a LedgerRow, got {type(row).__name__}"
-    if not isinstance(row.topic, str) or not row.topic:
-        return "topic must be a non-empty string"
-    if not isinstance(row.member_id, str):
-        return "member_id must be a string"
-    for name in ("partition", "from_offset", "until_offset", "generation", "batch"):
-        value = getattr(row, name)
-        if not isinstance(value, int) or isinstance(value, bool):
-            return f"{name} must be an int"
-    if not 0 <= row.partition <= _INT32_MAX:
-        return "partition must be in [0, 2**31)"
-    if not -(2**31) <= row.generation <= _INT32_MAX:
-        return "generation must fit in 32 bits"
-    if row.batch < OUTSIDE_BATCH:
-        return f"batch must be >= {OUTSIDE_BATCH}"
-    if row.batch == RESET_BATCH:
-        if min(row.from_offset, row.until_offset) < 0:
-            return "a reset marker's offsets must be >= 0"
-    elif not 0 <= row.from_offset <= row.until_offset:
-        return "offsets must satisfy 0 <= from_offset <= until_offset"
-    if not isinstance(row.committed_at, datetime) or row.committed_at.utcoffset() is None:
-        return "committed_at must be a timezone-aware datetime"
-    return None
 
 
 def _partition_mask(table: pa.Table, partitions: set[TopicPartition]) -> pa.ChunkedArray:
