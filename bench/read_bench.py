@@ -7,7 +7,7 @@ then times, in this one process, reading all of it with:
                that checks each record's error and touches its value (the usual loop);
   plain-seq    the same loop, one partition after the other (read_range's access pattern);
   plain-seq-500  the same with ``consume(500)``: fewer live Message objects, so the garbage
-               collector never runs (see reader._consume_chunk): the ceiling of a Python loop;
+               collector never runs (see columns.consume_chunk): the ceiling of a Python loop;
   read_range   the per-partition ranges one after the other, into Arrow record batches.
 
 Every loop uses the reader's librdkafka defaults and stops on record counts (the planner

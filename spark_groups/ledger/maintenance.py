@@ -28,7 +28,7 @@ commit and before returning. It:
    storage, and no reader of a ledger needs old versions) that lie before a checkpoint
    (Delta's own rule, so every kept version stays loadable). A writer whose snapshot is
    older than that refreshes it before appending (``REFRESH_AFTER_S`` in
-   :mod:`spark_groups.ledger.table`).
+   :mod:`spark_groups.ledger.commit`).
 
 The steps are shared with the sink table's maintenance (:mod:`spark_groups.maintenance`).
 Exactly one append holds a given version, so exactly one writer maintains per period. This

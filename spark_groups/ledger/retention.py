@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_groups.delta import sql_string, sql_timestamp
+from spark_groups.ledger.rows import OUTSIDE_BATCH, RESET_BATCH
 from spark_groups.offsets import TopicPartition
 
 if TYPE_CHECKING:
@@ -91,8 +92,6 @@ def expire(ledger: OffsetLedger, cutoff: datetime) -> int:
     """Delete ``ledger``'s rows committed before ``cutoff`` (timezone-aware) that no position
     depends on (see the module documentation); return how many rows were deleted. Any
     failure is logged and returns 0: the rows stay for the next run."""
-    from spark_groups.ledger.table import OUTSIDE_BATCH, RESET_BATCH
-
     try:
         history = ledger.history()
         at = history.column("committed_at")

@@ -28,6 +28,7 @@ from spark_groups.ledger import (
     OffsetLedger,
     positions_over_time,
 )
+from spark_groups.ledger import commit as ledger_commit
 from spark_groups.ledger import table as ledger_module
 from spark_groups.ledger.maintenance import CHECKPOINT_INTERVAL, LOG_RETENTION
 from spark_groups.ledger.maintenance import maintain as maintain_ledger
@@ -412,7 +413,7 @@ def test_an_append_on_a_snapshot_older_than_the_log_refreshes_it_first(
         busy.append(rows_of(batch, {("t", 1): (batch, batch + 1)}))
     # Its maintenance deleted the log entries after the slow writer's snapshot.
     assert not (path / "_delta_log" / f"{1:020d}.json").exists()
-    monkeypatch.setattr(ledger_module, "REFRESH_AFTER_S", 0.0)  # the snapshot is "old"
+    monkeypatch.setattr(ledger_commit, "REFRESH_AFTER_S", 0.0)  # the snapshot is "old"
     slow.append(rows_of(12, {("t", 0): (1, 2)}))
     assert slow.latest_positions() == {TopicPartition("t", 0): 2, TopicPartition("t", 1): 12}
 
@@ -550,8 +551,9 @@ def test_concurrent_maintenance_in_one_process_does_not_duplicate_rows(tmp_path:
 
     def maintain(ledger: OffsetLedger) -> None:
         start.wait()
-        assert ledger._table is not None
-        maintain_ledger(ledger._table, ledger.path, {GROUP_ID_KEY: "g"})
+        table = ledger._store.table
+        assert table is not None
+        maintain_ledger(table, ledger.path, {GROUP_ID_KEY: "g"})
 
     threads = [threading.Thread(target=maintain, args=(ledger,)) for ledger in ledgers]
     for thread in threads:
@@ -655,7 +657,7 @@ def test_commit_failed_too_often_raises_ledger_error(
         raise CommitFailedError("Failed to commit transaction: 15")
 
     monkeypatch.setattr(deltalake, "write_deltalake", always_fails)
-    monkeypatch.setattr(ledger_module, "MAX_COMMIT_ATTEMPTS", 3)
+    monkeypatch.setattr(ledger_commit, "MAX_COMMIT_ATTEMPTS", 3)
     with pytest.raises(LedgerError, match="concurrent") as info:
         ledger.append(rows_of(1, {("t", 0): (1, 5)}))
     assert str(path) in str(info.value)

@@ -23,7 +23,7 @@ from spark_groups.embedded import free_port
 from spark_groups.errors import BrokerUnreachableError, DataLossError, SparkGroupsError
 from spark_groups.kafka import client as kafka_client
 from spark_groups.offsets import OffsetRange
-from spark_groups.read import reader
+from spark_groups.read import columns, loop, pool, reader
 from spark_groups.read.reader import read_range, read_ranges
 from spark_groups.read.schema import arrow_schema
 
@@ -209,10 +209,10 @@ def test_timestamp_types_map_to_kafka_ids():
         Message(topic="t", partition=3, offset=12, value=b"c", timestamp=(0, -1)),
         Message(topic="t", partition=3, offset=13, value=b"d", timestamp=(1, 4000)),
     ]
-    columns = reader._Columns(include_headers=False)
-    columns.add(msgs[:2], pa.array([10, 11]).to_numpy(), 0)
-    columns.add(msgs[2:], pa.array([12, 13]).to_numpy(), 0)
-    batch = columns.to_batch((rng,), arrow_schema(False), reader._Constants())
+    built = columns.Columns(include_headers=False)
+    built.add(msgs[:2], pa.array([10, 11]).to_numpy(), 0)
+    built.add(msgs[2:], pa.array([12, 13]).to_numpy(), 0)
+    batch = built.to_batch((rng,), arrow_schema(False), columns.Constants())
     assert batch.column("timestampType").to_pylist() == [0, 1, -1, 0]
     assert batch.column("timestamp").to_pylist() == [
         datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC),
@@ -223,13 +223,13 @@ def test_timestamp_types_map_to_kafka_ids():
     assert batch.column("offset").to_pylist() == [10, 11, 12, 13]
     assert batch.column("partition").to_pylist() == [3] * 4
 
-    uniform = reader._Columns(include_headers=False)
+    uniform = columns.Columns(include_headers=False)
     uniform.add(
         [Message(topic="t", partition=3, offset=o, timestamp=(2, o)) for o in (10, 11)],
         pa.array([10, 11]).to_numpy(),
         0,
     )
-    batch = uniform.to_batch((rng,), arrow_schema(False), reader._Constants())
+    batch = uniform.to_batch((rng,), arrow_schema(False), columns.Constants())
     assert batch.column("timestampType").to_pylist() == [1, 1]
 
 
@@ -299,18 +299,23 @@ def test_offset_out_of_range_on_kafka_fails_fast(mock_servers):
     )
 
 
-class _FakeRead(reader._TaskRead):
-    """A _TaskRead of one range without a consumer, whose broker reports the given
-    watermarks."""
+class _Watermarks:
+    """A consumer whose broker reports the given watermarks, and nothing else."""
+
+    def __init__(self, low: int, high: int) -> None:
+        self.marks = (low, high)
+
+    def get_watermark_offsets(self, tp: Any, **kwargs: Any) -> tuple[int, int]:
+        return self.marks
+
+
+class _FakeRead(loop.TaskRead):
+    """A TaskRead of one range whose broker reports the given watermarks."""
 
     def __init__(self, rng: OffsetRange, low: int, high: int, fail: bool) -> None:
-        entry = reader._PooledConsumer(key=(os.getpid(), ()))
+        entry = pool.PooledConsumer(key=(os.getpid(), ()), consumer=_Watermarks(low, high))
         super().__init__(entry, {}, (rng,), False, 100, 1.0, fail)
-        self._marks = (low, high)
         self.state = self.states[0]
-
-    def _watermarks(self, state: Any) -> tuple[int, int]:
-        return self._marks
 
 
 def test_offsets_deleted_by_retention():
@@ -321,13 +326,13 @@ def test_offsets_deleted_by_retention():
         fails._out_of_range(fails.state)
 
     skip = _FakeRead(rng, low=150, high=300, fail=False)
-    skip._out_of_range(skip.state)
+    assert skip._out_of_range(skip.state) == 150  # read on from the new log start
     state = skip.state
-    assert (state.next_offset, state.reassign_at, state.done) == (150, 150, False)
+    assert (state.next_offset, state.done) == (150, False)
     assert skip.remaining == 50
 
     gone = _FakeRead(rng, low=250, high=300, fail=False)
-    gone._out_of_range(gone.state)
+    assert gone._out_of_range(gone.state) is None
     assert gone.state.done and gone.active == 0 and gone.remaining == 0
 
     beyond = _FakeRead(OffsetRange("t", 0, 400, 410), low=0, high=300, fail=True)
@@ -356,8 +361,8 @@ class _ScriptedConsumer:
 
 
 def scripted_read(ranges: list[OffsetRange], chunks: list[list[Message]]) -> list[pa.RecordBatch]:
-    entry = reader._PooledConsumer(key=(os.getpid(), ()), consumer=_ScriptedConsumer(chunks))
-    task = reader._TaskRead(entry, {}, ranges, False, 100, 1.0, True)
+    entry = pool.PooledConsumer(key=(os.getpid(), ()), consumer=_ScriptedConsumer(chunks))
+    task = loop.TaskRead(entry, {}, ranges, False, 100, 1.0, True)
     return list(task.run())
 
 
@@ -695,7 +700,7 @@ def test_a_forked_worker_makes_its_own_consumer(bootstrap_servers, make_topic):
     topic = make_topic(partitions=1)
     produce_batches(bootstrap_servers, topic, [30])
     assert len(rows_of(read_all(bootstrap_servers, OffsetRange(topic, 0, 0, 30)))) == 30
-    parent_entries = [e for entries in reader._POOL.values() for e in entries]
+    parent_entries = [e for entries in pool._POOL.values() for e in entries]
     assert len(parent_entries) == 1
 
     read_fd, write_fd = os.pipe()
@@ -703,7 +708,7 @@ def test_a_forked_worker_makes_its_own_consumer(bootstrap_servers, make_topic):
     if pid == 0:  # pragma: no cover - the child
         code = 1
         try:
-            inherited_dropped = not reader._POOL
+            inherited_dropped = not pool._POOL
             rows = rows_of(
                 read_all(bootstrap_servers, OffsetRange(topic, 0, 10, 30), poll_timeout_s=10.0)
             )

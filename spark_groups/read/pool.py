@@ -1,0 +1,158 @@
+"""The read path's Kafka consumers: their configuration, and a pool of them per process.
+
+Spark's executor Python workers are forked from ``pyspark.daemon`` and reused between tasks,
+so consumers are kept between tasks, per worker process and configuration. They only ever
+assign partitions at explicit offsets: they never join a group, never commit and never store
+offsets. A consumer inherited through ``fork()`` is never used, closed or freed (its
+librdkafka threads do not exist in the child).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from spark_groups.kafka.client import Consumer, KafkaError, KafkaException, create_consumer
+from spark_groups.kafka.config import bootstrap_servers_of, layered
+
+# The read path logs under the logger it has always used (spark_groups.read.reader).
+log = logging.getLogger("spark_groups.read.reader")
+
+#: Defaults merged *under* the caller's consumer configuration (the caller's value wins).
+READER_DEFAULTS: dict[str, str] = {
+    # librdkafka wants a group.id even for assign()-only consumers; it never joins this group.
+    "group.id": "spark-groups-reader",
+    # Tansu ignores max.partition.fetch.bytes, so a fetch can overfill the local queue, after
+    # which librdkafka waits fetch.queue.backoff.ms (default 1 s) before fetching again.
+    "fetch.queue.backoff.ms": "10",
+    # How long an empty fetch waits at the log end. Ranges lie below the log end, so this only
+    # matters (a) for the end-of-partition event of a range that ends in offsets without records
+    # and (b) for the next range on a reused consumer: its first fetch waits for the empty
+    # prefetch still in flight from the previous range (~100 ms per range at 100 ms).
+    "fetch.wait.max.ms": "10",
+    # Brokers close idle connections; that is not worth a log line per consumer.
+    "log.connection.close": "false",
+}
+
+#: Settings the read path depends on; they override the caller's configuration.
+READER_REQUIRED: dict[str, str] = {
+    "enable.auto.commit": "false",
+    "enable.auto.offset.store": "false",
+    "enable.partition.eof": "true",
+    "auto.offset.reset": "error",
+}
+
+#: Idle consumers kept per configuration and process.
+_MAX_IDLE_PER_CONFIG = 4
+
+
+def reader_config(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The configuration a read-path consumer is created with (defaults < caller < required)."""
+    return layered(READER_DEFAULTS, consumer_config, READER_REQUIRED)
+
+
+@dataclass(eq=False)
+class PooledConsumer:
+    """One cached consumer, its pool key, and the last client-wide error librdkafka reported."""
+
+    key: tuple[int, tuple[tuple[str, str], ...]]
+    consumer: Consumer | None = None
+    last_error: KafkaError | None = field(default=None)
+
+    @property
+    def pid(self) -> int:
+        """The process that created the consumer (the only one that may use it)."""
+        return self.key[0]
+
+    def on_error(self, err: KafkaError) -> None:
+        """librdkafka's ``error_cb``: served from inside ``consume()``, on the thread using the
+        consumer."""
+        self.last_error = err
+        log.debug("kafka client error: %s", err.name())
+
+
+_POOL: dict[tuple[int, tuple[tuple[str, str], ...]], list[PooledConsumer]] = {}
+_POOL_LOCK = threading.Lock()
+# Consumers inherited through fork(). Their librdkafka threads do not exist in this process:
+# closing or freeing one deadlocks, so they are kept (and given an extra reference, so not even
+# interpreter shutdown frees them) and never touched again.
+_ABANDONED: list[PooledConsumer] = []
+
+
+def _abandon(entries: list[PooledConsumer]) -> None:
+    for entry in entries:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(entry.consumer))
+        _ABANDONED.append(entry)
+
+
+def _after_fork_in_child() -> None:
+    global _POOL_LOCK
+    _POOL_LOCK = threading.Lock()  # the parent's lock may have been held at fork time
+    inherited = [entry for entries in _POOL.values() for entry in entries]
+    _POOL.clear()
+    _abandon(inherited)
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def checkout(config: dict[str, str]) -> PooledConsumer:
+    """An idle consumer of this process for ``config`` (a :func:`reader_config`), or a new one."""
+    pid = os.getpid()
+    key = (pid, tuple(sorted((k, str(v)) for k, v in config.items())))
+    with _POOL_LOCK:
+        foreign = [k for k in _POOL if k[0] != pid]
+        for k in foreign:  # fork without register_at_fork handlers: same treatment
+            _abandon(_POOL.pop(k))
+        idle = _POOL.get(key)
+        if idle:
+            return idle.pop()
+    entry = PooledConsumer(key=key)
+    entry.consumer = create_consumer({**config, "error_cb": entry.on_error})
+    log.debug("created a read-path consumer for %s", bootstrap_servers_of(config))
+    return entry
+
+
+def checkin(entry: PooledConsumer) -> None:
+    """Unassign ``entry`` and keep it for the next range (or close it if too many are idle)."""
+    if entry.pid != os.getpid():  # pragma: no cover - a generator resumed after fork
+        return
+    try:
+        entry.consumer.unassign()
+    except (KafkaException, RuntimeError):
+        close_quietly(entry)
+        return
+    entry.last_error = None
+    with _POOL_LOCK:
+        idle = _POOL.setdefault(entry.key, [])
+        if len(idle) < _MAX_IDLE_PER_CONFIG:
+            idle.append(entry)
+            return
+    close_quietly(entry)
+
+
+def close_quietly(entry: PooledConsumer) -> None:
+    """Close ``entry``'s consumer (in the process that created it only), logging a failure."""
+    if entry.pid != os.getpid():  # pragma: no cover - never close a consumer from another process
+        return
+    try:
+        entry.consumer.close()
+    except (KafkaException, RuntimeError) as exc:
+        log.debug("closing a read-path consumer failed: %s", exc)
+
+
+def close_cached_consumers() -> int:
+    """Close every idle pooled consumer of this process; return how many were closed."""
+    pid = os.getpid()
+    with _POOL_LOCK:
+        mine = [k for k in _POOL if k[0] == pid]
+        entries = [e for k in mine for e in _POOL.pop(k)]
+    for entry in entries:
+        close_quietly(entry)
+    return len(entries)

@@ -1,0 +1,235 @@
+"""The read path's parts on their own, without a broker: faults (typed errors, stalls, data
+loss), a chunk's error events, the ranges' names in messages and the consume chunk size."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Message
+
+from spark_groups.errors import (
+    AuthenticationError,
+    AuthorizationError,
+    BrokerUnreachableError,
+    DataLossError,
+    SparkGroupsError,
+)
+from spark_groups.offsets import OffsetRange, TopicPartition
+from spark_groups.read import columns
+from spark_groups.read.events import split_events
+from spark_groups.read.faults import Faults
+from spark_groups.read.pool import PooledConsumer
+from spark_groups.read.progress import RangeState, describe
+
+SECRET = "hunter2-do-not-show"
+CONFIG = {"bootstrap.servers": "b1:9092", "sasl.password": SECRET, "sasl.username": "me"}
+
+
+class _Broker:
+    """A consumer whose broker reports the given watermarks (or raises ``fails``)."""
+
+    def __init__(self, low: int = 0, high: int = 100, fails: Exception | None = None) -> None:
+        self.marks = (low, high)
+        self.fails = fails
+        self.cached: list[bool] = []
+
+    def get_watermark_offsets(self, tp: Any, timeout: float = 0, cached: bool = False) -> Any:
+        if self.fails is not None:
+            raise self.fails
+        self.cached.append(cached)
+        return self.marks
+
+
+def faults_of(
+    ranges: list[OffsetRange], broker: _Broker | None = None, fail: bool = True
+) -> tuple[Faults, list[RangeState]]:
+    states = [RangeState(r, i) for i, r in enumerate(ranges)]
+    entry = PooledConsumer(key=(os.getpid(), ()), consumer=broker or _Broker())
+    return Faults(entry, CONFIG, states, 2.0, fail), states
+
+
+@pytest.fixture
+def warnings(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    with caplog.at_level(logging.WARNING, logger="spark_groups.read.reader"):
+        yield caplog
+
+
+# ------------------------------------------------------------------ data loss
+
+
+def test_lost_records_raise_or_warn(warnings):
+    faults, (state,) = faults_of([OffsetRange("t", 2, 10, 20)])
+    with pytest.raises(DataLossError) as info:
+        faults.lost(state, 12, 20, "gone")
+    assert (info.value.partition, info.value.from_offset, info.value.until_offset) == (
+        TopicPartition("t", 2),
+        12,
+        20,
+    )
+    assert "records [12, 20) of t-2 (planned range [10, 20)) cannot be read: gone" in str(
+        info.value
+    )
+    assert "failOnDataLoss=false" in str(info.value)
+
+    lenient, (state,) = faults_of([OffsetRange("t", 2, 10, 20)], fail=False)
+    lenient.lost(state, 12, 20, "gone")
+    (record,) = warnings.records
+    assert record.name == "spark_groups.read.reader"  # the logger it always had
+    assert "records [12, 20) of t-2" in record.getMessage()
+    assert "skipping them (failOnDataLoss=false)" in record.getMessage()
+
+
+def test_out_of_range_decides_where_to_read_on(warnings):
+    rng = OffsetRange("t", 0, 100, 200)
+    # Deleted below the range's next offset: read on from the log start.
+    faults, (state,) = faults_of([rng], _Broker(low=150, high=300), fail=False)
+    assert faults.out_of_range(state) == 150
+    # Deleted past the range's end: nothing left of it.
+    faults, (state,) = faults_of([rng], _Broker(low=250, high=300), fail=False)
+    assert faults.out_of_range(state) is None
+    # Beyond the log: all of the rest is lost.
+    faults, (state,) = faults_of([OffsetRange("t", 0, 400, 410)], _Broker(0, 300), fail=False)
+    assert faults.out_of_range(state) is None
+    assert [r.getMessage().split(" cannot")[0] for r in warnings.records] == [
+        "records [100, 150) of t-0 (planned range [100, 200))",
+        "records [100, 200) of t-0 (planned range [100, 200))",
+        "records [400, 410) of t-0 (planned range [400, 410))",
+    ]
+    faults, (state,) = faults_of([OffsetRange("t", 0, 400, 410)], _Broker(0, 300))
+    with pytest.raises(DataLossError, match=r"offset 400 is beyond the log \(log start 0, end 300"):
+        faults.out_of_range(state)
+
+
+def test_a_stall_is_data_loss_unless_the_broker_is_unreachable(warnings):
+    broker = _Broker(low=3, high=50)
+    faults, (state,) = faults_of([OffsetRange("t", 1, 10, 20)], broker)
+    state.next_offset = 15
+    with pytest.raises(DataLossError, match=r"records \[15, 20\) of t-1") as info:
+        faults.stalled(state)
+    assert "no record arrived for 2 s (log start 3, last fetched high watermark 50)" in str(
+        info.value
+    )
+    assert broker.cached == [False, True]
+
+    # Metadata answers, but fetches kept failing on the transport: not data loss.
+    faults.entry.last_error = KafkaError(KafkaError._TRANSPORT)
+    with pytest.raises(BrokerUnreachableError) as unreachable:
+        faults.stalled(state)
+    assert (unreachable.value.servers, unreachable.value.waited_s) == ("b1:9092", 2.0)
+
+    # Nothing answers at all: not data loss either, also with failOnDataLoss=false.
+    down = _Broker(fails=KafkaException(KafkaError(KafkaError._TRANSPORT, SECRET)))
+    lenient, (state,) = faults_of([OffsetRange("t", 1, 10, 20)], down, fail=False)
+    with pytest.raises(BrokerUnreachableError, match="cannot reach b1:9092 to read t-1") as gone:
+        lenient.stalled(state)
+    assert SECRET not in str(gone.value)
+    assert warnings.records == []
+
+
+# ------------------------------------------------------------------ Kafka errors
+
+
+def test_fetch_errors_raise_typed_errors_or_pass():
+    faults, (state, _) = faults_of([OffsetRange("t", 0, 0, 5), OffsetRange("u", 1, 0, 5)])
+    msg = Message(topic="t", partition=0, offset=3)
+    # The readers' unused group and transient errors pass.
+    faults.fetch_error(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED), state, msg)
+    faults.fetch_error(KafkaError(KafkaError._TRANSPORT, retriable=True), state, msg)
+    faults.fetch_error(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION), None, msg)
+
+    with pytest.raises(AuthorizationError) as denied:
+        faults.fetch_error(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), None, msg)
+    assert (denied.value.resource, denied.value.principal) == ("t", "User:me")
+    nameless = Message(partition=0, offset=3)
+    with pytest.raises(AuthorizationError) as denied:
+        faults.fetch_error(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), None, nameless)
+    assert denied.value.resource == "t"  # the task's first topic
+
+    bad = KafkaError(KafkaError.INVALID_RECORD, f"bad record {SECRET}", retriable=False)
+    with pytest.raises(SparkGroupsError, match=r"reading t-0 \[0, 5\) from b1:9092 failed") as e:
+        faults.fetch_error(bad, state, msg)
+    assert SECRET not in str(e.value) and "INVALID_RECORD" in str(e.value)
+    fatal = KafkaError(KafkaError._FATAL, "fenced", fatal=True, retriable=True)
+    with pytest.raises(SparkGroupsError, match=r"reading t-0 \[0, 5\), u-1 \[0, 5\) from"):
+        faults.fetch_error(fatal, None, msg)
+
+
+def test_refused_credentials_raise_at_once():
+    faults, _ = faults_of([OffsetRange("t", 0, 0, 5)])
+    faults.client_error()  # no error so far
+    faults.entry.last_error = KafkaError(KafkaError._TRANSPORT)
+    faults.client_error()  # not about credentials
+    faults.entry.last_error = KafkaError(KafkaError.SASL_AUTHENTICATION_FAILED, SECRET)
+    with pytest.raises(AuthenticationError) as info:
+        faults.client_error()
+    assert (info.value.servers, info.value.username) == ("b1:9092", "me")
+    assert SECRET not in str(info.value)
+
+
+# ------------------------------------------------------------------ events
+
+
+def test_split_events_keeps_records_and_collects_events():
+    faults, states = faults_of(
+        [OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 0, 10), OffsetRange("t", 2, 0, 10)]
+    )
+    by_partition = {s.partition: s for s in states}
+
+    def state_of(msg: Message) -> RangeState | None:
+        return by_partition.get(msg.partition())
+
+    def record(p: int, o: int) -> Message:
+        return Message(topic="t", partition=p, offset=o)
+
+    def event(p: int, o: int, code: int) -> Message:
+        return Message(topic="t", partition=p, offset=o, error=KafkaError(code))
+
+    msgs = [
+        record(0, 1),
+        event(0, 4, KafkaError._PARTITION_EOF),
+        event(0, 6, KafkaError._PARTITION_EOF),
+        event(0, 5, KafkaError._PARTITION_EOF),
+        record(2, 3),
+        event(9, 1, KafkaError._PARTITION_EOF),  # no range of the task: ignored
+        event(1, 0, KafkaError.OFFSET_OUT_OF_RANGE),
+        record(1, 7),  # after its range's out-of-range event: dropped
+        record(2, 4),
+        event(0, 0, KafkaError.GROUP_AUTHORIZATION_FAILED),
+    ]
+    good, events = split_events(msgs, state_of, faults)
+    assert [(m.partition(), m.offset()) for m in good] == [(0, 1), (2, 3), (2, 4)]
+    assert events.eof == {states[0]: 6}
+    assert events.out_of_range == [states[1]]
+
+    with pytest.raises(SparkGroupsError, match=r"reading t-2 \[0, 10\)"):
+        split_events([event(2, 0, KafkaError.INVALID_RECORD)], state_of, faults)
+
+
+# ------------------------------------------------------------------ names and chunks
+
+
+def test_describe_names_a_few_ranges():
+    states = [RangeState(OffsetRange("t", p, p, 10), p) for p in range(5)]
+    assert describe(states[:1]) == "t-0 [0, 10)"
+    assert describe(states[:3]) == "t-0 [0, 10), t-1 [1, 10), t-2 [2, 10)"
+    assert describe(states) == "t-0 [0, 10), t-1 [1, 10), t-2 [2, 10), ... (5 ranges)"
+
+
+def test_consume_chunk_stays_under_the_collectors_threshold():
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, *before[1:])
+        assert columns.consume_chunk() == 489  # 70% of 700, rounded down
+        gc.set_threshold(10, *before[1:])
+        assert columns.consume_chunk() == 100  # at least
+        gc.set_threshold(100_000, *before[1:])
+        assert columns.consume_chunk() == 10_000  # at most
+        gc.set_threshold(0, *before[1:])
+        assert columns.consume_chunk() == 10_000  # collections off
+    finally:
+        gc.set_threshold(*before)
