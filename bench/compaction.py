@@ -107,8 +107,8 @@ def one_shape(partitions: int, trigger_s: float, batches: int, rows: int, scratc
     """Measure one shape (see the module doc)."""
     from deltalake import DeltaTable
 
-    from spark_groups.maintenance import active_files
     from spark_groups.sink.maintenance import optimize
+    from spark_groups.storage.maintenance import active_files
 
     path = scratch / f"t{partitions}"
     path.mkdir()

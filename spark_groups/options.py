@@ -14,11 +14,15 @@ from dataclasses import dataclass, field
 from typing import Literal, cast, get_args
 
 from spark_groups.errors import OptionError
-from spark_groups.files import check_location
-from spark_groups.paths import resolve
+from spark_groups.offsets.starting import StartingOffsets, parse_starting
 from spark_groups.read.tasks import DEFAULT_RECORDS_PER_TASK
-from spark_groups.starting import StartingOffsets, parse_starting
-from spark_groups.storage import STORAGE_PREFIX, check_commit_safety, storage_options_of
+from spark_groups.storage.files import check_location
+from spark_groups.storage.object_stores import (
+    STORAGE_PREFIX,
+    check_commit_safety,
+    storage_options_of,
+)
+from spark_groups.storage.paths import resolve
 
 KAFKA_PREFIX = "kafka."
 

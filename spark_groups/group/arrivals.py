@@ -29,7 +29,6 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from spark_groups import commit_metadata
 from spark_groups.errors import CommitError
 from spark_groups.group import gaps, resume
 from spark_groups.group.bookkeeping import Bookkeeping
@@ -38,9 +37,9 @@ from spark_groups.group.member import GroupMember
 from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.ledger import CATCH_UP_BATCH, OUTSIDE_BATCH, LedgerRow
 from spark_groups.metrics import StreamMetrics
-from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition
+from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition, commit_metadata
+from spark_groups.offsets.starting import LATEST
 from spark_groups.options import SourceOptions
-from spark_groups.starting import LATEST
 
 log = logging.getLogger(__name__)
 

@@ -39,14 +39,13 @@ import threading
 import time
 from datetime import UTC, datetime
 
-from spark_groups import commit_metadata
 from spark_groups.errors import CommitError, StaleGenerationError
 from spark_groups.group.bookkeeping import Bookkeeping
 from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.member import GroupMember
 from spark_groups.ledger import LedgerRow, OffsetLedger
 from spark_groups.metrics import StreamMetrics
-from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition
+from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition, commit_metadata
 from spark_groups.options import SourceOptions
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ waiting at the barrier asks here instead, with one of two signals the user can t
 
 * **the checkpoint** (source option ``checkpointLocation``, the query's own): Spark writes
   ``<checkpoint>/commits/<id>`` once batch ``id`` and its sink finished (see
-  ``spark_groups.checkpoint``; on S3 it is read with the source's ``storage.*`` options).
+  ``spark_groups.storage.checkpoint``; on S3 it is read with the source's ``storage.*`` options).
   Any sink.
 * **the sink** (source option ``sink.table``, the ``delta-group`` sink's table): the sink's
   commit sets each Kafka partition's transaction version to the end of the range it wrote,
@@ -23,9 +23,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from spark_groups import checkpoint
 from spark_groups.errors import OptionError
 from spark_groups.offsets import BatchOffset, OffsetRange
+from spark_groups.storage import checkpoint
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from typing import Literal, get_args
 
 import pyarrow as pa
 
-from spark_groups.delta import append, open_table, query, sql_string, sql_timestamp
 from spark_groups.errors import LedgerError
 from spark_groups.offsets import TopicPartition
+from spark_groups.storage.delta import append, open_table, query, sql_string, sql_timestamp
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ In order of precedence:
    appear later (a topic grew, a pattern matched a new topic), as Spark's kafka source does.
 
 A partition whose Kafka commit was made by another consumer of the group (a plain consumer
-service: its commit metadata is not spark_groups', see :mod:`spark_groups.commit_metadata`)
+service: its commit metadata is not spark_groups', see :mod:`spark_groups.offsets.commit_metadata`)
 past where spark_groups itself last stood resumes there too; :func:`handovers` names those
 ranges so the exactly-once sink can tell them from loss.
 
@@ -25,10 +25,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from spark_groups import commit_metadata
 from spark_groups.errors import NoOffsetForTimestampError
-from spark_groups.offsets import Handover, TopicPartition
-from spark_groups.starting import EARLIEST, LATEST, AtTimestamp, StartingOffsets, StartRule
+from spark_groups.offsets import Handover, TopicPartition, commit_metadata
+from spark_groups.offsets.starting import EARLIEST, LATEST, AtTimestamp, StartingOffsets, StartRule
 
 if TYPE_CHECKING:
     from spark_groups.group.member import GroupMember

@@ -59,7 +59,7 @@ from spark_groups.ledger import OffsetLedger
 from spark_groups.metrics import StreamMetrics
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.options import SourceOptions
-from spark_groups.worker_logging import log_to_stderr
+from spark_groups.spark.worker_logging import log_to_stderr
 
 log = logging.getLogger(__name__)
 

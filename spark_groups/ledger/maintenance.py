@@ -30,7 +30,7 @@ commit and before returning. It:
    older than that refreshes it before appending (``REFRESH_AFTER_S`` in
    :mod:`spark_groups.ledger.commit`).
 
-The steps are shared with the sink table's maintenance (:mod:`spark_groups.maintenance`).
+The steps are shared with the sink table's maintenance (:mod:`spark_groups.storage.maintenance`).
 Exactly one append holds a given version, so exactly one writer maintains per period. This
 matters: delta-rs 1.6.6 does **not** detect two concurrent ``optimize.compact`` runs (both
 commit, each re-adding the same rows: duplicated data; ``app_transactions`` passed to
@@ -72,8 +72,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from spark_groups.files import local_path
-from spark_groups.maintenance import checkpoint_and_clean_log, compact, vacuum
+from spark_groups.storage.files import local_path
+from spark_groups.storage.maintenance import checkpoint_and_clean_log, compact, vacuum
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

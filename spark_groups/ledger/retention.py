@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_groups.delta import sql_string, sql_timestamp
 from spark_groups.ledger.rows import OUTSIDE_BATCH, RESET_BATCH
 from spark_groups.offsets import TopicPartition
+from spark_groups.storage.delta import sql_string, sql_timestamp
 
 if TYPE_CHECKING:
     from spark_groups.ledger.table import OffsetLedger

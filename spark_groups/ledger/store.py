@@ -24,9 +24,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from spark_groups.delta import create_table, open_table, query, sql_string
 from spark_groups.errors import LedgerError
-from spark_groups.files import local_path
 from spark_groups.ledger.maintenance import (
     CHECKPOINT_INTERVAL,
     CHECKPOINT_INTERVAL_KEY,
@@ -34,6 +32,8 @@ from spark_groups.ledger.maintenance import (
     LOG_RETENTION,
 )
 from spark_groups.ledger.rows import LEDGER_SCHEMA, SCHEMA_WITHOUT_LOG_END
+from spark_groups.storage.delta import create_table, open_table, query, sql_string
+from spark_groups.storage.files import local_path
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

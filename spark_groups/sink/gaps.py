@@ -19,9 +19,9 @@ import logging
 from dataclasses import dataclass
 
 from spark_groups.errors import OptionError, SinkError
-from spark_groups.files import table_uri
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink.table import app_id, load, versions
+from spark_groups.storage.files import table_uri
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ Why it is safe beside the members:
   commit.
 
 The one unsafe case is two compactions at once: delta-rs 1.6.6 commits both, each re-adding
-the same rows (:mod:`spark_groups.maintenance`). So :func:`optimize` first takes the table's
+the same rows (:mod:`spark_groups.storage.maintenance`). So :func:`optimize` first takes the table's
 **maintenance lease**: a commit without files that sets the transaction id
 ``spark_groups:<table id>:maintenance`` to the time (ms since the epoch) the lease lapses.
 Two runs taking it at once both set that one id, so delta-rs lets exactly one commit and
@@ -36,10 +36,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_groups.delta import open_table
 from spark_groups.errors import MaintenanceError, MaintenanceRunningError, OptionError
-from spark_groups.files import table_uri
-from spark_groups.maintenance import (
+from spark_groups.sink.table import APP_ID_PREFIX
+from spark_groups.storage.delta import open_table
+from spark_groups.storage.files import table_uri
+from spark_groups.storage.maintenance import (
     FileCount,
     active_files,
     checkpoint_and_clean_log,
@@ -47,7 +48,6 @@ from spark_groups.maintenance import (
     deleted_file_retention_hours,
     vacuum,
 )
-from spark_groups.sink.table import APP_ID_PREFIX
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -276,7 +276,7 @@ def vacuum_table(
 ) -> VacuumResult:
     """Delete the data files the table at ``path`` no longer references, removed (or, for
     files no commit names, written) longer than ``retention_hours`` ago: Delta's VACUUM
-    (:func:`spark_groups.maintenance.vacuum`, full mode; lite mode would miss every file
+    (:func:`spark_groups.storage.maintenance.vacuum`, full mode; lite mode would miss every file
     whose tombstone a checkpoint already dropped, which on a sink table checkpointed every
     100 commits is nearly all of them).
 

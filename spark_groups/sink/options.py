@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from spark_groups.errors import OptionError
-from spark_groups.files import check_location
-from spark_groups.storage import STORAGE_PREFIX, check_commit_safety
+from spark_groups.storage.files import check_location
+from spark_groups.storage.object_stores import STORAGE_PREFIX, check_commit_safety
 
 #: The format name to use with ``df.writeStream.format(...)``.
 SINK_FORMAT = "delta-group"

@@ -8,7 +8,7 @@ masters (and ``local-cluster[...]``, its test cluster on one machine). On a clus
 machine's disk, the driver would commit files it cannot see, and readers would miss rows. So
 the sink refuses such a table there (:class:`~spark_groups.errors.LocalTableOnClusterError`),
 unless the path is a mount every node shares: Databricks' DBFS and Unity Catalog volume
-FUSE mounts (``spark_groups.paths``) are known ones, any other (NFS) the user declares with
+FUSE mounts (``spark_groups.storage.paths``) are known ones, any other (NFS) the user declares with
 ``sharedMount=true``.
 
 The master is what the task sees as its local property ``spark.master``: Spark copies the
@@ -24,8 +24,8 @@ from __future__ import annotations
 import logging
 
 from spark_groups.errors import LocalTableOnClusterError
-from spark_groups.files import local_path
-from spark_groups.paths import is_databricks_fuse
+from spark_groups.storage.files import local_path
+from spark_groups.storage.paths import is_databricks_fuse
 
 log = logging.getLogger(__name__)
 

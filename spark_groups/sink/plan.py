@@ -13,7 +13,7 @@ the sink reads it there. The file looks like::
 
 Lines of other sources (``-`` for a source without an offset, or another format) are
 skipped; several ``kafka-group`` sources are merged, but one partition may appear in only one
-of them. Reading the checkpoint's files is ``spark_groups.checkpoint``'s.
+of them. Reading the checkpoint's files is ``spark_groups.storage.checkpoint``'s.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from spark_groups.checkpoint import kafka_group_offset, offset_log_path
 from spark_groups.errors import SinkError, SparkGroupsError
-from spark_groups.files import location
 from spark_groups.kafka.secrets import scrub
 from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition
+from spark_groups.storage.checkpoint import kafka_group_offset, offset_log_path
+from spark_groups.storage.files import location
 
 
 @dataclass(frozen=True)

@@ -45,9 +45,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
 
-from spark_groups.checkpoint import check_readable
 from spark_groups.errors import SinkError
-from spark_groups.files import table_uri
 from spark_groups.sink.autocompact import compact_if_due
 from spark_groups.sink.commit import DeltaSink
 from spark_groups.sink.options import SINK_FORMAT, SinkOptions, parse_sink_options
@@ -61,7 +59,9 @@ from spark_groups.sink.writer import (
     partition_value,
 )
 from spark_groups.spark.compat import ARROW_STREAM_WRITER, arrow_schema
-from spark_groups.worker_logging import log_to_stderr
+from spark_groups.spark.worker_logging import log_to_stderr
+from spark_groups.storage.checkpoint import check_readable
+from spark_groups.storage.files import table_uri
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ import logging
 from collections.abc import Iterable
 
 from spark_groups.errors import SinkError
-from spark_groups.files import location
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.table import SinkTable
 from spark_groups.sink.writer import DataFile, remove_files, rewrite_from
+from spark_groups.storage.files import location
 
 log = logging.getLogger(__name__)
 

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from spark_groups.delta import create_table, open_table
 from spark_groups.errors import SinkError
-from spark_groups.files import table_uri
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink.features import check_table_features
+from spark_groups.storage.delta import create_table, open_table
+from spark_groups.storage.files import table_uri
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

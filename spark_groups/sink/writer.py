@@ -34,8 +34,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from spark_groups.errors import SinkError
-from spark_groups.files import Location, location
 from spark_groups.offsets import TopicPartition
+from spark_groups.storage.files import Location, location
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,6 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from spark_groups import checkpoint
 from spark_groups.errors import OptionNeedsSparkError
 from spark_groups.offsets import BatchOffset, OffsetRange
 from spark_groups.options import SourceOptions, parse_options, validate_client_config
@@ -38,6 +37,7 @@ from spark_groups.spark.compat import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
+from spark_groups.storage import checkpoint
 
 SHORT_NAME = "kafka-group"
 

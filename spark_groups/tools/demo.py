@@ -28,7 +28,6 @@ from typing import Any
 
 import click
 
-from spark_groups.delta import open_table, query
 from spark_groups.errors import SparkGroupsError
 from spark_groups.kafka.client import (
     AdminClient,
@@ -40,6 +39,7 @@ from spark_groups.kafka.client import KafkaTopicPartition as TopicPartition
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition as TP
 from spark_groups.sink.commit import committed_positions
+from spark_groups.storage.delta import open_table, query
 from spark_groups.tools.embedded import EmbeddedBroker
 
 

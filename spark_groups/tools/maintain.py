@@ -13,7 +13,7 @@ import socket
 
 from spark_groups.errors import OptionError
 from spark_groups.sink.maintenance import OptimizeResult, VacuumResult, optimize, vacuum_table
-from spark_groups.storage import check_commit_safety
+from spark_groups.storage.object_stores import check_commit_safety
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
 _FACTOR = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}

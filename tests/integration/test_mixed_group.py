@@ -22,7 +22,7 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from test_sink import IdProducer, Member, member_spec, sink_commits, table_ids
 
-from spark_groups import commit_metadata
+from spark_groups.offsets import commit_metadata
 
 from broker_support import broker_kind, wait_until
 from helpers import unique

@@ -16,13 +16,13 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
-from spark_groups import checkpoint
-from spark_groups.delta import append, open_table
-from spark_groups.files import location
 from spark_groups.ledger.table import OffsetLedger
 from spark_groups.offsets import BatchOffset, TopicPartition
-from spark_groups.paths import DBFS_MOUNT_ENV
 from spark_groups.sink.plan import read_batch_plan
+from spark_groups.storage import checkpoint
+from spark_groups.storage.delta import append, open_table
+from spark_groups.storage.files import location
+from spark_groups.storage.paths import DBFS_MOUNT_ENV
 from spark_groups.tools.s3_server import S3Server
 
 from broker_support import produce_ids

@@ -11,13 +11,13 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from s3_support import put_object
 
-from spark_groups import checkpoint
-from spark_groups.files import location
 from spark_groups.group.history import history_path, read_history
 from spark_groups.ledger.table import OffsetLedger
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.sink.plan import read_batch_plan
+from spark_groups.storage import checkpoint
+from spark_groups.storage.files import location
 from spark_groups.tools.s3_server import S3Server
 
 from broker_support import produce_ids, wait_until

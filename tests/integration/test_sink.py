@@ -22,11 +22,11 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from pyspark.sql import functions as F
 
-from spark_groups.files import location
 from spark_groups.ledger.table import OffsetLedger
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.sink.spark import has_delta, read_delta, read_table
+from spark_groups.storage.files import location
 from spark_groups.tools.s3_server import S3Server
 from spark_groups.tools.spark_jars import jar_conf
 

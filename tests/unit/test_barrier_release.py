@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from test_stream import make_stream
 
-from spark_groups import checkpoint
 from spark_groups.errors import OptionError
 from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.member import GroupMember
@@ -24,6 +23,7 @@ from spark_groups.group.stream import GroupStream
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition
 from spark_groups.options import parse_options
+from spark_groups.storage import checkpoint
 
 from broker_support import produce_ids, wait_until
 

@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from spark_groups.errors import AuthenticationError, AuthorizationError, GroupMembershipError
-from spark_groups.group.callbacks import Callbacks
+from spark_groups.group.member.callbacks import Callbacks
 from spark_groups.offsets import TopicPartition
 
 T0, T1, T2 = (TopicPartition("t", p) for p in range(3))

@@ -17,7 +17,7 @@ from spark_groups.errors import (
     GroupMembershipError,
     StaleGenerationError,
 )
-from spark_groups.group import commits
+from spark_groups.group.member import commits
 from spark_groups.offsets import TopicPartition
 
 T0, T1, T2 = (TopicPartition("t", p) for p in range(3))

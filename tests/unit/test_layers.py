@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "spark_groups"
 ALLOWED = {
     "pyspark": ("spark/", "sink/spark.py", "deadletter.py"),
     "confluent_kafka": ("kafka/",),
-    "deltalake": ("delta.py", "maintenance.py", "ledger/", "sink/"),
+    "deltalake": ("storage/delta.py", "storage/maintenance.py", "ledger/", "sink/"),
 }
 
 

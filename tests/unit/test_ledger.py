@@ -17,7 +17,6 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
-from spark_groups.delta import create_table
 from spark_groups.errors import LedgerError, OptionError
 from spark_groups.ledger import (
     GROUP_ID_KEY,
@@ -33,6 +32,7 @@ from spark_groups.ledger import table as ledger_module
 from spark_groups.ledger.maintenance import CHECKPOINT_INTERVAL, LOG_RETENTION
 from spark_groups.ledger.maintenance import maintain as maintain_ledger
 from spark_groups.offsets import TopicPartition
+from spark_groups.storage.delta import create_table
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -721,7 +721,7 @@ def test_history_until_is_exclusive(tmp_path: Path) -> None:
 
 def test_a_ledger_from_before_log_end_gets_the_column_at_its_next_append(tmp_path: Path) -> None:
     """Ledgers written by earlier versions (no ``log_end``) stay readable and writable."""
-    from spark_groups.delta import create_table
+    from spark_groups.storage.delta import create_table
 
     path = str(tmp_path / "old")
     old_schema = pa.schema([f for f in LEDGER_SCHEMA if f.name != "log_end"])

@@ -10,12 +10,11 @@ import pytest
 from click.testing import CliRunner
 from deltalake import DeltaTable
 
-from spark_groups import commit_metadata
 from spark_groups.errors import SinkError, SinkGapError
 from spark_groups.group import gaps, resume
 from spark_groups.group.member import GroupMember
 from spark_groups.ledger import OUTSIDE_BATCH, OffsetLedger
-from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition
+from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition, commit_metadata
 from spark_groups.sink.commit import DeltaSink, committed_positions
 from spark_groups.sink.gaps import accept_gap
 from spark_groups.sink.plan import BatchPlan, parse_offset_log

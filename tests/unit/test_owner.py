@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from spark_groups.group.owner import OwnerThread
+from spark_groups.group.member.owner import OwnerThread
 
 from broker_support import wait_until
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from spark_groups.group.partitions import PartitionTable, Status
 from spark_groups.group.resume import Start, choose, start_rule
 from spark_groups.offsets import OffsetRange, TopicPartition
-from spark_groups.starting import EARLIEST, LATEST, StartingOffsets
+from spark_groups.offsets.starting import EARLIEST, LATEST, StartingOffsets
 
 T0 = TopicPartition("t", 0)
 T1 = TopicPartition("t", 1)

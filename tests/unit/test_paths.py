@@ -1,5 +1,5 @@
-"""The paths Spark users write, as delta-rs and pyarrow take them (spark_groups.paths,
-spark_groups.files): the mapping, the pyarrow file system of each store, and the typed
+"""The paths Spark users write, as delta-rs and pyarrow take them (spark_groups.storage.paths,
+spark_groups.storage.files): the mapping, the pyarrow file system of each store, and the typed
 errors. No server: docs/storage.md says which stores were also tested on a real one."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import pyarrow.fs as pafs
 import pytest
 
 from spark_groups.errors import OptionError, StoragePathError
-from spark_groups.files import check_location, local_path, location, table_uri
 from spark_groups.options import parse_options
-from spark_groups.paths import DBFS_MOUNT_ENV, is_databricks_fuse, resolve
 from spark_groups.sink.options import parse_sink_options
-from spark_groups.storage import azure_filesystem_args, check_commit_safety
+from spark_groups.storage.files import check_location, local_path, location, table_uri
+from spark_groups.storage.object_stores import azure_filesystem_args, check_commit_safety
+from spark_groups.storage.paths import DBFS_MOUNT_ENV, is_databricks_fuse, resolve
 
 SOURCE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders", "group.id": "etl"}
 ABFSS = "abfss://lake@acct.dfs.core.windows.net/tables/orders"

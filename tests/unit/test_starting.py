@@ -6,7 +6,7 @@ import pytest
 
 from spark_groups.errors import OptionError
 from spark_groups.offsets import TopicPartition
-from spark_groups.starting import EARLIEST, LATEST, AtTimestamp, parse_starting
+from spark_groups.offsets.starting import EARLIEST, LATEST, AtTimestamp, parse_starting
 
 T0, T1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
 

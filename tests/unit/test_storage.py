@@ -7,11 +7,15 @@ import logging
 import pytest
 
 from spark_groups.errors import OptionError
-from spark_groups.files import location
 from spark_groups.kafka.secrets import is_secret, redact
 from spark_groups.options import parse_options
 from spark_groups.sink.options import parse_sink_options
-from spark_groups.storage import check_commit_safety, s3_filesystem_args, storage_options_of
+from spark_groups.storage.files import location
+from spark_groups.storage.object_stores import (
+    check_commit_safety,
+    s3_filesystem_args,
+    storage_options_of,
+)
 
 SOURCE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders", "group.id": "etl"}
 SINK = {"path": "s3://b/orders", "group.id": "etl", "checkpointLocation": "/chk/orders"}

@@ -15,7 +15,7 @@ from spark_groups.errors import (
     BrokerUnreachableError,
     TopicNotFoundError,
 )
-from spark_groups.group.topics import Subscription
+from spark_groups.group.member.topics import Subscription
 from spark_groups.offsets import TopicPartition
 
 CONFIG = {"group.id": "g1", "bootstrap.servers": "b:9092"}

@@ -33,10 +33,10 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from spark_groups.errors import OptionError
-from spark_groups.files import Location, location
 from spark_groups.kafka.secrets import scrub
 from spark_groups.offsets import FORMAT_VERSION, BatchOffset
-from spark_groups.storage import STORAGE_PREFIX, is_s3
+from spark_groups.storage.files import Location, location
+from spark_groups.storage.object_stores import STORAGE_PREFIX, is_s3
 
 #: The option that names a query's checkpoint (the source's and the sink's).
 CHECKPOINT_OPTION = "checkpointLocation"
@@ -134,7 +134,7 @@ def spark_batch_id(
     The log is read from its newest entry back, and only as far as entries of this batch or
     later: usually one or two files. A batch Spark ran again without new data has several
     entries; the first is the one that read the records. ``storage_options`` configure the
-    file system of a checkpoint on an object store (:func:`spark_groups.files.location`).
+    file system of a checkpoint on an object store (:func:`spark_groups.storage.files.location`).
     """
     found = None
     for batch_id, logged in _entries(checkpoint, storage_options):

@@ -7,7 +7,7 @@ second CREATE TABLE on top of the winner's table, seen with deltalake 1.6.6) and
 *adopts* the table the winner made by opening it.
 
 Every ``uri`` may be any path a user writes (``s3a://``, ``dbfs:/``, a relative path ...):
-it is handed to delta-rs as :func:`spark_groups.files.table_uri` resolves it.
+it is handed to delta-rs as :func:`spark_groups.storage.files.table_uri` resolves it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from spark_groups.files import local_path, table_uri
+from spark_groups.storage.files import local_path, table_uri
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

@@ -7,18 +7,18 @@ at once. Its records are read by Spark tasks on executors instead.
 A member's life:
 
 1. ``GroupMember(config, subscription, listener)`` puts its parts together; nothing connects.
-2. ``start()`` starts the *owner thread* (:mod:`~spark_groups.group.owner`), the only thread
+2. ``start()`` starts the *owner thread* (:mod:`~spark_groups.group.member.owner`), the only thread
    that ever touches the consumer: only one thread may be inside it at a time (a second
    thread calling ``commit`` while another polls hangs for many seconds). There it creates the
    consumer, checks the subscribed topics exist and may be seen
-   (:mod:`~spark_groups.group.topics`), and subscribes. ``start()`` returns then, or raises
+   (:mod:`~spark_groups.group.member.topics`), and subscribes. ``start()`` returns then, or raises
    what failed.
 3. The owner thread polls in short slices. Inside ``poll()`` librdkafka runs the callbacks
-   (:mod:`~spark_groups.group.callbacks`): assigned partitions are paused and handed to the
+   (:mod:`~spark_groups.group.member.callbacks`): assigned partitions are paused and handed to the
    :class:`RebalanceListener`, revoked and lost ones taken away; refused credentials, denied
    topics and fatal errors stop the member.
 4. Between polls it runs what other threads ask for with :meth:`GroupMember.call`: offset
-   commits and fetches (:mod:`~spark_groups.group.commits`), metadata. A revocation may block
+   commits and fetches (:mod:`~spark_groups.group.member.commits`), metadata. A revocation may block
    (the revocation barrier) as long as it calls the ``serve`` function it is given, so that
    commits issued by other threads still go through.
 5. ``close()``, or a failure, ends the loop: ``consumer.close()`` revokes the partitions
@@ -37,10 +37,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from spark_groups.errors import GroupMembershipError
-from spark_groups.group import commits
-from spark_groups.group.callbacks import Callbacks, RebalanceListener, parse_generation
-from spark_groups.group.owner import OwnerThread
-from spark_groups.group.topics import Subscription
+from spark_groups.group.member import commits
+from spark_groups.group.member.callbacks import Callbacks, RebalanceListener, parse_generation
+from spark_groups.group.member.owner import OwnerThread
+from spark_groups.group.member.topics import Subscription
 from spark_groups.kafka.client import Consumer, KafkaException
 from spark_groups.kafka.errors import config_error
 from spark_groups.offsets import TopicPartition
@@ -178,7 +178,7 @@ class GroupMember:
         self, partitions: Iterable[TopicPartition], timeout_s: float = 30.0
     ) -> dict[TopicPartition, tuple[int, str]]:
         """The group's committed offsets in Kafka with each commit's metadata string (""
-        for none; see :mod:`spark_groups.commit_metadata`); partitions with none are left
+        for none; see :mod:`spark_groups.offsets.commit_metadata`); partitions with none are left
         out."""
         return commits.committed_with_metadata(
             self.call, partitions, timeout_s, config=self._config
@@ -194,7 +194,7 @@ class GroupMember:
     ) -> frozenset[TopicPartition]:
         """Commit ``offsets`` (next offset to read) to Kafka under the current generation;
         return the partitions committed. ``metadata`` is stored with every offset (who
-        committed: :func:`spark_groups.commit_metadata.make`).
+        committed: :func:`spark_groups.offsets.commit_metadata.make`).
 
         With ``owned_only``, the owner thread first handles the rebalance events librdkafka
         has queued (a session that expired while this process was frozen shows up as lost

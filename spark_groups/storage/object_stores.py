@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from urllib.parse import urlparse
 
 from spark_groups.errors import OptionError, StoragePathError
-from spark_groups.paths import is_databricks_fuse, resolve
+from spark_groups.storage.paths import is_databricks_fuse, resolve
 
 log = logging.getLogger(__name__)
 

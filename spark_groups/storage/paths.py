@@ -14,7 +14,7 @@ maps between them:
   mount point is ``/dbfs`` unless the environment variable :data:`DBFS_MOUNT_ENV` names
   another directory (a DBFS mounted elsewhere, or a local folder standing in for it);
 * ``abfss://``, ``abfs://``, ``az://`` (ADLS Gen2, Azure Blob), ``gs://``, ``hdfs://`` and
-  ``viewfs://``: unchanged (delta-rs reads them natively; ``spark_groups.files`` opens them
+  ``viewfs://``: unchanged (delta-rs reads them natively; ``spark_groups.storage.files`` opens them
   with pyarrow's file system for that store);
 * anything else: a :class:`~spark_groups.errors.StoragePathError` listing what works.
 

@@ -1,6 +1,6 @@
 """Table and checkpoint paths as pyarrow file systems (the sink's data files, checkpoints).
 
-Every path goes through :func:`spark_groups.paths.resolve` first (``s3a://`` to ``s3://``,
+Every path goes through :func:`spark_groups.storage.paths.resolve` first (``s3a://`` to ``s3://``,
 ``dbfs:/`` to the FUSE path ...). A local or FUSE path is the local file system; ``s3://``,
 ``abfss://``/``abfs://``/``az://``, ``gs://``, ``hdfs://``/``viewfs://`` are opened with
 pyarrow's file system for that store, configured from the same ``storage_options`` as the
@@ -19,8 +19,12 @@ from urllib.parse import unquote, urlparse
 import pyarrow.fs as pafs
 
 from spark_groups.errors import StoragePathError
-from spark_groups.paths import resolve, scheme_of
-from spark_groups.storage import azure_filesystem_args, gcs_filesystem_args, s3_filesystem_args
+from spark_groups.storage.object_stores import (
+    azure_filesystem_args,
+    gcs_filesystem_args,
+    s3_filesystem_args,
+)
+from spark_groups.storage.paths import resolve, scheme_of
 
 _AZURE = frozenset({"abfss", "abfs", "az"})
 _HADOOP = frozenset({"hdfs", "viewfs"})
@@ -50,7 +54,7 @@ class Location:
 def location(
     path: str, storage_options: Mapping[str, str] | None = None, *, option: str = "path"
 ) -> Location:
-    """Open ``path`` (see :func:`spark_groups.paths.resolve`) with the pyarrow file system
+    """Open ``path`` (see :func:`spark_groups.storage.paths.resolve`) with the pyarrow file system
     of its store, configured from ``storage_options``.
 
     Raises :class:`~spark_groups.errors.StoragePathError` naming ``option`` when the path
@@ -79,7 +83,7 @@ def location(
 def check_location(
     path: str, storage_options: Mapping[str, str] | None = None, *, option: str
 ) -> str:
-    """``path`` resolved (:func:`spark_groups.paths.resolve`), once checked that pyarrow can
+    """``path`` resolved (:func:`spark_groups.storage.paths.resolve`), once checked that pyarrow can
     open it with ``storage_options`` here, without connecting anywhere (so at option
     parsing, naming ``option``). HDFS is only checked when it is opened (libhdfs starts a
     JVM)."""
@@ -143,7 +147,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def table_uri(path: str, option: str = "path") -> str:
-    """``path`` in the form to give delta-rs (:func:`spark_groups.paths.resolve`)."""
+    """``path`` in the form to give delta-rs (:func:`spark_groups.storage.paths.resolve`)."""
     return resolve(path, option)
 
 

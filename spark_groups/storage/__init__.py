@@ -1,0 +1,30 @@
+"""Where the tables and checkpoints live, and how they are read and written.
+
+* :mod:`~spark_groups.storage.paths`: a user's path in the form delta-rs and pyarrow take;
+* :mod:`~spark_groups.storage.object_stores`: the ``storage.*`` options and the guard on
+  concurrent commits to object stores (its names are importable from here too);
+* :mod:`~spark_groups.storage.files`: resolved paths as pyarrow file systems;
+* :mod:`~spark_groups.storage.checkpoint`: Spark's checkpoint (offset and commit logs);
+* :mod:`~spark_groups.storage.delta`: opening, creating, appending to and querying Delta tables;
+* :mod:`~spark_groups.storage.maintenance`: the maintenance steps every table shares.
+"""
+
+from spark_groups.storage.object_stores import (
+    STORAGE_PREFIX,
+    azure_filesystem_args,
+    check_commit_safety,
+    gcs_filesystem_args,
+    is_s3,
+    s3_filesystem_args,
+    storage_options_of,
+)
+
+__all__ = [
+    "STORAGE_PREFIX",
+    "azure_filesystem_args",
+    "check_commit_safety",
+    "gcs_filesystem_args",
+    "is_s3",
+    "s3_filesystem_args",
+    "storage_options_of",
+]
