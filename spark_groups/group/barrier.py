@@ -116,6 +116,23 @@ class RevocationBarrier:
                 books.partitions.give_up(partitions, books.batches.highest)
         return BarrierOutcome(wait_for, time.monotonic() - started, by_barrier, timed_out)
 
+    def warn_if_slow(self, batch: int, took: float | None) -> None:
+        """A batch that ran (``took`` seconds) for most of the rebalance timeout would make a
+        revocation during it time out (its partitions would move uncommitted): say so
+        before that happens."""
+        if took is None or took <= self.timeout_s / 2:
+            return
+        log.warning(
+            "batch %d took %.1f s, more than half of the rebalance timeout "
+            "(kafka.max.poll.interval.ms = %.0f s): a revocation during such a batch would "
+            "time out and its partitions would be re-read by their next owner. Raise "
+            "kafka.max.poll.interval.ms or lower maxOffsetsPerTrigger.",
+            batch,
+            took,
+            self.timeout_s + 5,
+        )
+        self.metrics.extra["slow_batches"] = self.metrics.extra.get("slow_batches", 0) + 1
+
     def _commit_if_durable(
         self, member: GroupMember | None, partitions: frozenset[TopicPartition]
     ) -> bool | None:

@@ -151,9 +151,7 @@ class PartitionTable:
 
     # ------------------------------------------------------------------ transitions
 
-    def resume(
-        self, tp: TopicPartition, position: int, committed: int | None = None
-    ) -> int | None:
+    def resume(self, tp: TopicPartition, position: int, committed: int | None = None) -> int | None:
         """Give ``tp`` its first position; return it (None: ``tp`` is being revoked, and
         keeps no position).
 

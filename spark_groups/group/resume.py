@@ -46,9 +46,7 @@ class Start:
     origin: Origin
 
 
-def start_rule(
-    starting: StartingOffsets, tp: TopicPartition, discovered_later: bool
-) -> StartRule:
+def start_rule(starting: StartingOffsets, tp: TopicPartition, discovered_later: bool) -> StartRule:
     """A real offset, EARLIEST, LATEST or a timestamp: where ``tp`` starts without any
     commit. A partition that appeared while the query ran starts at EARLIEST unless a JSON
     option names it."""

@@ -41,7 +41,7 @@ from datetime import timedelta
 from typing import Any
 
 from spark_groups import metrics as coordinator_metrics
-from spark_groups.errors import BrokerUnreachableError, DataLossError, TopicNotFoundError
+from spark_groups.errors import BrokerUnreachableError
 from spark_groups.group import first_assignment
 from spark_groups.group.arrivals import Arrivals
 from spark_groups.group.available_now import AvailableNowTargets
@@ -50,11 +50,11 @@ from spark_groups.group.bookkeeping import Bookkeeping
 from spark_groups.group.commit import BatchCommitter
 from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.history import RebalanceHistory
+from spark_groups.group.log_ends import LogEnds
 from spark_groups.group.member import GroupMember
 from spark_groups.group.partitions import PartitionTable
 from spark_groups.group.planner import plan_ranges, wait_for_more
 from spark_groups.group.sigterm import leave_on_sigterm
-from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.ledger import OffsetLedger
 from spark_groups.metrics import StreamMetrics
 from spark_groups.offsets import BatchOffset, TopicPartition
@@ -73,7 +73,6 @@ class GroupStream:
         self.metrics = StreamMetrics()
         self._books = Bookkeeping()
         self._member: GroupMember | None = None
-        self._resolver: EndOffsetResolver | None = None
         retention = timedelta(milliseconds=options.retention_ms) or None
         ledger = (
             OffsetLedger(
@@ -108,6 +107,7 @@ class GroupStream:
             at_most_once=options.at_most_once,
         )
         self._available_now = AvailableNowTargets()
+        self._log_ends = LogEnds(options, self._books, self._available_now)
         self._stop_lock = threading.RLock()
         self._idle = False
 
@@ -127,11 +127,6 @@ class GroupStream:
             self.options.subscription,
             listener=self,
             broker_timeout_s=self.options.broker_timeout_ms / 1000.0,
-        )
-        self._resolver = EndOffsetResolver(
-            self.options.reader_config(),
-            mode=self.options.end_offsets_mode,
-            timeout_s=self.options.broker_timeout_ms / 1000.0,
         )
         # Known before start(): the first assignment may arrive before start() returns, and
         # its history row needs this member's id.
@@ -161,8 +156,7 @@ class GroupStream:
                 self._books.lock.notify_all()
             if self._member is not None:
                 self._member.close()
-            if self._resolver is not None:
-                self._resolver.close()
+            self._log_ends.close()
             if self._history is not None:
                 self._history.flush()
 
@@ -186,8 +180,7 @@ class GroupStream:
         self._wait_for_first_assignment(member)
         member.check()
         self._note_idle(member.assignment)
-        assert self._resolver is not None
-        self._arrivals.resolve(member, self._resolver, start)  # 3
+        self._arrivals.resolve(member, self._log_ends.resolver, start)  # 3
         self._arrivals.recheck_held()
         self._durability.check_checkpoint(start)
         with books.lock:
@@ -198,19 +191,19 @@ class GroupStream:
         # ask again (and fail as before if it still does not answer).
         ends: dict[TopicPartition, int] | None
         try:
-            ends = self._end_offsets(positions)
+            ends = self._log_ends.fetch(positions)
         except BrokerUnreachableError as exc:
             log.warning("log ends unknown before the commit of batch %d: %s", start.batch, exc)
             ends = None
         self.commit_durable(start)  # 4
-        self._warn_if_slow(start.batch)
+        self._barrier.warn_if_slow(start.batch, self._books.batches.took(start.batch))
         if self._history is not None:
             self._history.flush()
         if ends is None:
-            ends = self._end_offsets(positions)
+            ends = self._log_ends.fetch(positions)
         plan = plan_ranges(positions, ends, max_records)  # 5
         for tp, position, end in plan.went_backwards:
-            self._log_went_backwards(tp, position, end)
+            self._log_ends.went_backwards(tp, position, end)
         if not self._available_now.active and wait_for_more(
             plan.available,
             self.options.min_offsets_per_trigger,
@@ -268,8 +261,7 @@ class GroupStream:
     def prepare_available_now(self) -> None:
         """Trigger.AvailableNow: fix the end of every subscribed partition as of now."""
         member = self.ensure_started()
-        assert self._resolver is not None
-        self._available_now.fix(member.subscribed_partitions(), self._resolver)
+        self._available_now.fix(member.subscribed_partitions(), self._log_ends.resolver)
 
     def report_latest(self) -> dict[str, Any] | None:
         """The log ends seen by the last plan, in the JSON shape of Spark's kafka source, and
@@ -321,60 +313,6 @@ class GroupStream:
                 )
             else:
                 log.info("this member of group %s owns partitions again", self.options.group_id)
-
-    def _end_offsets(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
-        if not positions:
-            return {}
-        assert self._resolver is not None
-        try:
-            ends = self._resolver.end_offsets(positions.keys())
-        except TopicNotFoundError as exc:
-            # An assigned topic vanished (deleted, or a broker lost its data): like the log
-            # going backwards, data loss, unless failOnDataLoss=false, which waits for the
-            # group to rebalance or the topic to come back, planning nothing meanwhile.
-            if self.options.fail_on_data_loss:
-                raise DataLossError(
-                    f"{exc}: assigned partitions no longer exist; set failOnDataLoss=false to "
-                    "wait for them instead"
-                ) from exc
-            log.warning("%s; failOnDataLoss=false: planning nothing for now", exc)
-            return {}
-        self._books.log_ends = dict(ends)
-        return self._available_now.cut(ends, positions)
-
-    def _log_went_backwards(self, tp: TopicPartition, position: int, end: int) -> None:
-        message = (
-            f"{tp}: the log ends at {end} but the group's position is {position} "
-            "(was the topic recreated or the broker's data lost?)"
-        )
-        if self.options.fail_on_data_loss:
-            raise DataLossError(
-                message + "; set failOnDataLoss=false to continue from the end",
-                partition=tp,
-                from_offset=end,
-                until_offset=position,
-            )
-        log.warning("%s; failOnDataLoss=false: continuing from %d", message, end)
-        with self._books.lock:
-            self._books.partitions.moved_to_end(tp, end)
-
-    def _warn_if_slow(self, batch: int) -> None:
-        """A batch that runs for most of the rebalance timeout would make a revocation time
-        out (and its partitions move uncommitted): say so before that happens."""
-        took = self._books.batches.took(batch)
-        timeout_s = self._barrier.timeout_s
-        if took is None or took <= timeout_s / 2:
-            return
-        log.warning(
-            "batch %d took %.1f s, more than half of the rebalance timeout "
-            "(kafka.max.poll.interval.ms = %.0f s): a revocation during such a batch would "
-            "time out and its partitions would be re-read by their next owner. Raise "
-            "kafka.max.poll.interval.ms or lower maxOffsetsPerTrigger.",
-            batch,
-            took,
-            timeout_s + 5,
-        )
-        self.metrics.extra["slow_batches"] = self.metrics.extra.get("slow_batches", 0) + 1
 
     # ------------------------------------------------------------------ 2, 6: RebalanceListener
     def _generation(self) -> int:

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from spark_groups.errors import CommitError, StaleGenerationError
+from spark_groups.errors import CommitError, DataLossError, StaleGenerationError
 from spark_groups.group.available_now import AvailableNowTargets
 from spark_groups.group.barrier import RevocationBarrier
 from spark_groups.group.bookkeeping import Bookkeeping, PlannedBatches
 from spark_groups.group.commit import BatchCommitter
 from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.gaps import Held
+from spark_groups.group.log_ends import LogEnds
 from spark_groups.group.partitions import PartitionTable
 from spark_groups.ledger import OffsetLedger
 from spark_groups.metrics import StreamMetrics
@@ -246,3 +247,32 @@ def test_nothing_to_wait_for_passes_at_once(tmp_path: Path) -> None:
     outcome = wall.revoke(None, frozenset({T0}), lambda s: pytest.fail("waited"))
     assert outcome.waited_for == -1 and not outcome.timed_out
     assert wall.metrics.revocations == 1 and books.partitions.get(T0) is None
+
+
+# ---------------------------------------------------------------------- log ends
+
+
+def test_a_log_that_went_backwards_is_data_loss_or_with_the_option_the_new_start() -> None:
+    base = {"kafka.bootstrap.servers": "unused:9092", "subscribe": "t", "group.id": "g"}
+    books = Bookkeeping()
+    books.partitions.resume(T0, 50)
+    strict = LogEnds(parse_options(base), books, AvailableNowTargets())
+    with pytest.raises(DataLossError) as lost:
+        strict.went_backwards(T0, 50, 20)
+    assert lost.value.partition == T0 and "failOnDataLoss=false" in str(lost.value)
+    assert books.partitions.plannable(OWNED) == {T0: 50}  # nothing moved
+    lenient = LogEnds(
+        parse_options({**base, "failOnDataLoss": "false"}), books, AvailableNowTargets()
+    )
+    lenient.went_backwards(T0, 50, 20)
+    assert books.partitions.plannable(OWNED) == {T0: 20}
+    assert lenient.fetch({}) == {}  # nothing to ask: no client is made
+
+
+def test_a_batch_that_ran_past_half_the_rebalance_timeout_is_counted(tmp_path: Path) -> None:
+    wall, _ = barrier(tmp_path, timeout_s=10.0)
+    wall.warn_if_slow(3, 4.0)
+    wall.warn_if_slow(4, None)  # not planned here
+    assert wall.metrics.extra.get("slow_batches", 0) == 0
+    wall.warn_if_slow(5, 6.0)
+    assert wall.metrics.extra["slow_batches"] == 1

@@ -208,7 +208,7 @@ def test_revocation_during_planning_leaves_the_revoked_partitions_out(
     assert stream.latest_offset(first, None) is first  # batch 0 committed, nothing new
     produce_ids(bootstrap_servers, topic, range(5 * 2), 2)
     revoked = frozenset({TopicPartition(topic, 0)})
-    fetch_ends = stream._end_offsets
+    fetch_ends = stream._log_ends.fetch
     barrier_returned = threading.Event()
 
     def revoke() -> None:
@@ -221,7 +221,7 @@ def test_revocation_during_planning_leaves_the_revoked_partitions_out(
         assert barrier_returned.wait(10)  # batch 0 is committed: nothing to wait for
         return ends
 
-    stream._end_offsets = ends_with_a_revocation_meanwhile  # type: ignore[method-assign]
+    stream._log_ends.fetch = ends_with_a_revocation_meanwhile  # type: ignore[method-assign]
     planned = BatchOffset.from_json(stream.latest_offset(first, None))
     assert planned.ends() == {TopicPartition(topic, 1): 10}
 
