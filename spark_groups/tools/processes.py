@@ -60,13 +60,14 @@ def port_open(port: int, timeout_s: float = 0.5) -> bool:
     return True
 
 
-def java() -> str:
-    """The ``java`` to run: ``$JAVA_HOME/bin/java``, else the one on the ``PATH``."""
+def java(who: str = "Apache Kafka") -> str:
+    """The ``java`` to run ``who`` with: ``$JAVA_HOME/bin/java``, else the one on the
+    ``PATH``."""
     home = os.environ.get("JAVA_HOME")
     found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
     if not found or not Path(found).exists():
         raise SparkGroupsError(
-            "Apache Kafka needs Java 17 or newer, and no `java` was found: "
+            f"{who} needs Java 17 or newer, and no `java` was found: "
             "apt-get install openjdk-17-jre-headless (or set JAVA_HOME)"
         )
     return found

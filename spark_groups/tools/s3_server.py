@@ -163,7 +163,7 @@ class S3Server(Launcher):
         config.chmod(0o600)
         self._process.start(
             [
-                java(),
+                java("S3Proxy"),
                 f"-Xmx{self.heap}",
                 "-XX:TieredStopAtLevel=1",
                 f"-Dlogback.configurationFile={self._dir / 'logback.xml'}",

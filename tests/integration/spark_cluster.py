@@ -11,7 +11,7 @@ test run killed from outside leaves no cluster behind.
 
     with SparkCluster() as cluster:
         spark-submit --master cluster.master_url ...
-        cluster.applications()        # the master's view: apps, their executors' workers
+        cluster.state()               # the master's view (its JSON): workers, apps
 """
 
 from __future__ import annotations
