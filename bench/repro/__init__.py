@@ -1,0 +1,1 @@
+"""Reproductions of broker behaviour that the documentation cites (evidence, not tests)."""
