@@ -23,7 +23,11 @@ delay, 45 s sessions, KIP-848's 5 s heartbeat):
 * ``classic``: kafka-group, classic protocol, cooperative-sticky (the default);
 * ``static``: the same with ``group.instance.id`` and ``session.timeout.ms`` above the
   schedule's interval (the member's assignment waits for it between runs);
-* ``kip848``: kafka-group with ``group.protocol=consumer``.
+* ``kip848``: kafka-group with ``group.protocol=consumer``;
+* ``python-source``: a Python streaming data source that reads no Kafka (each run one batch of
+  the same number of constant Arrow rows; ``bench.ceiling``'s rows): what any source built on
+  Spark's Python data source API pays per run (its reader process starting, its imports),
+  so ``kafka-group - python-source`` is what is ours.
 
 The reader process's log (``$SPARK_GROUPS_LOG_FILE``, set here) gives kafka-group's time by
 phase: to subscribe (the reader process is up and the member joins), to the first
@@ -68,6 +72,7 @@ SIDES: dict[str, dict[str, str] | None] = {
         "kafka.max.poll.interval.ms": "900000",
     },
     "kip848": {"kafka.group.protocol": "consumer"},
+    "python-source": None,
 }
 
 #: Lines of the reader process's log that mark kafka-group's phases.
@@ -98,8 +103,59 @@ class FirstRecord:
         return first, rows
 
 
-def _reader(spark: Any, side: str, servers: str, topic: str, group: str) -> Any:
+class _ConstStreamReader:
+    """One batch of ``rows`` constant rows per query (a fresh checkpoint each run)."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def initialOffset(self) -> dict:
+        return {"n": 0}
+
+    def latestOffset(self, start: Any = None, limit: Any = None) -> dict:
+        return {"n": self.rows}
+
+    def partitions(self, start: dict, end: dict) -> list:
+        from pyspark.sql.datasource import InputPartition
+
+        return [InputPartition(end["n"] - start["n"])]
+
+    def read(self, partition: Any) -> Any:
+        from bench.ceiling import _ConstReader
+
+        yield from _ConstReader(partition.value, 1, 10_000, 100).read(partition)
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+def _python_source(spark: Any, rows: int) -> Any:
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+
+    from spark_groups.read.schema import spark_ddl
+
+    class Reader(_ConstStreamReader, DataSourceStreamReader):
+        pass
+
+    class ConstStream(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench-const-stream"
+
+        def schema(self) -> str:
+            return spark_ddl(False)
+
+        def streamReader(self, schema: Any) -> Any:
+            return Reader(int(self.options["rows"]))
+
+    spark.dataSource.register(ConstStream)
+    return spark.readStream.format("bench-const-stream").option("rows", str(rows)).load()
+
+
+def _reader(spark: Any, side: str, servers: str, topic: str, group: str, rows: int) -> Any:
     options = SIDES[side]
+    if side == "python-source":
+        return _python_source(spark, rows)
     if options is None:
         return (
             spark.readStream.format("kafka")
@@ -140,14 +196,21 @@ def _phase_times(log_file: Path, group: str, since: float) -> dict[str, float]:
 
 
 def run_once(
-    spark: Any, side: str, servers: str, topic: str, group: str, checkpoint: Path, log_file: Path
+    spark: Any,
+    side: str,
+    servers: str,
+    topic: str,
+    group: str,
+    checkpoint: Path,
+    log_file: Path,
+    rows: int,
 ) -> dict[str, Any]:
     """One scheduled run of ``side``: new records, a new AvailableNow query, timed."""
     sink = FirstRecord()
     wall0 = time.time()
     t0 = time.monotonic()
     query = (
-        _reader(spark, side, servers, topic, group)
+        _reader(spark, side, servers, topic, group, rows)
         .writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
@@ -163,7 +226,7 @@ def run_once(
         "to_first_record_s": None if first is None else first - t0,
         "to_end_s": end,
     }
-    if SIDES[side] is not None:
+    if side not in ("spark-kafka", "python-source"):
         phases = _phase_times(log_file, group, wall0)
         result.update({f"to_{k}_s": v - wall0 for k, v in phases.items()})
     return result
@@ -179,7 +242,11 @@ def measure(spark: Any, servers: str, runs: int, records: int, partitions: int) 
     for i in range(runs):
         for side in SIDES:
             produce(servers, [topics[side]], partitions, records, 100)
-            r = run_once(spark, side, servers, topics[side], groups[side], scratch / side, log_file)
+            # The constant source starts from nothing each run: a checkpoint of its own per run.
+            checkpoint = scratch / (f"{side}-{i}" if side == "python-source" else side)
+            r = run_once(
+                spark, side, servers, topics[side], groups[side], checkpoint, log_file, records
+            )
             if r["rows"] != records:
                 raise RuntimeError(f"{side} run {i}: read {r['rows']} of {records} records")
             out[side].append(r)
