@@ -76,9 +76,11 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Spark's kafka source tuned for throughput (``--tune`` tried the candidates below; the
 #: trials are recorded in docs/benchmarks.md, "Whole runs").
 SPARK_TUNED: dict[str, str] = {
-    "kafka.max.poll.records": "10000",
     "kafka.fetch.max.bytes": "104857600",
     "kafka.max.partition.fetch.bytes": "10485760",
+    "kafka.max.poll.records": "10000",
+    "kafka.fetch.min.bytes": "1048576",
+    "kafka.fetch.max.wait.ms": "100",
     "kafka.receive.buffer.bytes": "1048576",
 }
 
@@ -108,6 +110,19 @@ TUNING_CANDIDATES: dict[str, dict[str, str]] = {
         "kafka.max.poll.records": "10000",
         "kafka.fetch.min.bytes": "1048576",
         "kafka.fetch.max.wait.ms": "100",
+    },
+    "poll records + fetch.min.bytes": {
+        "kafka.max.poll.records": "10000",
+        "kafka.fetch.min.bytes": "1048576",
+        "kafka.fetch.max.wait.ms": "100",
+    },
+    "fetch sizes + poll records + fetch.min.bytes + buffers": {
+        "kafka.fetch.max.bytes": "104857600",
+        "kafka.max.partition.fetch.bytes": "10485760",
+        "kafka.max.poll.records": "10000",
+        "kafka.fetch.min.bytes": "1048576",
+        "kafka.fetch.max.wait.ms": "100",
+        "kafka.receive.buffer.bytes": "1048576",
     },
     "fetch sizes + poll records, minPartitions=2": {
         "kafka.fetch.max.bytes": "104857600",
@@ -290,7 +305,9 @@ def child_main(spec: dict[str, Any]) -> None:
         spark = spark_session()
         out["session_s"] = round(time.perf_counter() - t0, 3)
     try:
-        for i in range(spec["runs"]):
+        if "variants" in spec:
+            out["variants"] = tune_child(spark, spec)
+        for i in range(0 if "variants" in spec else spec["runs"]):
             run = spark_run(spark, spec, log_file) if spark is not None else plain_run(spec)
             if run["rows"] != spec["records"]:
                 raise RuntimeError(f"{spec['side']} run {i}: {run['rows']} of {spec['records']}")
@@ -520,6 +537,24 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"Spark's kafka source tuned: `{json.dumps(results['spark_tuned'])}`.",
     ]
+    for i, trial in enumerate(results.get("tuning", [])):
+        lines += [
+            "",
+            f"Tuning trial {i + 1}: `{trial['command']}` ({trial['method']}; "
+            f"{trial['records']:,} records; load average {_load(trial['uptime'][0])} before, "
+            f"{_load(trial['uptime'][1])} after). Whole-run rec/s, warm:",
+            "",
+            "| options | median | best | runs |",
+            "| --- | ---: | ---: | --- |",
+        ]
+        for name, rates in trial["rates"].items():
+            options = trial.get("candidates", {}).get(name, TUNING_CANDIDATES.get(name, {}))
+            shown = ", ".join(f"`{k}={v}`" for k, v in options.items()) or "(defaults)"
+            lines.append(
+                f"| {shown} | {statistics.median(rates):,.0f} | {max(rates):,.0f} | "
+                + ", ".join(f"{r / 1000:.0f}k" for r in rates)
+                + " |"
+            )
     if results.get("notes"):
         lines += ["", *results["notes"]]
     lines.append("<!-- whole-run:end -->")
@@ -539,31 +574,57 @@ def write_section(section: str, doc: Path) -> None:
     doc.write_text(text)
 
 
+def _load(uptime: str) -> str:
+    """The load averages of an ``uptime`` line."""
+    return uptime.split("average:")[-1].strip()
+
+
 def _uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
+def tune_child(spark: Any, spec: dict[str, Any]) -> dict[str, list[float]]:
+    """In one session: a warm-up run, then ``spec["runs"]`` rounds of every candidate in
+    ``spec["variants"]``, alternating (round ``r`` starts at candidate ``r``); the whole-run
+    rates by candidate."""
+    variants: dict[str, dict[str, str]] = spec["variants"]
+    spark_run(spark, {**spec, "tuned": {}}, None)
+    names = list(variants)
+    found: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(spec["runs"]):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            run = spark_run(spark, {**spec, "tuned": variants[name]}, None)
+            found[name].append(round(spec["records"] / run["whole_s"]))
+            print(f"  round {r + 1} {name}: {found[name][-1]:,} rec/s", flush=True)
+    return found
+
+
 def tune(
-    servers: str, topic: str, records: int, partitions: int, rounds: int, scratch: Path
+    servers: str,
+    topic: str,
+    records: int,
+    partitions: int,
+    rounds: int,
+    scratch: Path,
+    only: Sequence[str] = (),
 ) -> dict:
-    """Every :data:`TUNING_CANDIDATES` set in a fresh session of its own: one cold run, then
-    ``rounds`` warm runs; return the warm whole-run rates."""
-    found: dict[str, list[float]] = {}
-    for name, options in TUNING_CANDIDATES.items():
-        spec = {
-            "side": "spark-kafka-tuned",
-            "tuned": options,
-            "servers": servers,
-            "topic": topic,
-            "records": records,
-            "partitions": partitions,
-            "runs": 1 + rounds,
-            "extra_roots": broker_pids(),
-        }
-        print(f"trying {name}: {options}", flush=True)
-        res = run_child(spec, scratch)
-        found[name] = [round(records / r["whole_s"]) for r in res["runs"][1:]]
-        print(f"  {name}: warm whole-run rec/s {found[name]}", flush=True)
+    """The :data:`TUNING_CANDIDATES` (or those named in ``only``) in one warm session,
+    ``rounds`` warm whole runs each, interleaved (:func:`tune_child`)."""
+    variants = {k: v for k, v in TUNING_CANDIDATES.items() if not only or k in only}
+    spec = {
+        "side": "spark-kafka-tuned",
+        "variants": variants,
+        "tuned": {},
+        "servers": servers,
+        "topic": topic,
+        "records": records,
+        "partitions": partitions,
+        "runs": rounds,
+        "extra_roots": broker_pids(),
+    }
+    found: dict[str, list[float]] = run_child(spec, scratch)["variants"]
+    for name, rates in found.items():
+        print(f"{name}: median {statistics.median(rates):,.0f}, best {max(rates):,.0f}")
     return found
 
 
@@ -578,6 +639,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sides", default=",".join(SIDES), help="comma-separated subset")
     parser.add_argument("--tuned", help="Spark kafka's tuned options as JSON")
     parser.add_argument("--tune", action="store_true", help="try TUNING_CANDIDATES instead")
+    parser.add_argument("--candidates", help="--tune: only these (names, '|'-separated)")
     parser.add_argument("--note", action="append", default=[], help="a line for the section")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "whole_run.json"))
     parser.add_argument("--doc", default=str(ROOT / "docs" / "benchmarks.md"))
@@ -596,8 +658,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" {a}" for a in (argv if argv is not None else sys.argv[1:])
     )
     scratch = Path(tempfile.mkdtemp(prefix="whole-run-"))
-    os.environ["SPARK_GROUPS_LOG_FILE"] = str(scratch / "spark_groups.log")
-    os.environ["SPARK_GROUPS_LOG_LEVEL"] = "INFO"
+    # The reader processes' log gives kafka-group's phases (set it to keep the log).
+    os.environ.setdefault("SPARK_GROUPS_LOG_FILE", str(scratch / "spark_groups.log"))
+    os.environ.setdefault("SPARK_GROUPS_LOG_LEVEL", "INFO")
     started_at = datetime.now(UTC)
     load_before = _uptime()
     loads = [load_average()]
@@ -619,18 +682,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "extra_roots": broker_pids(),
             }
             if args.tune:
-                found = tune(servers, topic, args.records, args.partitions, args.rounds, scratch)
-                Path(args.out).with_name("whole_run_tuning.json").write_text(
-                    json.dumps(
-                        {
-                            "records": args.records,
-                            "uptime": [load_before, _uptime()],
-                            "rates": found,
-                        },
-                        indent=1,
-                    )
-                    + "\n"
+                found = tune(
+                    servers,
+                    topic,
+                    args.records,
+                    args.partitions,
+                    args.rounds,
+                    scratch,
+                    args.candidates.split("|") if args.candidates else (),
                 )
+                tuning = Path(args.out).with_name("whole_run_tuning.json")
+                passes = json.loads(tuning.read_text())["passes"] if tuning.exists() else []
+                passes.append(
+                    {
+                        "command": command,
+                        "method": "one warm session, candidates alternating",
+                        "records": args.records,
+                        "rounds": args.rounds,
+                        "uptime": [load_before, _uptime()],
+                        "candidates": {k: TUNING_CANDIDATES[k] for k in found},
+                        "rates": found,
+                    }
+                )
+                tuning.parent.mkdir(parents=True, exist_ok=True)
+                tuning.write_text(json.dumps({"passes": passes}, indent=1) + "\n")
                 return 0
             for round_no in range(args.rounds):
                 order = sides[round_no % len(sides) :] + sides[: round_no % len(sides)]
@@ -663,6 +738,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "runs": results,
         "notes": args.note,
     }
+    tuning = Path(args.out).with_name("whole_run_tuning.json")
+    if tuning.exists():
+        out["tuning"] = json.loads(tuning.read_text())["passes"]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1, default=str) + "\n")
     section = render(out)
