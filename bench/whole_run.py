@@ -448,8 +448,8 @@ def render(results: dict[str, Any]) -> str:
         "first connections; the session's own start is not in it, see below). *Warm*: later "
         "runs in the same session. *Warm-only*: the throughput section's time (the sum of "
         "`triggerExecution`, less kafka-group's first `latestOffset`, the group join; plain "
-        "loop: `assign()` to the last record). Best of the rounds; medians in "
-        "`bench/results/whole_run.json`.",
+        "loop: `assign()` to the last record). Rates: best of the runs (median in brackets); "
+        "ratios: of the best. Every run is in `bench/results/whole_run.json`.",
         "",
         "| side | cold whole run (rec/s) | warm whole run (rec/s) | warm-only (rec/s) |"
         " cold vs Spark default / tuned | warm vs Spark default / tuned |"
@@ -460,8 +460,9 @@ def render(results: dict[str, Any]) -> str:
         r = s.get(side)
         if not r:
             continue
-        cells = [LABELS[side], _rate(r.get("cold_best")), _rate(r.get("warm_best"))]
-        cells.append(_rate(r.get("warm_only_best")))
+        cells = [LABELS[side]]
+        for key in ("cold", "warm", "warm_only"):
+            cells.append(f"{_rate(r.get(f'{key}_best'))} ({_rate(r.get(f'{key}_median'))})")
         for key in ("cold_best", "warm_best", "warm_only_best"):
             cells.append(
                 f"{_ratio(r.get(key), base.get(key))} / {_ratio(r.get(key), tuned.get(key))}"
@@ -644,10 +645,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "whole_run.json"))
     parser.add_argument("--doc", default=str(ROOT / "docs" / "benchmarks.md"))
     parser.add_argument("--no-doc", action="store_true", help="do not touch docs/benchmarks.md")
+    parser.add_argument("--render", help="only write the section again from this results JSON")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         child_main(json.loads(args.child))
+        return 0
+    if args.render:
+        done = json.loads(Path(args.render).read_text())
+        done["notes"] = args.note or done.get("notes", [])
+        Path(args.render).write_text(json.dumps(done, indent=1, default=str) + "\n")
+        write_section(render(done), Path(args.doc))
         return 0
 
     from spark_groups.tools.kafka_broker import KafkaBroker
