@@ -6,6 +6,7 @@ import math
 import os
 import platform
 import statistics
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -227,7 +228,7 @@ def cpu_seconds() -> dict[str, float]:
     for pid, (ppid, _) in stats.items():
         children.setdefault(str(ppid), []).append(pid)
     out = {"bench": stats[me][1], "broker": 0.0, "spark": 0.0}
-    todo = [(c, None) for c in children.get(me, [])]
+    todo: list[tuple[str, str | None]] = [(c, None) for c in children.get(me, [])]
     while todo:
         pid, kind = todo.pop()
         if kind is None:
@@ -241,3 +242,126 @@ def cpu_seconds() -> dict[str, float]:
 def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """CPU seconds per group between two :func:`cpu_seconds` readings."""
     return {k: round(max(0.0, after[k] - before.get(k, 0.0)), 3) for k in after}
+
+
+#: The process groups :class:`CpuSampler` reports, in the order the tables show them.
+PROCESS_KINDS = ("jvm", "workers", "reader", "bench", "broker")
+
+
+def process_kind(cmdline: str) -> str:
+    """The group of a process, from its command line: ``broker`` (Apache Kafka or Tansu),
+    ``reader`` (Spark's long-lived Python streaming source process on the driver, where
+    kafka-group's group member lives), ``jvm`` (Spark's driver JVM and the launch scripts),
+    ``workers`` (Python workers and their daemon) or ``bench`` (anything else: this process
+    and its Python children)."""
+    cmd = cmdline.lower()
+    if "tansu" in cmd or "kafka.kafka" in cmd:
+        return "broker"
+    if "python_streaming_source_runner" in cmd:
+        return "reader"
+    first = cmd.split(" ", 1)[0]
+    if first.endswith("java") or "spark-submit" in cmd or "spark-class" in cmd:
+        return "jvm"
+    if "pyspark" in cmd:
+        return "workers"
+    return "bench"
+
+
+def _own_and_children(pid: str) -> tuple[int, float, float] | None:
+    """(parent pid, own CPU seconds, CPU seconds of reaped children) of a process."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / tick
+    reaped = (int(fields[13]) + int(fields[14])) / tick
+    return int(fields[1]), own, reaped
+
+
+class CpuSampler:
+    """CPU seconds by process group (:func:`process_kind`) of this process, its descendants
+    and the processes under ``extra_roots`` (e.g. the broker), between :meth:`start` and
+    :meth:`stop`.
+
+    :func:`cpu_seconds` counts a process's reaped children in its parent, so a process that
+    ends during the window (the reader process when its query stops, a Python worker) moves
+    into its parent's group. Here a thread reads /proc every ``interval_s`` and counts each
+    process's own time in its own group; when a process disappears, what its parent's
+    reaped-children time grew by beyond the process's last reading is added to the vanished
+    process's group (a process born and gone between two readings counts in its parent's
+    group)."""
+
+    def __init__(self, extra_roots: Sequence[int] = (), interval_s: float = 0.1) -> None:
+        self.roots = [os.getpid(), *extra_roots]
+        self.interval_s = interval_s
+        self.totals = dict.fromkeys(PROCESS_KINDS, 0.0)
+        self._prev: dict[str, tuple[int, str, float, float]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _snapshot(self) -> dict[str, tuple[int, str, float, float]]:
+        stats: dict[str, tuple[int, float, float]] = {}
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                stat = _own_and_children(pid)
+                if stat is not None:
+                    stats[pid] = stat
+        children: dict[str, list[str]] = {}
+        for pid, (ppid, _, _) in stats.items():
+            children.setdefault(str(ppid), []).append(pid)
+        out: dict[str, tuple[int, str, float, float]] = {}
+        todo = [str(r) for r in self.roots if str(r) in stats]
+        while todo:
+            pid = todo.pop()
+            if pid in out:
+                continue
+            known = self._prev.get(pid)
+            kind = known[1] if known is not None else process_kind(_cmdline(pid))
+            ppid, own, reaped = stats[pid]
+            out[pid] = (ppid, kind, own, reaped)
+            todo += children.get(pid, [])
+        return out
+
+    def _account(self, now: dict[str, tuple[int, str, float, float]]) -> None:
+        prev = self._prev
+        for pid, (_, kind, own, _) in now.items():
+            before = prev.get(pid)
+            self.totals[kind] += own - (before[2] if before is not None else 0.0)
+        gone: dict[str, list[str]] = {}
+        for pid, (ppid, _, _, _) in prev.items():
+            if pid not in now:
+                gone.setdefault(str(ppid), []).append(pid)
+        for pid, (_, kind, _, reaped) in now.items():
+            before = prev.get(pid)
+            if before is None:
+                continue
+            grew = reaped - before[3]
+            if grew <= 0:
+                continue
+            vanished = gone.get(pid, [])
+            seen = sum(prev[v][2] + prev[v][3] for v in vanished)
+            extra = max(0.0, grew - seen)
+            target = prev[vanished[0]][1] if vanished else kind
+            self.totals[target] += extra
+        self._prev = now
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._account(self._snapshot())
+
+    def start(self) -> CpuSampler:
+        """Take the baseline reading and start sampling."""
+        self._prev = self._snapshot()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, float]:
+        """Take a last reading; return CPU seconds by group over the window."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._account(self._snapshot())
+        return {k: round(v, 3) for k, v in self.totals.items()}
