@@ -15,9 +15,10 @@ its 4 ranges, with:
 
 Every read runs in a fresh child process (same imports on every side), after a warm-up read of
 1,000 records that creates the (pooled) consumer; all use the reader's librdkafka settings.
-Rounds alternate the sides. Reported: best records/s, median CPU seconds per million records
-of the reading process (all its threads: librdkafka's too) and of the broker, the reading
-process's peak RSS and its RSS after the imports, and the minor page faults of the read.
+Rounds alternate the sides. Reported: best and median records/s, median CPU seconds per
+million records of the reading process (all its threads: librdkafka's too) and of the broker,
+the reading process's peak RSS and its RSS after the imports, the minor page faults of the
+read and, with ``--callgrind SHARE``, instructions per record under valgrind (load-independent).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -168,7 +170,7 @@ def run_child(
 def instructions(servers: str, topic: str, counts: list[int], side: str) -> float:
     """Instructions per record of the read (all threads), under callgrind: the read less a
     run that only warms up; independent of the machine's load."""
-    out = os.path.join(HERE, f".callgrind-{uuid.uuid4().hex[:6]}")
+    out = os.path.join(tempfile.gettempdir(), f"native-read-{uuid.uuid4().hex[:6]}.callgrind")
     full = run_child(side, servers, topic, counts, callgrind=out)["instructions"]
     base = run_child(side, servers, topic, counts, callgrind=out, warm_only=True)["instructions"]
     return (full - base) / sum(counts)

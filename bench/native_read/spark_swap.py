@@ -95,7 +95,7 @@ def main() -> int:
 
     import bench.native_read as native
     from bench.ceiling import const_arrow_rate
-    from bench.common import create_topics, produce
+    from bench.common import cpu_delta, cpu_seconds, create_topics, produce
     from bench.run import spark_session
     from spark_groups.tools.kafka_broker import KafkaBroker
 
@@ -125,8 +125,10 @@ def main() -> int:
                 order = ["kafka-group", "kafka-group-native", "ceiling"]
                 for fmt in order if round_no % 2 else order[::-1]:
                     if fmt == "ceiling":
+                        before = cpu_seconds()
                         got, took = const_arrow_rate(spark, n, 4, size)
-                        result = {"rows": got, "warm": took, "whole": took, "cpu": {}}
+                        used = cpu_delta(before, cpu_seconds())
+                        result = {"rows": got, "warm": took, "whole": took, "cpu": used}
                     else:
                         result = run_query(spark, fmt, servers, topic, scratch)
                         if result["rows"] != n:
@@ -147,17 +149,16 @@ def main() -> int:
     print(
         "| value | records | kafka-group (Python read) | kafka-group, native read | "
         "native / Python | ceiling | Python / ceiling | native / ceiling | "
-        "CPU s / 1M: Spark (Python, native) |"
+        "CPU s / 1M, Spark's processes: Python read, native read, ceiling |"
     )
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for size, n, best, cpu in rows_out:
         py, nat, ceil = best["kafka-group"], best["kafka-group-native"], best["ceiling"]
-        spark_cpu = [
-            cpu[f].get("spark", 0) / n * 1e6 for f in ("kafka-group", "kafka-group-native")
-        ]
+        per_m = [cpu[f].get("spark", 0) / n * 1e6 for f in ("kafka-group", "kafka-group-native")]
+        per_m.append((cpu["ceiling"].get("spark", 0) + cpu["ceiling"].get("bench", 0)) / n * 1e6)
         print(
             f"| {size:,} B | {n:,} | {py:,.0f} | {nat:,.0f} | {nat / py:.2f}x | {ceil:,.0f} | "
-            f"{py / ceil:.2f}x | {nat / ceil:.2f}x | {spark_cpu[0]:.2f}, {spark_cpu[1]:.2f} |"
+            f"{py / ceil:.2f}x | {nat / ceil:.2f}x | {' / '.join(f'{x:.2f}' for x in per_m)} |"
         )
     return 0
 
