@@ -119,7 +119,7 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         results["command"],
         "```",
         "",
-        "(from the repository root; after `pip install -e \".[spark]\"`, `bash jars/fetch kafka "
+        '(from the repository root; after `pip install -e ".[spark]"`, `bash jars/fetch kafka '
         "spark-kafka delta-spark@4.2` and `bash jars/spark-venv 4.2.0`; add `--quick` for a "
         "smaller run, `--broker tansu` for the embedded broker, `--bootstrap-servers "
         "host:port` for another). Every figure is measured in the "
@@ -339,12 +339,12 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
     lines += ["", *_growth_notes(results), f"![cost growth]({plot.name})", ""]
     lines += _NOTES
     # Sections other benchmarks keep in this page (bench.end_offsets, bench.barrier_wait,
-    # bench.soak, bench.compaction) survive a rewrite.
-    from bench import barrier_wait, compaction, end_offsets, soak
+    # bench.soak, bench.compaction, bench.whole_run, bench.scheduled) survive a rewrite.
+    from bench import barrier_wait, compaction, end_offsets, scheduled, soak, whole_run
 
     old = path.read_text() if path.exists() else ""
     kept = ((end_offsets.START, end_offsets.END), barrier_wait.MARKERS, soak.MARKERS)
-    for start, end in (*kept, compaction.MARKERS):
+    for start, end in (*kept, compaction.MARKERS, whole_run.MARKERS, scheduled.MARKERS):
         if start in old and end in old:
             lines += ["", start + old.split(start, 1)[1].split(end, 1)[0] + end]
     path.write_text("\n".join(lines) + "\n")

@@ -41,6 +41,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from datetime import datetime
@@ -73,6 +74,18 @@ SIDES: dict[str, dict[str, str] | None] = {
     },
     "kip848": {"kafka.group.protocol": "consumer"},
     "python-source": None,
+}
+
+#: The page section this benchmark writes in docs/benchmarks.md (kept by bench.report).
+MARKERS = ("<!-- scheduled:start -->", "<!-- scheduled:end -->")
+
+#: What each side is, as the table says it.
+LABELS = {
+    "spark-kafka": 'Spark `format("kafka")` (no group)',
+    "python-source": "a Python source that reads no Kafka",
+    "classic": "kafka-group, classic protocol (cooperative-sticky)",
+    "static": "kafka-group, classic + static membership (`conf/scheduled.toml`)",
+    "kip848": "kafka-group, KIP-848 (`group.protocol=consumer`)",
 }
 
 #: Lines of the reader process's log that mark kafka-group's phases.
@@ -271,6 +284,44 @@ def summarize(out: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float
     return summary
 
 
+def render(results: dict[str, Any], command: str) -> str:
+    """The docs/benchmarks.md section of ``results`` (medians of the runs after the first)."""
+    summary, machine = results["summary"], results.get("machine", {})
+
+    def cell(side: str, key: str) -> str:
+        value = summary[side].get(f"median_{key}")
+        return "" if value is None else f"{value:.2f}"
+
+    base = summary["spark-kafka"].get("median_to_end_s")
+    lines = [
+        MARKERS[0],
+        "## Scheduled runs: AvailableNow, one run after the other (issue 25)",
+        "",
+        f"`{command}`, {results['when']}, load average {results['load_before']} before and "
+        f"{results['load_after']} after, {machine.get('cpu', '')}. Each run is a new "
+        "AvailableNow query of the same group and checkpoint into `noop` (via `foreachBatch`), "
+        f"after {results['args']['records']:,} new records on {results['args']['partitions']} "
+        "partitions; Apache Kafka with Kafka's default group settings "
+        "(`group.initial.rebalance.delay.ms=3000`, 45 s sessions, KIP-848's 5 s heartbeat). "
+        f"Seconds from `start()`, median of runs 2 to {results['args']['runs']} (the first "
+        "run, cold, is in bench/results/scheduled.json).",
+        "",
+        "| side | to the end | vs Spark kafka | to the first record | member subscribed | "
+        "first assignment | partitions resumed |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for side in SIDES:
+        end = summary[side].get("median_to_end_s")
+        diff = "" if end is None or base is None else f"{end - base:+.2f}"
+        lines.append(
+            f"| {LABELS[side]} | {cell(side, 'to_end_s')} | {diff} | "
+            f"{cell(side, 'to_first_record_s')} | {cell(side, 'to_subscribed_s')} | "
+            f"{cell(side, 'to_assigned_s')} | {cell(side, 'to_resumed_s')} |"
+        )
+    lines += ["", MARKERS[1]]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark on a broker of its own with Kafka's default group settings."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -278,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=10_000)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "scheduled.json"))
+    parser.add_argument(
+        "--write-docs", action="store_true", help="write the table into docs/benchmarks.md"
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault(
         "SPARK_GROUPS_LOG_FILE", str(Path(tempfile.mkdtemp(prefix="sched-log-")) / "sg.log")
@@ -285,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     from bench.run import spark_session
     from spark_groups.tools.kafka_broker import KafkaBroker
 
+    load_before = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     with KafkaBroker(server_properties=PRODUCTION_GROUP_SETTINGS) as broker:
         spark = spark_session()
         results = measure(spark, broker.bootstrap_servers, args.runs, args.records, args.partitions)
@@ -292,7 +348,15 @@ def main(argv: list[str] | None = None) -> int:
         results["broker_group_settings"] = PRODUCTION_GROUP_SETTINGS
         results["args"] = vars(args)
         spark.stop()
+    results["when"] = when
+    results["load_before"] = load_before
+    results["load_after"] = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     Path(args.out).write_text(json.dumps(results, indent=2, default=str) + "\n")
+    if args.write_docs:
+        from bench.end_offsets import replace_section
+
+        command = "PYTHONPATH=. python -m bench.scheduled " + " ".join(argv or sys.argv[1:])
+        replace_section(ROOT / "docs" / "benchmarks.md", render(results, command.strip()), MARKERS)
     print(json.dumps(results["summary"], indent=2))
     return 0
 

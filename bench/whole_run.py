@@ -150,6 +150,9 @@ LABELS = {
     "plain-tuned": "plain confluent-kafka loop, reader's settings (`READER_DEFAULTS`)",
 }
 
+#: The page section this benchmark writes in docs/benchmarks.md (kept by bench.report).
+MARKERS = ("<!-- whole-run:start -->", "<!-- whole-run:end -->")
+
 
 # --- one run (in the child process) -----------------------------------------------------------
 
@@ -432,7 +435,7 @@ def render(results: dict[str, Any]) -> str:
     base, tuned = s.get("spark-kafka", {}), s.get("spark-kafka-tuned", {})
     loads = results["load"]
     lines = [
-        "<!-- whole-run:start -->",
+        MARKERS[0],
         "## Whole runs (issue 26)",
         "",
         f"`{results['command']}` ({results['date']}; {results['machine']['broker']}; "
@@ -565,7 +568,7 @@ def render(results: dict[str, Any]) -> str:
 def write_section(section: str, doc: Path) -> None:
     """Put ``section`` in ``doc`` between its markers (appended the first time)."""
     text = doc.read_text()
-    start, end = "<!-- whole-run:start -->", "<!-- whole-run:end -->"
+    start, end = MARKERS
     if start in text and end in text:
         head, rest = text.split(start, 1)
         tail = rest.split(end, 1)[1]
