@@ -344,7 +344,8 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
 
     old = path.read_text() if path.exists() else ""
     kept = ((end_offsets.START, end_offsets.END), barrier_wait.MARKERS, soak.MARKERS)
-    for start, end in (*kept, compaction.MARKERS, whole_run.MARKERS, scheduled.MARKERS):
+    native = ("<!-- native-read:start -->", "<!-- native-read:end -->")
+    for start, end in (*kept, compaction.MARKERS, whole_run.MARKERS, scheduled.MARKERS, native):
         if start in old and end in old:
             lines += ["", start + old.split(start, 1)[1].split(end, 1)[0] + end]
     path.write_text("\n".join(lines) + "\n")
