@@ -70,6 +70,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -664,6 +665,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from spark_groups.tools.kafka_broker import KafkaBroker
 
+    # SIGTERM ends the run through the finally blocks: members, consumer and broker stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     base = Path(tempfile.mkdtemp(prefix="rolling-"))
     out = Path(args.out)
     results: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
