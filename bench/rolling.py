@@ -34,11 +34,13 @@ What is measured, per way:
   that landed count (rows of the table, records the consumer processed); a batch read and
   then lost to the SIGTERM counts for the reader that read it again. Reported: the longest
   gap that overlaps the rolling pass (first SIGTERM to the last member reading again, plus
-  ``--settle`` seconds), per partition, with who read before and after it; and the same
-  statistic over the steady window before the pass (the trigger interval and the batch's
-  own time), the baseline to compare with.
+  ``--settle`` seconds) and starts after every member first read (the start-up's joins do
+  not count), per partition, with who read before and after it; and the longest gap lying
+  within the ``--settle`` seconds of steady reading before the pass (the trigger interval
+  and the batch's own time), the baseline to compare with.
 * **Longest record wait**: per partition, the most any record waited between being
-  produced (Kafka's CreateTime) and being read, in the pass window.
+  produced (Kafka's CreateTime) and being read, in the pass window, leaving out the ids
+  handled twice (a replay reads them late).
 * **Revocations**: the ``revoked`` and ``lost`` rows of the rebalance history (the ledger's
   ``<ledger>_rebalances``) in the pass window, one per partition, plus the plain consumer's
   revoked and lost partitions.
@@ -282,36 +284,49 @@ class Reads:
             self.handled.setdefault(record_id, []).append(("table", p, offset))
         by_partition: dict[int, list[tuple[float, str]]] = {}
         waits: dict[int, list[tuple[float, float]]] = {}
-        for p, read_ms, produced_ms, reader in zip(
-            rows["partition"], rows["read_ms"], rows["produced_ms"], rows["reader"], strict=True
-        ):
+        for record_id, p, read_ms, produced_ms, reader in zip(
+            rows["id"], rows["partition"], rows["read_ms"], rows["produced_ms"], rows["reader"],
+            strict=True,
+        ):  # fmt: skip
             by_partition.setdefault(p, []).append((read_ms / 1000, reader))
-            waits.setdefault(p, []).append((read_ms / 1000, (read_ms - produced_ms) / 1000))
+            waits.setdefault(p, []).append(
+                (read_ms / 1000, (read_ms - produced_ms) / 1000, record_id)
+            )
         if service is not None:
             for record_id, p, offset, at, produced in service.reads:
                 self.ids.append(record_id)
                 self.handled.setdefault(record_id, []).append(("service", p, offset))
                 by_partition.setdefault(p, []).append((at, "service"))
-                waits.setdefault(p, []).append((at, at - produced))
+                waits.setdefault(p, []).append((at, at - produced, record_id))
         self.by_partition = {p: sorted(v) for p, v in sorted(by_partition.items())}
         self.waits = waits
 
-    def longest_gaps(self, since: float, until: float) -> dict[int, dict[str, Any]]:
+    def longest_gaps(
+        self, since: float, until: float, *, not_before: float, inside: bool = False
+    ) -> dict[int, dict[str, Any]]:
         """Per partition, the longest gap between consecutive reads that overlaps
-        [since, until], with the readers before and after it."""
+        [since, until] (``inside``: lies within it) and does not start before
+        ``not_before`` (the start-up's joins are not counted), with the readers before and
+        after it."""
         out: dict[int, dict[str, Any]] = {}
         for p, reads in self.by_partition.items():
             best: dict[str, Any] = {"gap_s": 0.0}
             for (t1, r1), (t2, r2) in itertools.pairwise(reads):
-                if t2 >= since and t1 <= until and t2 - t1 > best["gap_s"]:
+                if t1 < not_before or t2 < since or t1 > until or (inside and t2 > until):
+                    continue
+                if t2 - t1 > best["gap_s"]:
                     best = {"gap_s": round(t2 - t1, 3), "from": r1, "to": r2, "at": t1}
             out[p] = best
         return out
 
-    def longest_waits(self, since: float, until: float) -> dict[int, float]:
-        """Per partition, the longest produced-to-read wait of a record read in the window."""
+    def longest_waits(self, since: float, until: float, skip: set[int]) -> dict[int, float]:
+        """Per partition, the longest produced-to-read wait of a record read in the window,
+        leaving out the ids in ``skip`` (those handled twice: a replay reads them late)."""
         return {
-            p: round(max((w for at, w in v if since <= at <= until), default=0.0), 3)
+            p: round(
+                max((w for at, w, i in v if since <= at <= until and i not in skip), default=0.0),
+                3,
+            )
             for p, v in sorted(self.waits.items())
         }
 
@@ -452,8 +467,9 @@ def run_way(
 
     reads = Reads(table, service)
     lost, twice = lost_and_duplicated(produced, reads.ids)
-    gaps = reads.longest_gaps(pass_since, pass_until)
-    steady = reads.longest_gaps(steady_since, pass_since)
+    gaps = reads.longest_gaps(pass_since, pass_until, not_before=steady_since)
+    steady = reads.longest_gaps(steady_since, pass_since, not_before=steady_since, inside=True)
+    waits = reads.longest_waits(pass_since, pass_until, set(twice))
     history = history_in(history_path(spec["ledger"]), pass_since, pass_until)
     service_events = [e for e in service.events if pass_since <= e["at"] <= pass_until]
     generations = {r["generation"] for r in history} | {
@@ -479,9 +495,9 @@ def run_way(
                 len(gaps) // 2
             ],
             "steady_longest_unread_s": max(g["gap_s"] for g in steady.values()),
-            "longest_record_wait_s": max(reads.longest_waits(pass_since, pass_until).values()),
+            "longest_record_wait_s": max(waits.values()),
             "unread_by_partition": gaps,
-            "record_wait_by_partition": reads.longest_waits(pass_since, pass_until),
+            "record_wait_by_partition": waits,
             "revocations": revoked,
             "history_revocations": sum(1 for r in history if r["event"] == "revoked"),
             "history_lost": sum(1 for r in history if r["event"] == "lost"),
