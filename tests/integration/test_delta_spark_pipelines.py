@@ -17,7 +17,6 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from sink_member import DEFAULT_SQL
 from test_delta_spark import (  # skips this module where delta-spark cannot run
     IDS_DDL,
     SMALL_DELTA_JOBS,
@@ -27,6 +26,7 @@ from test_delta_spark import (  # skips this module where delta-spark cannot run
 )
 from test_sink import IdProducer, Member, ids_source, member_spec, table_ids
 
+from bench.sink_member import DEFAULT_SQL
 from spark_groups.tools.spark_jars import DELTA_SQL_CONF, jar_conf
 
 from broker_support import committed_offsets, log_end_offsets, produce_ids, wait_until

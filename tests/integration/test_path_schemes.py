@@ -16,6 +16,7 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
+from bench.members import MEMBER_SCRIPT
 from spark_groups.ledger.table import OffsetLedger
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.sink.plan import read_batch_plan
@@ -128,7 +129,7 @@ def test_a_query_with_ledger_sink_and_checkpoint_given_as_dbfs_paths_lands_every
     path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, PYTHONPATH=path, **{DBFS_MOUNT_ENV: str(mount)})
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("sink_member.py")), json.dumps(spec)],
+        [sys.executable, str(MEMBER_SCRIPT), json.dumps(spec)],
         env=env,
         cwd=str(root),
         capture_output=True,

@@ -23,8 +23,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from test_sink import MEMBER_SCRIPT, REPO_ROOT, table_ids
 
+from bench.members import MEMBER_SCRIPT, REPO_ROOT, table_ids
 from spark_groups.tools.cli import main as cli
 
 from broker_support import create_topic, produce_ids

@@ -2,39 +2,33 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
-import subprocess
-import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pytest
-from confluent_kafka import Producer
-from deltalake import DeltaTable, QueryBuilder, write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import functions as F
 
+from bench.members import (
+    IdProducer,
+    Member,
+    member_spec,
+    partitions_written,
+    sink_commits,
+    table_ids,
+)
 from spark_groups.ledger.table import OffsetLedger
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.sink.spark import has_delta, read_delta, read_table
-from spark_groups.storage.files import location
 from spark_groups.tools.s3_server import S3Server
 from spark_groups.tools.spark_jars import jar_conf
 
 from broker_support import committed_offsets, log_end_offsets, produce_ids, wait_until
 from helpers import delta_spark_here, group_options, needs_available_now, source, unique
-
-MEMBER_SCRIPT = Path(__file__).with_name("sink_member.py")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_into_sink(
@@ -69,13 +63,6 @@ def ids_source(spark: Any, opts: dict, checkpoint: Path | None = None) -> Any:
     return df.selectExpr(
         "cast(cast(value as string) as long) as id", "topic", "partition", "offset"
     )
-
-
-def table_ids(table: Path | str, storage_options: Mapping[str, str] | None = None) -> list[int]:
-    """Every id in the newest version of the table (duplicates kept), via delta-rs."""
-    dt = DeltaTable(str(table), storage_options=storage_options)
-    reader = QueryBuilder().register("t", dt).execute("SELECT id FROM t")
-    return pa.table(reader.read_all()).column("id").to_pylist()
 
 
 def parquet_files(table: Path) -> set[str]:
@@ -244,146 +231,6 @@ def test_read_delta_reads_exactly_the_files_of_one_version(spark, tmp_path: Path
 
 
 # ---------------------------------------------------------------------- two member processes
-
-
-class IdProducer(threading.Thread):
-    """Produces ids 0, 1, 2, ... to the topic's partitions until stopped; remembers every id
-    the broker acknowledged."""
-
-    def __init__(self, servers: str, topic: str, partitions: int, per_second: int) -> None:
-        super().__init__(daemon=True)
-        self.servers, self.topic, self.partitions = servers, topic, partitions
-        self.interval = 1.0 / per_second
-        self.acked: set[int] = set()
-        self.stop_event = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        producer = Producer({"bootstrap.servers": self.servers, "linger.ms": "5"})
-
-        def delivered(error: Any, message: Any) -> None:
-            if error is None:
-                self.acked.add(int(message.value()))
-
-        try:
-            i = 0
-            while not self.stop_event.is_set():
-                producer.produce(
-                    self.topic,
-                    value=str(i).encode(),
-                    partition=i % self.partitions,
-                    on_delivery=delivered,
-                )
-                producer.poll(0)
-                i += 1
-                time.sleep(self.interval)
-            assert producer.flush(30) == 0
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            producer.close()
-
-
-#: The commit info of each sink commit read so far, by log file (the files never change).
-_COMMIT_INFOS: dict[str, dict | None] = {}
-
-
-def sink_commits(table: Path | str, storage_options: Mapping[str, str] | None = None) -> list[dict]:
-    """The commit info of every sink commit in the table's log (local or on S3), oldest
-    first; read directly from the log files, each once: cheap enough to poll."""
-    log = location(f"{table}/_delta_log", storage_options)
-    selector = pafs.FileSelector(log.path, allow_not_found=True)
-    names = sorted(i.path for i in log.fs.get_file_info(selector) if i.path.endswith(".json"))
-    out = []
-    for name in names:
-        key = f"{table}::{name}"
-        if key not in _COMMIT_INFOS:
-            try:
-                first = json.loads(log.read_text(name).splitlines()[0])
-            except (OSError, ValueError, IndexError):
-                continue  # being written
-            info = first.get("commitInfo", {})
-            _COMMIT_INFOS[key] = info if "spark_groups.member" in info else None
-        if _COMMIT_INFOS[key] is not None:
-            out.append(_COMMIT_INFOS[key])
-    return out
-
-
-def partitions_written(commits: list[dict], member: str) -> set[str]:
-    """The Kafka partitions (``topic-p``) that ``member``'s commits wrote rows for."""
-    out = set()
-    for c in commits:
-        if c["spark_groups.member"] == member:
-            ranges = json.loads(c["spark_groups.ranges"])
-            out |= {f"{topic}-{p}" for topic, parts in ranges.items() for p in parts}
-    return out
-
-
-def member_spec(
-    servers: str, topic: str, group: str, tmp_path: Path, trigger: str
-) -> tuple[dict, Path, Path]:
-    """The spec shared by the member processes of one test (each adds its ``checkpoint``),
-    the folder of their logs (created) and the file whose existence tells them to stop.
-    The sink table is ``tmp_path / "table"``."""
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    stop_file = tmp_path / "stop"
-    spec = {
-        "servers": servers,
-        "topic": topic,
-        "group": group,
-        "table": str(tmp_path / "table"),
-        "ledger": str(tmp_path / "ledger"),
-        "stop_file": str(stop_file),
-        "trigger": trigger,
-    }
-    return spec, logs, stop_file
-
-
-class Member:
-    """One member process running tests/integration/sink_member.py."""
-
-    def __init__(self, name: str, spec: dict, logs: Path) -> None:
-        self.name, self.spec, self.logs = name, spec, logs
-        self.proc: subprocess.Popen | None = None
-        self.runs = 0
-
-    def start(self) -> None:
-        self.runs += 1
-        log = (self.logs / f"{self.name}-{self.runs}.log").open("w")
-        # This checkout's spark_groups, also in the member's Spark workers.
-        path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
-        env = dict(os.environ, SPARK_GROUPS_LOG_LEVEL="INFO", PYTHONPATH=path)
-        self.proc = subprocess.Popen(
-            [sys.executable, str(MEMBER_SCRIPT), json.dumps({**self.spec, "member": self.name})],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=str(REPO_ROOT),
-            start_new_session=True,  # its own process group: the JVM and Python workers too
-        )
-        log.close()
-
-    def kill(self) -> None:
-        """SIGKILL the member's whole process group (driver, JVM, Python workers)."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-
-    def reap(self) -> None:
-        """After the member exited: SIGKILL whatever is left of its process group."""
-        if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-
-    def commits(self, table: Path | str, storage_options: Mapping[str, str] | None = None) -> int:
-        commits = sink_commits(table, storage_options)
-        return sum(1 for c in commits if c["spark_groups.member"] == self.name)
-
-    def log_text(self) -> str:
-        return "".join(
-            p.read_text(errors="replace") for p in sorted(self.logs.glob(f"{self.name}-*.log"))
-        )
 
 
 def on_s3(spec: dict, s3: S3Server, bucket: str) -> tuple[dict, dict[str, str], dict[str, str]]:

@@ -2,18 +2,27 @@
 
     python sink_member.py SPEC_JSON
 
-Run by tests/integration/test_sink.py (two of these share one group and one table). SPEC is
+Run through :class:`bench.members.Member` by the integration tests (tests/integration/
+test_sink.py: two of these share one group and one table) and by bench/rolling.py. SPEC is
 a JSON object: servers, topic, group, table, ledger, checkpoint, member, and optionally
 ``sql`` (the pipeline, over the view ``source``), ``source_options`` (added to the source's),
 ``sink_options``, ``spark_conf`` (settings for the member's Spark session: jars, Hadoop's
 ``spark.hadoop.fs.s3a.*`` for a checkpoint on ``s3a://``), ``trigger``, ``stop_file``,
+``progress_file`` (the query's last progress, JSON, rewritten as it changes),
 ``spark_log_level`` (default ERROR) and ``log4j_config`` (a log4j2 properties file for
 Spark's own log), and ``sink``: "delta-group" (the default), "delta" (Spark's own Delta
 sink, ``format("delta")``, plain append) or "delta-merge" (``foreachBatch`` with
 :func:`merge_into`); the last two need delta-spark in the session (``spark_conf``:
 ``{**jar_conf("delta-spark"), **DELTA_SQL_CONF}``, Spark 4.0 to 4.2). With ``trigger``
 "availableNow" the query reads what is there and the process exits; otherwise it runs until
-``stop_file`` exists. Exit status 0, or 1 if the query failed.
+``stop_file`` exists. Exit status 0, or 1 if the query failed. ``source_options`` may set
+the classic protocol's settings (:data:`CLASSIC_DEFAULTS` otherwise) or
+``group.protocol=consumer`` (KIP-848: none of them then).
+
+The process installs no SIGTERM handler: SIGTERM to its process group (a deployment stopping
+it, :meth:`bench.members.Member.terminate`) ends this Python driver at once, Spark's JVM runs
+its shutdown hooks, and the source's reader process leaves the group
+(``spark_groups.group.sigterm``) after committing what is durable.
 """
 
 from __future__ import annotations
@@ -30,6 +39,15 @@ from typing import Any
 DEFAULT_SQL = (
     "SELECT cast(cast(value AS string) AS long) AS id, topic, partition, offset FROM source"
 )
+
+
+#: The classic protocol's settings unless the spec's ``source_options`` give others: a fast
+#: session, and cooperative-sticky.
+CLASSIC_DEFAULTS = {
+    "kafka.session.timeout.ms": "6000",
+    "kafka.heartbeat.interval.ms": "500",
+    "partition.assignment.strategy": "cooperative-sticky",
+}
 
 
 def merge_into(table: str) -> Callable[[Any, int], None]:
@@ -64,6 +82,20 @@ def merge_into(table: str) -> Callable[[Any, int], None]:
     return merge
 
 
+def write_progress(query: Any, path: Path, written: str | None) -> str | None:
+    """Write the query's last progress (JSON) to ``path`` when it changed since ``written``
+    (replaced atomically, so a reader never sees half of it); return what is there now."""
+    progress = query.lastProgress
+    if progress is None:
+        return written
+    text = progress.json if hasattr(progress, "json") else json.dumps(progress)
+    if text != written:
+        partial = path.with_name(path.name + ".tmp")
+        partial.write_text(text)
+        partial.replace(path)
+    return str(text)
+
+
 def main() -> int:
     spec = json.loads(sys.argv[1])
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -95,11 +127,13 @@ def main() -> int:
         "group.id": spec["group"],
         "startingOffsets": "earliest",
         "offsets.table": spec["ledger"],
-        "kafka.session.timeout.ms": "6000",
-        "kafka.heartbeat.interval.ms": "500",
-        "partition.assignment.strategy": "cooperative-sticky",
         **spec.get("source_options", {}),
     }
+    if "consumer" not in (source.get("group.protocol"), source.get("kafka.group.protocol")):
+        # The classic protocol's member settings (KIP-848 takes them from the broker and
+        # refuses them here): fast by default, the spec's source_options win.
+        for key, value in CLASSIC_DEFAULTS.items():
+            source.setdefault(key, value)
     from spark_groups.spark.compat import ADMISSION_CONTROL
 
     if not ADMISSION_CONTROL:  # Spark before 4.2: the source needs the query's checkpoint
@@ -137,11 +171,15 @@ def main() -> int:
             spark.stop()
     query = writer.trigger(processingTime=trigger).start(table)
     stop_file = Path(spec["stop_file"])
+    progress_file = Path(spec["progress_file"]) if "progress_file" in spec else None
+    written = None
     try:
         while not stop_file.exists():
             if query.exception() is not None:
                 sys.stderr.write(f"query failed: {query.exception()}\n")
                 return 1
+            if progress_file is not None:
+                written = write_progress(query, progress_file, written)
             time.sleep(0.2)
         query.stop()
         return 0

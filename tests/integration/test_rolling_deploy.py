@@ -1,0 +1,111 @@
+"""A rolling deploy on the suite's broker: each Spark member of a group restarted in turn
+(SIGTERM to its process group, started again) while a producer runs and a plain consumer
+shares the group. The short version of bench/rolling.py (issue 25), which measures the same
+on a broker with Kafka's default group settings.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bench.members import IdProducer, Member, member_spec, table_ids, unfinished_batch
+from bench.rolling import PlainService, reading_commits
+from spark_groups.offsets import OffsetRange
+
+from broker_support import broker_kind, wait_until
+from helpers import plain_consumer_config, unique
+
+PARTITIONS = 4
+
+pytestmark = pytest.mark.skipif(
+    broker_kind() != "kafka", reason="a plain consumer in the group (Apache Kafka lane)"
+)
+
+
+def test_a_rolling_restart_of_every_spark_member_loses_and_duplicates_nothing(
+    bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    topic, group = make_topic(PARTITIONS), unique("rolling")
+    spec, logs, stop_file = member_spec(bootstrap_servers, topic, group, tmp_path, "1 second")
+    table = spec["table"]
+    # cooperative-sticky and the fast session of bench/sink_member.py's defaults; the
+    # barrier ends once the batch is in the table.
+    spec["source_options"] = {"sink.table": table}
+    members = [Member(n, {**spec, "checkpoint": str(tmp_path / f"cp-{n}")}, logs) for n in "AB"]
+    settings = plain_consumer_config(bootstrap_servers, group, "cooperative-sticky")
+    service = PlainService(bootstrap_servers, topic, group, settings)
+    producer = IdProducer(bootstrap_servers, topic, PARTITIONS, per_second=100)
+    replayed: list[OffsetRange] = []  # the batches the SIGTERM cut short, replayed at restart
+    producer.start()
+    try:
+        for m in members:
+            m.start()
+        service.start()
+        wait_until(
+            lambda: all(reading_commits(table, m.name) for m in members) and bool(service.reads),
+            240,
+            "both Spark members and the plain consumer to read",
+        )
+        for m in members:
+            before = reading_commits(table, m.name)
+            m.terminate(90)
+            assert m.proc is not None and m.proc.returncode == -signal.SIGTERM
+            replayed.extend(unfinished_batch(m.spec["checkpoint"]))
+            m.start()
+            wait_until(
+                lambda m=m, before=before: reading_commits(table, m.name) > before,
+                180,
+                f"the restarted {m.name} to read again",
+            )
+            assert all(o.proc is not None and o.proc.poll() is None for o in members)
+        producer.stop_event.set()
+        producer.join(60)
+        assert producer.error is None, producer.error
+        produced = set(producer.acked)
+        assert len(produced) > 1000
+
+        def handled() -> set[int]:
+            return set(table_ids(table)) | {r[0] for r in service.reads}
+
+        wait_until(lambda: handled() >= produced, 120, "every produced id to be handled")
+        stop_file.touch()
+        for m in members:
+            assert m.proc is not None
+            assert m.proc.wait(90) == 0, m.log_text()[-3000:]
+        service.stop()
+    finally:
+        producer.stop_event.set()
+        service.stop_event.set()
+        for m in members:
+            m.kill()
+            m.reap()
+
+    in_table = table_ids(table)
+    twice = sorted(i for i, n in Counter(in_table).items() if n > 1)
+    assert not twice, f"written twice into the table: {twice[:20]}"
+    by_service = {r[0]: (r[1], r[2]) for r in service.reads}
+    assert len(by_service) == len(service.reads), "the plain consumer processed an id twice"
+    handled = set(in_table) | set(by_service)
+    assert handled == produced, f"lost: {sorted(produced - handled)[:20]}"
+    # Known gap (issue 25): a batch the SIGTERM cut short is replayed by the restarted member
+    # from its checkpoint, also for partitions the plain consumer took over and processed
+    # meanwhile; the sink cannot know that range was handled outside the table. Any other
+    # record handled both in the table and by the plain consumer fails here.
+    both = set(in_table) & set(by_service)
+    unexplained = sorted(
+        i
+        for i in both
+        if not any(
+            r.partition == by_service[i][0] and r.from_offset <= by_service[i][1] < r.until_offset
+            for r in replayed
+        )
+    )
+    assert not unexplained, f"in the table and processed by the consumer: {unexplained[:20]}"
+    for m in members:
+        first_run = (logs / f"{m.name}-1.log").read_text(errors="replace")
+        assert "SIGTERM: leaving consumer group" in first_run, m.name
+        assert "group member left the group" in first_run, m.name
