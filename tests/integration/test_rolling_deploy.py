@@ -58,7 +58,7 @@ def test_a_rolling_restart_of_every_spark_member_loses_and_duplicates_nothing(
             m.start()
             wait_until(
                 lambda m=m, before=before: reading_commits(table, m.name) > before,
-                180,
+                300,  # a Spark start: ~20 s on a quiet machine, minutes on a loaded one
                 f"the restarted {m.name} to read again",
             )
             assert all(o.proc is not None and o.proc.poll() is None for o in members)
