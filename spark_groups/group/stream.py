@@ -293,9 +293,11 @@ class GroupStream:
         if bound_s is None and self._available_now.active:
             bound_s = first_assignment.AVAILABLE_NOW_BOUND_S
         group = self.options.group_id
-        config = self.options.member_config()
-        first_assignment.wait(
-            member, group, bound_s, lambda: first_assignment.describe_group(config, group)
+        first_assignment.wait(  # the group is described only when the wait is reported
+            member,
+            group,
+            bound_s,
+            lambda: first_assignment.describe_group(self.options.member_config(), group),
         )
 
     def _note_idle(self, assignment: frozenset[TopicPartition]) -> None:
