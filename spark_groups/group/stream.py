@@ -15,6 +15,9 @@ The protocol, as this module runs it:
 3. **Resume.** The next ``latest_offset`` finds where new partitions resume: the furthest of
    the ledger and the group's Kafka commit, the sink's table where it is ahead, else the
    checkpoint or ``startingOffsets`` (``group.arrivals``, ``group.resume``).
+   A batch Spark replays after a restart (logged, never finished) is read only as far as it
+   is still this member's: the group may have given its partitions to another consumer
+   meanwhile (``group.replay``).
 4. **Safe point.** ``latest_offset(start)``: every batch up to ``start`` has finished and is
    in Spark's commit log, so ``start``'s ranges are committed: Kafka, then the ledger
    (``group.commit``).
@@ -50,10 +53,12 @@ from spark_groups.group.bookkeeping import Bookkeeping
 from spark_groups.group.commit import BatchCommitter
 from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.history import RebalanceHistory
+from spark_groups.group.idle import IdleNote
 from spark_groups.group.log_ends import LogEnds
 from spark_groups.group.member import GroupMember
 from spark_groups.group.partitions import PartitionTable
 from spark_groups.group.planner import plan_ranges, wait_for_more
+from spark_groups.group.replay import Replays
 from spark_groups.group.sigterm import leave_on_sigterm
 from spark_groups.ledger import OffsetLedger
 from spark_groups.metrics import StreamMetrics
@@ -98,6 +103,7 @@ class GroupStream:
             options, self._books, ledger, self._durability, self.metrics
         )
         self._arrivals = Arrivals(options, self._books, self._committer, self.metrics)
+        self._replays = Replays(options, self._books, self._arrivals)
         max_poll = int(options.kafka.get("max.poll.interval.ms", "300000"))
         self._barrier = RevocationBarrier(
             self._books,
@@ -109,7 +115,7 @@ class GroupStream:
         self._available_now = AvailableNowTargets()
         self._log_ends = LogEnds(options, self._books, self._available_now)
         self._stop_lock = threading.RLock()
-        self._idle = False
+        self._idle = IdleNote(options.group_id)
 
     @property
     def _partitions(self) -> PartitionTable:
@@ -179,7 +185,7 @@ class GroupStream:
         member = self.ensure_started()  # 1
         self._wait_for_first_assignment(member)
         member.check()
-        self._note_idle(member.assignment)
+        self._idle.note(member.assignment)
         self._arrivals.resolve(member, self._log_ends.resolver, start)  # 3
         self._arrivals.recheck_held()
         self._durability.check_checkpoint(start)
@@ -250,13 +256,27 @@ class GroupStream:
         return batch.to_json()
 
     def commit_durable(self, batch: BatchOffset) -> None:
-        """Step 4: commit ``batch``, which Spark has finished (``group.commit``)."""
+        """Step 4: commit ``batch``, which Spark has finished (``group.commit``), as it was
+        read (a replay may have read less than Spark logged)."""
         if self._member is not None:
+            with self._books.lock:
+                batch = self._books.batches.get(batch.batch) or batch
             self._committer.safe_point(self._member, batch)
 
     def planned_here(self, batch: int) -> bool:
         """True when this process planned ``batch`` (False for a replay after a restart)."""
         return self._books.batches.planned_here(batch)
+
+    def batch_to_read(self, logged: BatchOffset) -> BatchOffset:
+        """What Spark's tasks read of ``logged``: the batch as planned here, or for a batch
+        Spark replays after a restart, what of it is still this member's (``group.replay``)."""
+        with self._books.lock:
+            if self._books.batches.planned_here(logged.batch):
+                return self._books.batches.get(logged.batch) or logged
+        member = self.ensure_started()
+        self._wait_for_first_assignment(member)
+        member.check()
+        return self._replays.read(member, self._log_ends.resolver, logged)
 
     def prepare_available_now(self) -> None:
         """Trigger.AvailableNow: fix the end of every subscribed partition as of now."""
@@ -299,22 +319,6 @@ class GroupStream:
             bound_s,
             lambda: first_assignment.describe_group(self.options.member_config(), group),
         )
-
-    def _note_idle(self, assignment: frozenset[TopicPartition]) -> None:
-        """Say when this member becomes idle (in the group, no partitions: the group has more
-        members than partitions) and when it is not any more. Idle is healthy: it plans
-        nothing and takes partitions over when another member leaves."""
-        idle = not assignment
-        if idle != self._idle:
-            self._idle = idle
-            if idle:
-                log.info(
-                    "this member of group %s owns no partitions (more members than "
-                    "partitions): idle until the group gives it some",
-                    self.options.group_id,
-                )
-            else:
-                log.info("this member of group %s owns partitions again", self.options.group_id)
 
     # ------------------------------------------------------------------ 2, 6: RebalanceListener
     def _generation(self) -> int:

@@ -18,7 +18,7 @@ of them. Reading the checkpoint's files is ``spark_groups.storage.checkpoint``'s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from spark_groups.errors import SinkError, SparkGroupsError
@@ -26,6 +26,7 @@ from spark_groups.kafka.secrets import scrub
 from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition
 from spark_groups.storage.checkpoint import kafka_group_offset, offset_log_path
 from spark_groups.storage.files import location
+from spark_groups.storage.replays import read_notice
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,14 @@ class BatchPlan:
         return cls(batch_id=batch_id, ranges=by_tp, outside=handed)
 
 
-def parse_offset_log(text: str, batch_id: int, where: str = "the offset log") -> BatchPlan:
-    """The plan of ``batch_id`` from the text of its offset-log file."""
+def parse_offset_log(
+    text: str,
+    batch_id: int,
+    where: str = "the offset log",
+    as_read: Callable[[BatchOffset], BatchOffset | None] | None = None,
+) -> BatchPlan:
+    """The plan of ``batch_id`` from the text of its offset-log file. ``as_read`` gives,
+    for a logged offset the source replayed, what it read instead (its replay notice)."""
     lines = text.splitlines()
     if len(lines) < 2 or not lines[0].startswith("v"):
         raise SinkError(f"{where}: not a Spark offset log file (it starts with {lines[:1]!r})")
@@ -72,6 +79,8 @@ def parse_offset_log(text: str, batch_id: int, where: str = "the offset log") ->
         except SparkGroupsError as exc:
             raise SinkError(f"{where}: unreadable kafka-group offset: {exc}") from exc
         found = True
+        if as_read is not None:
+            offset = as_read(offset) or offset
         ranges.extend(offset.ranges)
         outside.extend(offset.outside)
     if not found:
@@ -83,10 +92,15 @@ def parse_offset_log(text: str, batch_id: int, where: str = "the offset log") ->
 
 
 def read_batch_plan(
-    checkpoint: str, batch_id: int, storage_options: Mapping[str, str] | None = None
+    checkpoint: str,
+    batch_id: int,
+    storage_options: Mapping[str, str] | None = None,
+    group_id: str | None = None,
 ) -> BatchPlan:
     """Read the plan of Spark batch ``batch_id`` from the query's ``checkpoint`` (on an
-    object store with ``storage_options``, the sink's ``storage.*`` options).
+    object store with ``storage_options``, the sink's ``storage.*`` options). With
+    ``group_id``, a batch the source replayed is planned as the source read it (its replay
+    notice, ``spark_groups.storage.replays``), not as logged.
 
     Raises :class:`~spark_groups.errors.SinkError` when the file is missing (a wrong
     ``checkpointLocation`` option), cannot be read, or holds no kafka-group offset.
@@ -105,4 +119,17 @@ def read_batch_plan(
     except Exception as exc:
         detail = scrub(f"{type(exc).__name__}: {exc}", storage_options or {})
         raise SinkError(f"{where}: cannot read it: {detail}") from exc
-    return parse_offset_log(text, batch_id, where)
+    if group_id is None:
+        return parse_offset_log(text, batch_id, where)
+
+    def as_read(logged: BatchOffset) -> BatchOffset | None:
+        try:
+            return read_notice(checkpoint, group_id, logged, storage_options)
+        except Exception as exc:
+            detail = scrub(f"{type(exc).__name__}: {exc}", storage_options or {})
+            raise SinkError(
+                f"batch {batch_id}: cannot read the source's replay notice of batch "
+                f"{logged.batch} in {checkpoint!r}: {detail}"
+            ) from exc
+
+    return parse_offset_log(text, batch_id, where, as_read)

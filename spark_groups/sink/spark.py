@@ -172,7 +172,10 @@ class DeltaGroupStreamWriter(_WriterBase):
         log_to_stderr()
         files = _files_of(messages)
         try:
-            plan = read_batch_plan(self.options.checkpoint, batchId, self.options.storage_options)
+            options = self.options
+            plan = read_batch_plan(
+                options.checkpoint, batchId, options.storage_options, options.group_id
+            )
         except SinkError:
             self._sink().abort(files)
             raise

@@ -134,15 +134,18 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._driver().prepare_available_now()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """The ranges in ``end`` packed into tasks (``recordsPerTask``): decided by the
-        batch's offsets alone, so a replay reads the same records."""
+        """The ranges of ``end`` packed into tasks (``recordsPerTask``). A batch planned here
+        is read as planned; a batch Spark replays after a restart is read as far as it is
+        still this member's (``spark_groups.group.replay``)."""
         log.debug("partitions(batch %s -> %s)", start.get("batch"), end.get("batch"))
         batch = BatchOffset.from_json(end)
-        if self.options.at_most_once and not self._driver().planned_here(batch.batch):
+        driver = self._driver()
+        if self.options.at_most_once and not driver.planned_here(batch.batch):
             # A replay after a restart: its offsets were committed before it first ran, so
             # at-most-once means not reading it again.
             log.warning("at-most-once: skipping the replay of batch %d", batch.batch)
             return []
+        batch = driver.batch_to_read(batch)  # a replay reads what is still this member's
         tasks = pack_ranges(batch.ranges, self.options.records_per_task)
         log.debug("batch %d: %d ranges in %d tasks", batch.batch, len(batch.ranges), len(tasks))
         return [RangesPartition(task) for task in tasks]
