@@ -381,13 +381,12 @@ def run_way(
     members = []
     for slot in SLOTS:
         options = source_options(group_settings(way, slot, args.static_session_ms))
+        checkpoint = str(scratch / f"cp-{slot}")
         options["sink.table"] = table  # the barrier ends once the batch is in the table
+        # A replay after the restart reads only what is still this member's (docs/groups.md)
+        options["checkpointLocation"] = checkpoint
         members.append(
-            Member(
-                slot,
-                {**spec, "checkpoint": str(scratch / f"cp-{slot}"), "source_options": options},
-                logs,
-            )
+            Member(slot, {**spec, "checkpoint": checkpoint, "source_options": options}, logs)
         )
     producer = IdProducer(servers, topic, args.partitions, per_second=args.rate)
     service = PlainService(
