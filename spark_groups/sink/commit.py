@@ -74,8 +74,6 @@ from spark_groups.sink.table import (
     committed_positions,
     versions,
 )
-from spark_groups.sink.table import load as _load  # noqa: F401  (importable from here)
-from spark_groups.sink.table import versions as _versions  # noqa: F401  (importable from here)
 from spark_groups.sink.writer import DataFile, check_schema, remove_files
 
 if TYPE_CHECKING:
