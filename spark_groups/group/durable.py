@@ -48,6 +48,8 @@ class DurabilityWatch:
         self._reachable = False
         # Our batch number -> the Spark batch id that ran it (found in the offset log).
         self._spark_ids: dict[int, int] = {}
+        # Batches a replay read less of than Spark logged: their entry has the logged offsets.
+        self._logged: dict[int, BatchOffset] = {}
         self._warned: set[str] = set()
 
     @property
@@ -90,6 +92,11 @@ class DurabilityWatch:
         self._spark_ids[start.batch] = found
         self._checked = True
 
+    def replayed(self, logged: BatchOffset) -> None:
+        """Batch ``logged.batch`` is a replay that may read less than ``logged``: its
+        offset-log entry is found by the logged offsets (``group.replay``)."""
+        self._logged[logged.batch] = logged
+
     def durable(self, batch: BatchOffset, ranges: Sequence[OffsetRange]) -> list[OffsetRange]:
         """The ``ranges`` (of ``batch``, planned here) whose records are durable now."""
         if self.checkpoint is not None and self._in_commit_log(batch):
@@ -103,7 +110,8 @@ class DurabilityWatch:
         try:
             spark_id = self._spark_ids.get(batch.batch)
             if spark_id is None:
-                spark_id = checkpoint.spark_batch_id(self.checkpoint, batch, self.storage_options)
+                logged = self._logged.get(batch.batch, batch)
+                spark_id = checkpoint.spark_batch_id(self.checkpoint, logged, self.storage_options)
                 if spark_id is None:
                     return False  # not logged yet: Spark logs a batch just after planning it
                 self._spark_ids[batch.batch] = spark_id
@@ -137,3 +145,5 @@ class DurabilityWatch:
         """Batches up to ``through_batch`` are committed: their ids are no longer needed."""
         for batch in [b for b in self._spark_ids if b <= through_batch]:
             del self._spark_ids[batch]
+        for batch in [b for b in self._logged if b <= through_batch]:
+            del self._logged[batch]

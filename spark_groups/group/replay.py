@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from spark_groups.group.arrivals import Arrivals
 from spark_groups.group.bookkeeping import Bookkeeping
+from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.member import GroupMember
 from spark_groups.kafka.secrets import scrub
 from spark_groups.kafka.watermarks import EndOffsetResolver
@@ -123,10 +124,17 @@ def decide(
 class Replays:
     """Decides and registers what a replayed batch reads (see the module doc)."""
 
-    def __init__(self, options: SourceOptions, books: Bookkeeping, arrivals: Arrivals) -> None:
+    def __init__(
+        self,
+        options: SourceOptions,
+        books: Bookkeeping,
+        arrivals: Arrivals,
+        durability: DurabilityWatch,
+    ) -> None:
         self.options = options
         self.books = books
         self.arrivals = arrivals
+        self.durability = durability
 
     def read(
         self, member: GroupMember, resolver: EndOffsetResolver, logged: BatchOffset
@@ -145,6 +153,7 @@ class Replays:
                 books.partitions.handover_into,
             )
         read = decision.read if decision.changed and self._noted(decision) else logged
+        self.durability.replayed(logged)  # its commit-log entry is found by what Spark logged
         with books.lock:
             mine = [r for r in read.ranges if r.topic_partition in resolved]
             books.partitions.planned(read.batch, mine)

@@ -103,7 +103,7 @@ class GroupStream:
             options, self._books, ledger, self._durability, self.metrics
         )
         self._arrivals = Arrivals(options, self._books, self._committer, self.metrics)
-        self._replays = Replays(options, self._books, self._arrivals)
+        self._replays = Replays(options, self._books, self._arrivals, self._durability)
         max_poll = int(options.kafka.get("max.poll.interval.ms", "300000"))
         self._barrier = RevocationBarrier(
             self._books,

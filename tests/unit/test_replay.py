@@ -193,3 +193,25 @@ def test_without_the_checkpoint_the_replay_reads_as_logged_and_says_why(
         assert restarted.batch_to_read(logged) == logged
     assert "Give the source the option checkpointLocation" in caplog.text
     assert f"{topic}-0 left out (committed to 10)" in caplog.text
+
+
+def test_a_finished_replay_is_committed_when_the_member_leaves(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path
+) -> None:
+    """Spark finished the replay (its commit-log entry exists) and the member leaves before
+    the next trigger: the batch read is committed, found in the checkpoint by the offsets
+    Spark logged, not by the smaller batch read."""
+    topic, group = make_topic(3), f"g-{uuid.uuid4().hex[:8]}"
+    produce_ids(bootstrap_servers, topic, range(10 * 3), 3)
+    checkpoint = tmp_path / "cp"
+    logged = crashed_mid_batch(streams, bootstrap_servers, topic, group, checkpoint)
+    another_consumer_commits(bootstrap_servers, group, {TopicPartition(topic, 1): 4})
+    restarted = stream_of(
+        streams, bootstrap_servers, topic, group, checkpointLocation=str(checkpoint)
+    )
+    read = restarted.batch_to_read(logged)
+    assert read != logged and read.ranges[1] == OffsetRange(topic, 1, 4, 10)
+    (checkpoint / "commits").mkdir()
+    (checkpoint / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    restarted.stop()
+    assert committed_offsets(bootstrap_servers, group, topic, 3) == {0: 10, 1: 10, 2: 10}
