@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +211,17 @@ class Member:
         return "".join(
             p.read_text(errors="replace") for p in sorted(self.logs.glob(f"{self.name}-*.log"))
         )
+
+
+def stop_all(members: Iterable[Member], stop_file: Path, timeout_s: float = 90.0) -> None:
+    """Ask every member to stop the way bench/sink_member.py watches for it (``stop_file``)
+    and wait for each to exit; :class:`AssertionError` with the member's log tail when one
+    exits with an error, ``subprocess.TimeoutExpired`` when one does not exit in time."""
+    stop_file.touch()
+    for member in members:
+        assert member.proc is not None, f"{member.name} was never started"
+        code = member.proc.wait(timeout_s)
+        assert code == 0, f"{member.name} exited with {code}: {member.log_text()[-3000:]}"
 
 
 def unfinished_batch(checkpoint: str) -> list[OffsetRange]:

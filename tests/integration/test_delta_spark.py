@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from deltalake import DeltaTable
 from test_sink import IdProducer, Member, member_spec, sink_commits, table_ids
 
+from bench.members import stop_all
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.tools.cli import main as cli
@@ -225,10 +226,7 @@ def test_optimize_vacuum_and_another_writer_beside_two_members_every_record_once
         assert len(produced) > 1000
         wait_until(lambda: {i for i in table_ids(table) if i >= 0} >= produced, 180,
                    "every produced id to land")  # fmt: skip
-        stop_file.touch()
-        for member in (a, b):
-            assert member.proc is not None
-            assert member.proc.wait(90) == 0, member.log_text()[-3000:]
+        stop_all((a, b), stop_file)
     finally:
         producer.stop_event.set()
         stop_file.touch()

@@ -26,6 +26,7 @@ from test_delta_spark import (  # skips this module where delta-spark cannot run
 )
 from test_sink import IdProducer, Member, ids_source, member_spec, table_ids
 
+from bench.members import stop_all
 from bench.sink_member import DEFAULT_SQL
 from spark_groups.tools.spark_jars import DELTA_SQL_CONF, jar_conf
 
@@ -175,10 +176,7 @@ def test_sparks_delta_sink_in_two_members_appends_a_killed_members_last_batch_ag
         assert producer.error is None, producer.error
         produced = set(producer.acked)
         wait_until(lambda: set(table_ids(table)) >= produced, 120, "every produced id to land")
-        stop_file.touch()
-        for m in (a, b):
-            assert m.proc is not None
-            assert m.proc.wait(90) == 0, m.log_text()[-3000:]
+        stop_all((a, b), stop_file)
     finally:
         producer.stop_event.set()
         a.kill()
@@ -251,10 +249,7 @@ def test_foreach_batch_merge_in_two_members_one_killed_every_id_exactly_once(
         ends = log_end_offsets(bootstrap_servers, topic, 4)
         wait_until(lambda: committed_offsets(bootstrap_servers, group, topic, 4) == ends, 90,
                    "the group's offsets to reach the log ends")  # fmt: skip
-        stop_file.touch()
-        for m in (a, b):
-            assert m.proc is not None
-            assert m.proc.wait(90) == 0, m.log_text()[-3000:]
+        stop_all((a, b), stop_file)
     finally:
         producer.stop_event.set()
         a.kill()

@@ -22,6 +22,7 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from test_sink import IdProducer, Member, member_spec, sink_commits, table_ids
 
+from bench.members import stop_all
 from spark_groups.offsets import commit_metadata
 
 from broker_support import broker_kind, wait_until
@@ -168,10 +169,7 @@ def test_a_plain_consumer_handing_partitions_back_and_forth_loses_and_duplicates
             return all(committed[p][0] == ends[p] for p in range(PARTITIONS))
 
         wait_until(caught_up, 120, "the group to be caught up")
-        stop_file.touch()
-        for member in (a, b):
-            assert member.proc is not None
-            assert member.proc.wait(90) == 0, member.log_text()[-3000:]
+        stop_all((a, b), stop_file)
     finally:
         producer.stop_event.set()
         for s in services:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.members import IdProducer, Member, member_spec, table_ids, unfinished_batch
+from bench.members import IdProducer, Member, member_spec, stop_all, table_ids, unfinished_batch
 from bench.rolling import PlainService, reading_commits
 from spark_groups.offsets import OffsetRange
 
@@ -86,10 +86,7 @@ def test_a_rolling_restart_of_every_spark_member_loses_and_duplicates_nothing(
             return set(table_ids(table)) | {r[0] for r in service.reads}
 
         wait_until(lambda: handled() >= produced, 120, "every produced id to be handled")
-        stop_file.touch()
-        for m in members:
-            assert m.proc is not None
-            assert m.proc.wait(90) == 0, m.log_text()[-3000:]
+        stop_all(members, stop_file)
         service.stop()
     finally:
         producer.stop_event.set()

@@ -18,6 +18,7 @@ from bench.members import (
     member_spec,
     partitions_written,
     sink_commits,
+    stop_all,
     table_ids,
 )
 from spark_groups.ledger.table import OffsetLedger
@@ -321,10 +322,7 @@ def test_two_member_processes_one_killed_mid_batch_every_id_exactly_once(
             90,
             "the sink's, the ledger's and Kafka's positions to reach the log ends",
         )
-        stop_file.touch()
-        for member in (a, b):
-            assert member.proc is not None
-            assert member.proc.wait(90) == 0, member.log_text()[-3000:]
+        stop_all((a, b), stop_file)
     finally:
         producer.stop_event.set()
         a.kill()

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from deltalake import DeltaTable, QueryBuilder
 from test_sink import IdProducer, Member, member_spec
 
+from bench.members import stop_all
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.sink.maintenance import _set_lease, lease_id
@@ -106,10 +107,7 @@ def test_optimize_and_vacuum_on_s3_beside_two_members_every_record_once(
         assert producer.error is None, producer.error
         produced = set(producer.acked)
         wait_until(lambda: set(s3_ids(table, options)) >= produced, 120, "every id to land")
-        stop_file.touch()
-        for member in (a, b):
-            assert member.proc is not None
-            assert member.proc.wait(90) == 0, member.log_text()[-3000:]
+        stop_all((a, b), stop_file)
     finally:
         producer.stop_event.set()
         stop_file.touch()
