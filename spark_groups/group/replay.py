@@ -30,7 +30,8 @@ plan (the delta-group sink records per partition that its table holds ``[from, u
 not claim what was left out: the source writes a *replay notice* next to the offset log
 (``spark_groups.storage.replays``) before the batch's tasks run, and the sink plans from it.
 Without the query's checkpoint (the source option ``checkpointLocation``) there is nowhere to
-write it: the batch is then read as logged, and the log says so.
+write it: the batch is then read as logged, and the log says so. With it, every replay writes
+its notice (also one read as logged), replacing what an earlier run of the batch left.
 """
 
 from __future__ import annotations
@@ -152,22 +153,28 @@ class Replays:
                 books.partitions.committed_offsets(),
                 books.partitions.handover_into,
             )
-        read = decision.read if decision.changed and self._noted(decision) else logged
+        # The notice is written for every replay the checkpoint is known for, also one read
+        # as logged: it replaces what an earlier run of this batch (which may have read less)
+        # left there.
+        read = decision.read if self._noted(decision) else logged
         self.durability.replayed(logged)  # its commit-log entry is found by what Spark logged
         with books.lock:
             mine = [r for r in read.ranges if r.topic_partition in resolved]
             books.partitions.planned(read.batch, mine)
             books.batches.add(read)
-        what = decision.describe() if read is not logged else "read as logged"
+        what = decision.describe() if read is decision.read else "read as logged"
         log.info("replaying batch %d: %s", logged.batch, what)
         return read
 
     def _noted(self, decision: ReplayDecision) -> bool:
         """Write the replay notice for the sink; False (read the batch as logged) when there
-        is no checkpoint to write it to, or writing fails: records processed twice are
-        better than a sink that claims offsets it never got."""
+        is no checkpoint to write it to (warned when that reads more than this member's), or
+        writing fails: records processed twice are better than a sink that claims offsets it
+        never got."""
         checkpoint = self.options.checkpoint
         if checkpoint is None:
+            if not decision.changed:
+                return False
             log.warning(
                 "batch %d is replayed after a restart and the group has moved on (%s); it is "
                 "read as logged, so another consumer of the group may process some of its "

@@ -215,3 +215,28 @@ def test_a_finished_replay_is_committed_when_the_member_leaves(
     (checkpoint / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
     restarted.stop()
     assert committed_offsets(bootstrap_servers, group, topic, 3) == {0: 10, 1: 10, 2: 10}
+
+
+def test_a_later_run_that_reads_the_batch_as_logged_replaces_the_earlier_notice(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path
+) -> None:
+    """A first replay left a partition out and crashed before the batch finished; the next
+    replay owns everything and nobody committed meanwhile, so it reads the batch as logged:
+    the sink must plan what that run read, not what the earlier one wrote down."""
+    from spark_groups.storage.replays import ReplayNotice, write_notice
+
+    topic, group = make_topic(3), f"g-{uuid.uuid4().hex[:8]}"
+    produce_ids(bootstrap_servers, topic, range(10 * 3), 3)
+    checkpoint = tmp_path / "cp"
+    logged = crashed_mid_batch(streams, bootstrap_servers, topic, group, checkpoint)
+    earlier = BatchOffset.of(logged.batch, logged.ranges[1:])
+    write_notice(str(checkpoint), group, ReplayNotice(logged, earlier))
+    assert set(read_batch_plan(str(checkpoint), 0, None, group).ranges) == {
+        r.topic_partition for r in earlier.ranges
+    }
+    restarted = stream_of(
+        streams, bootstrap_servers, topic, group, checkpointLocation=str(checkpoint)
+    )
+    assert restarted.batch_to_read(logged) == logged
+    plan = read_batch_plan(str(checkpoint), 0, None, group)
+    assert dict(plan.ranges) == {r.topic_partition: r for r in logged.ranges}
