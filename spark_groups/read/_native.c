@@ -4,8 +4,9 @@
  * buffers (key, value, topic, partition, offset, timestamp, timestampType, headers), without a
  * Python object per record. spark_groups.read.native drives it; every decision other than
  * "which records belong to a range" stays in Python: this file hands back, as events, the
- * client errors librdkafka reports (error_cb), fetch errors and out-of-range errors, and Python
- * decides (data loss, stalls, typed errors) and tells it to finish() or seek() a range.
+ * client errors librdkafka reports (error_cb), fetch errors and out-of-range errors (a flag on
+ * the range), and Python decides (data loss, stalls, typed errors) and tells it to finish() or
+ * seek() a range.
  *
  * How a range ends here is spark_groups.read.reader's rule: a record at or past `until - 1`,
  * or an end-of-partition event at or past `until`, completes it; records outside it are dropped.
@@ -337,8 +338,9 @@ typedef struct {
     int open;
 } Batch;
 
-/* What Python must decide on: a client error (error_cb), a fetch error or an out-of-range
- * error (`index`: the range, or -1). */
+/* What Python must decide on: a client error (error_cb) or a fetch error (`index`: the range,
+ * or -1). Out-of-range errors are flagged on their ranges instead (events() adds one
+ * EV_OUT_OF_RANGE when there are new ones), so that no number of them can overflow. */
 enum { EV_CLIENT, EV_FETCH, EV_OUT_OF_RANGE };
 typedef struct {
     int kind, code;
@@ -370,8 +372,8 @@ typedef struct {
     rd_kafka_topic_partition_list_t *finished;
     int n_finished, past_end;
     double finished_since;
-    Event events[MAX_EVENTS];
-    int n_events;
+    Event events[MAX_EVENTS]; /* when full, the last one is replaced */
+    int n_events, out_of_range; /* out_of_range: a range was flagged since events() */
 } NConsumer;
 
 static double monotonic(void) {
@@ -427,7 +429,7 @@ static void reset(NConsumer *self) {
     batch_free(&self->batch);
     if (self->finished) p_rd_kafka_topic_partition_list_destroy(self->finished);
     self->finished = NULL;
-    self->n_finished = self->past_end = self->n_events = 0;
+    self->n_finished = self->past_end = self->n_events = self->out_of_range = 0;
 }
 
 static void close_consumer(NConsumer *self) {
@@ -647,10 +649,7 @@ static int take(NConsumer *self, rd_kafka_message_t *m, int headers, double now)
         /* the offsets up to the end of the log hold no record a consumer receives */
         if (r && !r->done && m->offset > r->next) advance(self, r, m->offset, now);
     } else if (m->err == ERR__AUTO_OFFSET_RESET || m->err == ERR_OFFSET_OUT_OF_RANGE) {
-        if (r && !r->done && !r->out_of_range) {
-            r->out_of_range = 1;
-            add_event(self, EV_OUT_OF_RANGE, index, m->err, NULL, 0, r->topic);
-        }
+        if (r && !r->done) r->out_of_range = self->out_of_range = 1;
     } else if (m->err) { /* the text is librdkafka's rd_kafka_message_errstr() */
         const char *text = m->payload ? m->payload : p_rd_kafka_err2str(m->err);
         add_event(self, EV_FETCH, index, m->err, text, m->payload ? m->len : strlen(text),
@@ -728,7 +727,7 @@ static PyObject *NConsumer_fill(NConsumer *self, PyObject *args) {
     }
     Py_BEGIN_ALLOW_THREADS;
     double start = monotonic(), now = start;
-    while (b->n < rows && self->active > 0 && self->n_events == 0 && !failed) {
+    while (b->n < rows && self->active > 0 && !self->n_events && !self->out_of_range && !failed) {
         int64_t want = rows - b->n;
         if (want > self->remaining) want = self->remaining;
         if (want > CONSUME_CHUNK) want = CONSUME_CHUNK;
@@ -766,27 +765,32 @@ static PyObject *NConsumer_address(NConsumer *self, PyObject *unused) {
     return PyLong_FromVoidPtr(&self->out);
 }
 
-/* events() -> [(kind, range index or -1, error code, text, topic or None)], emptied. */
+/* events() -> [(kind, range index or -1, error code, text, topic or None)], emptied; ends in
+ * (EV_OUT_OF_RANGE, -1, 0, "", None) when ranges were flagged out of range (progress()). */
 static PyObject *NConsumer_events(NConsumer *self, PyObject *unused) {
-    PyObject *list = PyList_New(self->n_events);
-    for (int i = 0; list && i < self->n_events; i++) {
-        Event *e = &self->events[i];
+    PyObject *list = PyList_New(0);
+    for (int i = 0; list && i <= self->n_events; i++) {
+        Event *e = &self->events[i], oor = {EV_OUT_OF_RANGE, 0, -1, "", ""};
+        if (i == self->n_events && !self->out_of_range) break;
+        if (i == self->n_events) e = &oor;
         PyObject *t = Py_BuildValue("(iniss)", e->kind, e->index, e->code, e->reason,
                                     e->topic[0] ? e->topic : NULL);
-        if (!t) Py_CLEAR(list);
-        else PyList_SET_ITEM(list, i, t);
+        if (!t || PyList_Append(list, t)) Py_CLEAR(list);
+        Py_XDECREF(t);
     }
-    self->n_events = 0;
+    self->n_events = self->out_of_range = 0;
     return list;
 }
 
-/* progress() -> [(next offset, done, seconds since its last progress)] of every range. */
+/* progress() -> [(next offset, done, seconds since its last progress, out of range)] of every
+ * range. */
 static PyObject *NConsumer_progress(NConsumer *self, PyObject *unused) {
     double now = monotonic();
     PyObject *list = PyList_New(self->n_ranges);
     for (Py_ssize_t i = 0; list && i < self->n_ranges; i++) {
         Range *r = &self->ranges[i];
-        PyObject *t = Py_BuildValue("(Lid)", (long long)r->next, r->done, now - r->last_progress);
+        PyObject *t = Py_BuildValue("(Lidi)", (long long)r->next, r->done,
+                                    now - r->last_progress, r->out_of_range);
         if (!t) Py_CLEAR(list);
         else PyList_SET_ITEM(list, i, t);
     }
@@ -865,7 +869,8 @@ static PyMethodDef NConsumer_methods[] = {
     {"fill", (PyCFunction)NConsumer_fill, METH_VARARGS, "fill(rows, headers, wait_s) -> n"},
     {"address", (PyCFunction)NConsumer_address, METH_NOARGS, "address of the exported array"},
     {"events", (PyCFunction)NConsumer_events, METH_NOARGS, "the events met, emptied"},
-    {"progress", (PyCFunction)NConsumer_progress, METH_NOARGS, "[(next, done, idle_s)]"},
+    {"progress", (PyCFunction)NConsumer_progress, METH_NOARGS,
+     "[(next, done, idle_s, out_of_range)]"},
     {"finish", (PyCFunction)NConsumer_finish, METH_O, "finish(index): give the range up"},
     {"seek", (PyCFunction)NConsumer_seek, METH_VARARGS, "seek(index, offset)"},
     {"watermarks", (PyCFunction)NConsumer_watermarks, METH_VARARGS,

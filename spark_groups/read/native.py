@@ -226,16 +226,23 @@ class NativeTaskRead:
                 next_stall_check = self._check_stalls()
         _read_log.debug("read %d records of %s (native)", rows, describe(states))
 
-    def _sync(self) -> None:
-        """Bring the ranges' progress over from C (for the decisions and their messages)."""
+    def _sync(self) -> list[RangeState]:
+        """Bring the ranges' progress over from C (for the decisions and their messages);
+        return the unfinished ranges whose fetch offset the broker said is out of range."""
         now = time.monotonic()
-        for state, (offset, done, idle_s) in zip(self.states, self.native.progress(), strict=True):
+        out_of_range = []
+        for state, (offset, done, idle_s, lost) in zip(
+            self.states, self.native.progress(), strict=True
+        ):
             state.next_offset, state.done, state.last_progress = offset, bool(done), now - idle_s
+            if lost and not done:
+                out_of_range.append(state)
+        return out_of_range
 
     def _handle(self, events: list[tuple[int, int, int, str, str | None]]) -> None:
         """The events of the last fill(), in the Python path's order: client errors (refused
         credentials raise), fetch errors (raise or pass), then out-of-range errors."""
-        self._sync()
+        out_of_range = self._sync()
         for kind, _, code, text, _ in events:
             if kind == _CLIENT:
                 self.entry.on_error(KafkaError(code, text))
@@ -245,9 +252,8 @@ class NativeTaskRead:
             if kind == _FETCH:
                 state = self.states[index] if index >= 0 else None
                 self.faults.fetch_error(KafkaError(code, text), state, topic)
-        for kind, index, _, _, _ in events:
-            if kind == _OUT_OF_RANGE and not self.states[index].done:
-                self._out_of_range(self.states[index])
+        for state in out_of_range:
+            self._out_of_range(state)
 
     def _out_of_range(self, state: RangeState) -> None:
         """The broker says ``state``'s fetch offset is out of range: lost records (raise, or

@@ -216,11 +216,11 @@ class _FakeNative:
     """The C consumer's side of NativeTaskRead's decisions: the ranges' progress, and what it
     was told (finish, seek)."""
 
-    def __init__(self, progress: list[tuple[int, int, float]]) -> None:
+    def __init__(self, progress: list[tuple[int, int, float, int]]) -> None:
         self.ranges = progress
         self.told: list[tuple[Any, ...]] = []
 
-    def progress(self) -> list[tuple[int, int, float]]:
+    def progress(self) -> list[tuple[int, int, float, int]]:
         return self.ranges
 
     def finish(self, index: int) -> None:
@@ -231,7 +231,10 @@ class _FakeNative:
 
 
 def native_task(
-    ranges: list[OffsetRange], progress: list[tuple[int, int, float]], broker: _Broker, fail: bool
+    ranges: list[OffsetRange],
+    progress: list[tuple[int, int, float, int]],
+    broker: _Broker,
+    fail: bool,
 ) -> tuple[native.NativeTaskRead, _FakeNative]:
     fake = _FakeNative(progress)
     consumer = type(
@@ -247,7 +250,7 @@ def test_the_native_paths_events_are_decided_as_on_the_python_path(warnings):
     skipped (read on from the log start, or the range given up)."""
     ranges = [OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 100, 200)]
     group_denied = (native._FETCH, -1, KafkaError.GROUP_AUTHORIZATION_FAILED, "denied", None)
-    task, fake = native_task(ranges, [(3, 0, 0.5), (100, 0, 0.5)], _Broker(150, 300), True)
+    task, fake = native_task(ranges, [(3, 0, 0.5, 0), (100, 0, 0.5, 0)], _Broker(150, 300), True)
     task._handle([group_denied])
     assert fake.told == [] and task.entry.last_error is None
     assert task.states[0].next_offset == 3  # the progress came over from C
@@ -260,14 +263,14 @@ def test_the_native_paths_events_are_decided_as_on_the_python_path(warnings):
         task._handle([refused])
     assert SECRET not in str(info.value)
 
-    out_of_range = (native._OUT_OF_RANGE, 1, KafkaError.OFFSET_OUT_OF_RANGE, "", "t")
-    task, fake = native_task(ranges, [(3, 0, 0.5), (100, 0, 0.5)], _Broker(150, 300), True)
+    out_of_range = (native._OUT_OF_RANGE, -1, 0, "", None)  # range 1 is flagged
+    task, fake = native_task(ranges, [(3, 0, 0.5, 0), (100, 0, 0.5, 1)], _Broker(150, 300), True)
     with pytest.raises(DataLossError, match=r"records \[100, 150\) of t-1"):
         task._handle([out_of_range])
-    task, fake = native_task(ranges, [(3, 0, 0.5), (100, 0, 0.5)], _Broker(150, 300), False)
+    task, fake = native_task(ranges, [(3, 0, 0.5, 0), (100, 0, 0.5, 1)], _Broker(150, 300), False)
     task._handle([out_of_range])
     assert fake.told == [("seek", 1, 150)]  # read on from the new log start
-    task, fake = native_task(ranges, [(3, 0, 0.5), (100, 0, 0.5)], _Broker(250, 300), False)
+    task, fake = native_task(ranges, [(3, 0, 0.5, 0), (100, 0, 0.5, 1)], _Broker(250, 300), False)
     task._handle([out_of_range])
     assert fake.told == [("finish", 1)] and task.states[1].done  # nothing left of it
     assert len(warnings.records) == 2
@@ -276,10 +279,10 @@ def test_the_native_paths_events_are_decided_as_on_the_python_path(warnings):
 def test_the_native_path_gives_up_a_stalled_range():
     ranges = [OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 0, 10)]
     # Range 1 has made no progress for 5 s (the poll timeout is 2 s), range 0 for 0.5 s.
-    task, fake = native_task(ranges, [(3, 0, 0.5), (4, 0, 5.0)], _Broker(0, 4), True)
+    task, fake = native_task(ranges, [(3, 0, 0.5, 0), (4, 0, 5.0, 0)], _Broker(0, 4), True)
     with pytest.raises(DataLossError, match=r"records \[4, 10\) of t-1"):
         task._check_stalls()
-    task, fake = native_task(ranges, [(3, 0, 0.5), (4, 0, 5.0)], _Broker(0, 4), False)
+    task, fake = native_task(ranges, [(3, 0, 0.5, 0), (4, 0, 5.0, 0)], _Broker(0, 4), False)
     task._check_stalls()
     assert fake.told == [("finish", 1)]
     assert not task.states[0].done and task.states[1].done
