@@ -22,7 +22,6 @@ the Python path uses), with the same settings (:func:`~spark_groups.read.pool.re
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 import time
@@ -32,7 +31,12 @@ from typing import Any
 import pyarrow as pa
 
 from spark_groups.errors import SparkGroupsError
-from spark_groups.kafka.client import KafkaError, KafkaException, KafkaTopicPartition
+from spark_groups.kafka.client import (
+    KafkaError,
+    KafkaException,
+    KafkaTopicPartition,
+    librdkafka_path,
+)
 from spark_groups.kafka.config import bootstrap_servers_of
 from spark_groups.kafka.secrets import scrub
 from spark_groups.offsets import OffsetRange
@@ -63,21 +67,6 @@ _CLIENT, _FETCH, _OUT_OF_RANGE = 0, 1, 2
 
 _load_error: str | None = None  # None: not tried yet; "": loaded
 _told: set[str] = set()
-
-
-def librdkafka_path() -> str | None:
-    """The librdkafka confluent-kafka's wheel ships (or a system one), None if none is found."""
-    import ctypes.util
-
-    import confluent_kafka
-
-    here = os.path.dirname(os.path.abspath(confluent_kafka.__file__))
-    for pattern in ("confluent_kafka.libs/librdkafka*.so*", ".dylibs/librdkafka*.dylib"):
-        found = sorted(glob.glob(os.path.join(here, os.pardir, pattern)))
-        found += sorted(glob.glob(os.path.join(here, pattern)))
-        if found:
-            return found[0]
-    return ctypes.util.find_library("rdkafka")
 
 
 def available() -> bool:
