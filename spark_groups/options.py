@@ -42,6 +42,11 @@ _BROKER_SIDE_WITH_CONSUMER_PROTOCOL = {
 EndOffsetsMode = Literal["auto", "fetch", "listOffsets"]
 END_OFFSET_MODES: tuple[str, ...] = get_args(EndOffsetsMode)
 DELIVERY_GUARANTEES = ("at-least-once", "at-most-once")
+#: The executor read path (``spark_groups.read.native``): ``auto`` the native one where it is
+#: built and loads, else Python; ``python`` always Python; ``native`` required (an error where
+#: it cannot load).
+ReadPath = Literal["auto", "python", "native"]
+READ_PATHS: tuple[str, ...] = get_args(ReadPath)
 
 #: option name (as documented) -> default shown in docs; None means "no default".
 SOURCE_OPTIONS: dict[str, str | None] = {
@@ -73,6 +78,7 @@ SOURCE_OPTIONS: dict[str, str | None] = {
     "joinTimeoutMs": None,
     "arrowBatchRows": "10000",
     "recordsPerTask": str(DEFAULT_RECORDS_PER_TASK),
+    "readPath": "auto",
 }
 
 #: Options of Spark's kafka source that this source refuses, with the reason.
@@ -142,6 +148,8 @@ class SourceOptions:
     arrow_batch_rows: int = 10_000
     #: Records per Spark task when small ranges are packed together; 0: one task per range.
     records_per_task: int = DEFAULT_RECORDS_PER_TASK
+    #: The executor read path: ``auto``, ``python`` or ``native`` (``readPath``).
+    read_path: ReadPath = "auto"
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: ``storage.*`` options without the prefix: delta-rs storage options for the ledger,
     #: the rebalance history and the sink table read by ``sink.table`` (may hold secrets).
@@ -397,6 +405,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         records_per_task=_non_negative_int(
             "recordsPerTask", ours.get("recordsPerTask", str(DEFAULT_RECORDS_PER_TASK))
         ),
+        read_path=cast(ReadPath, _choice("readPath", ours, "auto", READ_PATHS)),
         kafka=kafka,
         storage_options=storage,
     )

@@ -58,6 +58,27 @@ def make_topic(bootstrap_servers: str):
     return create
 
 
+@pytest.fixture(params=["python", "native"])
+def read_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Run the test on each executor read path (``SPARK_GROUPS_READ_PATH`` set for its
+    duration). The native case is skipped only where the C extension is not built (or cannot
+    load) and the environment does not require it: with ``SPARK_GROUPS_READ_PATH=native`` (CI)
+    it runs, and fails if the native path cannot. A task read on the other path fails the test."""
+    from spark_groups.read import native, reader
+
+    path = request.param
+    required = os.environ.get(native.READ_PATH_ENV, "").strip().lower() == "native"
+    if path == "native" and not native.available():
+        if required:
+            pytest.fail(f"{native.READ_PATH_ENV}=native, but {native.load_error()}")
+        pytest.skip(f"native read path not available: {native.load_error()}")
+    monkeypatch.setenv(native.READ_PATH_ENV, path)
+    other = "native" if path == "python" else "python"
+    before = reader.TASKS_BY_PATH[other]
+    yield path
+    assert reader.TASKS_BY_PATH[other] == before, f"a task was read on the {other} path"
+
+
 @pytest.fixture(scope="session")
 def mock_servers() -> Iterator[str]:
     """librdkafka's mock cluster (Kafka semantics); lives as long as its producer."""

@@ -1,17 +1,19 @@
-"""The executor read path, native prototype against the Python reader and the plain loop.
+"""The executor read path: its native and Python paths against the plain loop.
 
-    python3 bench/native_read/build.py && PYTHONPATH=. python3 bench/native_read/compare.py
+    PYTHONPATH=. python3 bench/native_read/compare.py     # the extension built in place by
+                                                          # pip install -e . (a C compiler)
 
 Starts Apache Kafka (``spark_groups.tools.kafka_broker``; or ``--bootstrap-servers``), first
-checks that the prototype yields the same batches as ``spark_groups.read.reader.read_ranges``
-(null keys, headers, a transaction's control records and aborted records, several batches),
-then produces each value size to a 4-partition topic and reads all of it, as one task reading
-its 4 ranges, with:
+checks that both paths of ``spark_groups.read.reader.read_ranges`` yield the same batches
+(null keys, headers, a transaction's control records and aborted records, several batches;
+``tests/unit/test_reader.py`` checks the same in the tests), then produces each value size
+to a 4-partition topic and reads all of it, as one task reading its 4 ranges, with:
 
   plain    confluent-kafka, one consumer on all 4 partitions, ``consume(500)``, touching each
            record's error and value (no Arrow): a Python loop's ceiling;
-  python   ``spark_groups.read.reader.read_ranges`` (Arrow batches of 10,000 rows);
-  native   ``bench.native_read.read_ranges`` (the same batches, built in C).
+  python   ``spark_groups.read.reader.read_ranges``, ``read_path="python"`` (Arrow batches of
+           10,000 rows);
+  native   the same, ``read_path="native"`` (the same batches, built in C).
 
 Every read runs in a fresh child process (same imports on every side), after a warm-up read of
 1,000 records that creates the (pooled) consumer; all use the reader's librdkafka settings.
@@ -77,13 +79,13 @@ def _plain(config: dict, topic: str, counts: list[int], warm: bool) -> int:
 def child(side: str, servers: str, topic: str, counts: list[int]) -> dict:
     import pyarrow  # noqa: F401  (every side imports the same modules)
 
-    import bench.native_read as native
     from spark_groups.offsets import OffsetRange
+    from spark_groups.read import native
     from spark_groups.read.reader import read_ranges, reader_config
 
     config = {"bootstrap.servers": servers}
     if side == "native" and not native.available():
-        raise SystemExit("the native prototype is not built: python3 bench/native_read/build.py")
+        raise SystemExit(f"the native read path cannot run: {native.load_error()}")
     rss_imports = _rss_mb()
 
     def run(warm: bool) -> int:
@@ -93,10 +95,9 @@ def child(side: str, servers: str, topic: str, counts: list[int]) -> dict:
         if side == "plain":
             plain_config = {k: v for k, v in reader_config(config).items() if not callable(v)}
             return _plain(plain_config, topic, counts, warm)
-        if side == "python":
-            batches = read_ranges(config, [OffsetRange(*r) for r in ranges], include_headers=False)
-        else:
-            batches = native.read_ranges(config, ranges, 10_000)
+        batches = read_ranges(
+            config, [OffsetRange(*r) for r in ranges], include_headers=False, read_path=side
+        )
         return sum(batch.num_rows for batch in batches)
 
     run(warm=True)
@@ -177,12 +178,11 @@ def instructions(servers: str, topic: str, counts: list[int], side: str) -> floa
 
 
 def check(servers: str) -> None:
-    """The prototype's batches equal the Python reader's."""
+    """The native path's batches equal the Python path's."""
     import pyarrow as pa
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    import bench.native_read as native
     from spark_groups.offsets import OffsetRange
     from spark_groups.read.reader import read_ranges
 
@@ -216,18 +216,19 @@ def check(servers: str) -> None:
         config = {"bootstrap.servers": servers, **extra}
         for headers in (False, True):
             for rows in (10_000, 333):
-                ours = pa.Table.from_batches(
-                    list(native.read_ranges(config, ranges, rows, include_headers=headers))
-                )
-                theirs = pa.Table.from_batches(
-                    list(
-                        read_ranges(
-                            config,
-                            [OffsetRange(*r) for r in ranges],
-                            include_headers=headers,
-                            max_batch_rows=rows,
+                ours, theirs = (
+                    pa.Table.from_batches(
+                        list(
+                            read_ranges(
+                                config,
+                                [OffsetRange(*r) for r in ranges],
+                                include_headers=headers,
+                                max_batch_rows=rows,
+                                read_path=path,
+                            )
                         )
                     )
+                    for path in ("native", "python")
                 )
                 key = [("partition", "ascending"), ("offset", "ascending")]
                 if (

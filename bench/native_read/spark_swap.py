@@ -1,14 +1,14 @@
-"""kafka-group -> noop with the native read path swapped in, beside the Python one and the
-Python data source ceiling: where would a faster executor read path put the whole query?
+"""kafka-group -> noop on the native read path, beside the Python one and the Python data
+source ceiling: where does the faster executor read path put the whole query?
 
-    python3 bench/native_read/build.py && PYTHONPATH=. python3 bench/native_read/spark_swap.py
+    PYTHONPATH=. python3 bench/native_read/spark_swap.py   # the extension built in place by
+                                                           # pip install -e . (a C compiler)
 
-``kafka-group-native`` is kafka-group with one change, made here and not in the package: the
-stream reader's ``read()`` calls ``bench.native_read.read_ranges`` (the class is defined in
-this script, so Spark ships it to the Python workers by value). Same broker, session
-(``bench.run.spark_session``: local[2]), records and options; Trigger.AvailableNow, warm time
-as in ``bench.throughput`` (the first batch's group join left out), after two unmeasured
-warm-up rounds; best of the rounds, which alternate.
+``kafka-group-native`` is kafka-group with ``readPath=native`` (the read path required, so the
+fallback is never measured by mistake), ``kafka-group`` the same with ``readPath=python``. Same
+broker, session (``bench.run.spark_session``: local[2]), records and options;
+Trigger.AvailableNow, warm time as in ``bench.throughput`` (the first batch's group join left
+out), after two unmeasured warm-up rounds; best of the rounds, which alternate.
 """
 
 from __future__ import annotations
@@ -19,45 +19,16 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-# The Python workers import bench.native_read from here.
+# The Python workers import spark_groups (and its extension) from here.
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
 
-from spark_groups.spark.source import (  # noqa: E402
-    KafkaGroupDataSource,
-    KafkaGroupStreamReader,
-    RangesPartition,
-)
-
-
-class NativeStreamReader(KafkaGroupStreamReader):
-    def read(self, partition: Any) -> Iterator[Any]:
-        import bench.native_read as native
-
-        if not native.available():  # never measure the fallback by mistake
-            raise RuntimeError("bench.native_read is not built in the Python worker")
-        assert isinstance(partition, RangesPartition)
-        return native.read_ranges(
-            self.options.reader_config(),
-            [(r.topic, r.partition, r.from_offset, r.until_offset) for r in partition.ranges],
-            self.options.arrow_batch_rows,
-            include_headers=self.options.include_headers,
-            poll_timeout_s=self.options.poll_timeout_ms / 1000.0,
-        )
-
-
-class NativeKafkaGroup(KafkaGroupDataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "kafka-group-native"
-
-    def streamReader(self, schema: Any) -> Any:
-        return NativeStreamReader(self.parsed)
+#: The read path of each side.
+READ_PATH = {"kafka-group": "python", "kafka-group-native": "native"}
 
 
 def run_query(spark: Any, fmt: str, servers: str, topic: str, scratch: Path) -> dict:
@@ -66,7 +37,8 @@ def run_query(spark: Any, fmt: str, servers: str, topic: str, scratch: Path) -> 
 
     group = unique("native-swap")
     work = scratch / group
-    df = spark.readStream.format(fmt).options(**source_options(servers, [topic], group)).load()
+    options = source_options(servers, [topic], group, readPath=READ_PATH[fmt])
+    df = spark.readStream.format("kafka-group").options(**options).load()
     before, started = cpu_seconds(), time.perf_counter()
     query = (
         df.writeStream.trigger(availableNow=True)
@@ -93,21 +65,20 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
-    import bench.native_read as native
     from bench.ceiling import const_arrow_rate
     from bench.common import cpu_delta, cpu_seconds, create_topics, produce
     from bench.run import spark_session
+    from spark_groups.read import native
     from spark_groups.tools.kafka_broker import KafkaBroker
 
     if not native.available():
-        raise SystemExit("build the prototype first: python3 bench/native_read/build.py")
+        raise SystemExit(f"the native read path cannot run: {native.load_error()}")
     scratch = Path(tempfile.mkdtemp(prefix="native-swap-"))
     loads = [os.getloadavg()[0]]
     rows_out = []
     with KafkaBroker(heap="1g") as broker:
         servers = broker.bootstrap_servers
         spark = spark_session()
-        spark.dataSource.register(NativeKafkaGroup)
         (warm_topic,) = create_topics(servers, 4, prefix="swap-warm")
         produce(servers, [warm_topic], 4, 200_000, 100)
         for _ in range(2):  # JIT, Python workers, consumers: not measured

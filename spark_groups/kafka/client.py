@@ -6,6 +6,8 @@ Other modules import ``Consumer``, ``KafkaError`` and friends from here, never f
 
 from __future__ import annotations
 
+import glob
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +38,7 @@ __all__ = [
     "NewTopic",
     "Producer",
     "create_consumer",
+    "librdkafka_path",
     "validate_config",
 ]
 
@@ -61,3 +64,20 @@ def validate_config(config: Mapping[str, Any]) -> None:
         Consumer(checked).close()
     except KafkaException as exc:
         raise config_error(exc) from None
+
+
+def librdkafka_path() -> str | None:
+    """The shared library of the librdkafka confluent-kafka runs on: the one its wheel ships
+    (already loaded in this process), else a system one; None when none is found. The native
+    read path (``spark_groups.read.native``) loads it, so both read paths run the same build."""
+    import ctypes.util
+
+    import confluent_kafka
+
+    here = os.path.dirname(os.path.abspath(confluent_kafka.__file__))
+    for pattern in ("confluent_kafka.libs/librdkafka*.so*", ".dylibs/librdkafka*.dylib"):
+        found = sorted(glob.glob(os.path.join(here, os.pardir, pattern)))
+        found += sorted(glob.glob(os.path.join(here, pattern)))
+        if found:
+            return found[0]
+    return ctypes.util.find_library("rdkafka")

@@ -55,5 +55,5 @@ def split_events(
             if state is not None:
                 out_of_range.append(state)
             continue
-        faults.fetch_error(err, state, msg)
+        faults.fetch_error(err, state, msg.topic())
     return good, events

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from spark_groups.errors import BrokerUnreachableError, DataLossError, SparkGroupsError
 from spark_groups.kafka import auth
-from spark_groups.kafka.client import KafkaError, KafkaException, KafkaTopicPartition, Message
+from spark_groups.kafka.client import KafkaError, KafkaException, KafkaTopicPartition
 from spark_groups.kafka.config import bootstrap_servers_of
 from spark_groups.kafka.errors import TRANSIENT_FETCH_CODES, UNREACHABLE_CODES, error_text
 from spark_groups.kafka.secrets import scrub
@@ -59,16 +59,17 @@ class Faults:
         if auth.is_authentication_failure(self.entry.last_error):
             raise auth.authentication_error(self.entry.last_error, self.config)
 
-    def fetch_error(self, err: KafkaError, state: RangeState | None, msg: Message) -> None:
-        """An error event ``msg`` other than end-of-partition and out-of-range (``state``: its
-        range, if any): raise it, or let it pass when it is harmless or transient."""
+    def fetch_error(self, err: KafkaError, state: RangeState | None, topic: str | None) -> None:
+        """An error event ``err`` other than end-of-partition and out-of-range (``state``: its
+        range, if any; ``topic``: the event's topic, if any): raise it, or let it pass when it
+        is harmless or transient."""
         code = err.code()
         if code == auth.GROUP_DENIED:
             # librdkafka looks up the coordinator of this assign-only consumer's group.id,
             # which it never uses: the group needs no ACL, and this event is harmless.
             return
         if code == auth.TOPIC_DENIED:
-            topic = state.topic if state is not None else msg.topic() or self.states[0].topic
+            topic = state.topic if state is not None else topic or self.states[0].topic
             raise auth.topic_denied(topic, self.config, err)
         what = str(state) if state is not None else describe(self.states)
         if err.fatal() or not (err.retriable() or code in TRANSIENT_FETCH_CODES):

@@ -4,7 +4,9 @@ Spark's executor Python workers are forked from ``pyspark.daemon`` and reused be
 so consumers are kept between tasks, per worker process and configuration. They only ever
 assign partitions at explicit offsets: they never join a group, never commit and never store
 offsets. A consumer inherited through ``fork()`` is never used, closed or freed (its
-librdkafka threads do not exist in the child).
+librdkafka threads do not exist in the child). The pool holds the consumers of both read paths,
+apart: confluent-kafka's for the Python path, :class:`~spark_groups.read.native.NativeConsumer`
+for the native one.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_groups.kafka.client import Consumer, KafkaError, KafkaException, create_consumer
+from spark_groups.kafka.client import KafkaError, KafkaException, create_consumer
 from spark_groups.kafka.config import bootstrap_servers_of, layered
 
 # The read path logs under the logger it has always used (spark_groups.read.reader).
@@ -56,12 +58,19 @@ def reader_config(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
     return layered(READER_DEFAULTS, consumer_config, READER_REQUIRED)
 
 
+#: A pooled consumer's key: the process that created it, its read path, its configuration.
+PoolKey = tuple[int, str, tuple[tuple[str, str], ...]]
+
+
 @dataclass(eq=False)
 class PooledConsumer:
-    """One cached consumer, its pool key, and the last client-wide error librdkafka reported."""
+    """One cached consumer, its pool key, and the last client-wide error librdkafka reported.
 
-    key: tuple[int, tuple[tuple[str, str], ...]]
-    consumer: Consumer | None = None
+    ``consumer`` is a confluent-kafka ``Consumer`` (the Python read path) or a
+    :class:`~spark_groups.read.native.NativeConsumer` (the native one), by ``key``'s path."""
+
+    key: PoolKey
+    consumer: Any = None
     last_error: KafkaError | None = field(default=None)
 
     @property
@@ -76,7 +85,7 @@ class PooledConsumer:
         log.debug("kafka client error: %s", err.name())
 
 
-_POOL: dict[tuple[int, tuple[tuple[str, str], ...]], list[PooledConsumer]] = {}
+_POOL: dict[PoolKey, list[PooledConsumer]] = {}
 _POOL_LOCK = threading.Lock()
 # Consumers inherited through fork(). Their librdkafka threads do not exist in this process:
 # closing or freeing one deadlocks, so they are kept (and given an extra reference, so not even
@@ -102,10 +111,11 @@ if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def checkout(config: dict[str, str]) -> PooledConsumer:
-    """An idle consumer of this process for ``config`` (a :func:`reader_config`), or a new one."""
+def checkout(config: dict[str, str], path: str = "python") -> PooledConsumer:
+    """An idle consumer of this process for ``config`` (a :func:`reader_config`), or a new one:
+    a confluent-kafka one for ``path`` ``"python"``, a native one for ``"native"``."""
     pid = os.getpid()
-    key = (pid, tuple(sorted((k, str(v)) for k, v in config.items())))
+    key = (pid, path, tuple(sorted((k, str(v)) for k, v in config.items())))
     with _POOL_LOCK:
         foreign = [k for k in _POOL if k[0] != pid]
         for k in foreign:  # fork without register_at_fork handlers: same treatment
@@ -114,7 +124,12 @@ def checkout(config: dict[str, str]) -> PooledConsumer:
         if idle:
             return idle.pop()
     entry = PooledConsumer(key=key)
-    entry.consumer = create_consumer({**config, "error_cb": entry.on_error})
+    if path == "native":
+        from spark_groups.read import native
+
+        entry.consumer = native.NativeConsumer(config)  # its errors: entry.on_error, by its loop
+    else:
+        entry.consumer = create_consumer({**config, "error_cb": entry.on_error})
     log.debug("created a read-path consumer for %s", bootstrap_servers_of(config))
     return entry
 

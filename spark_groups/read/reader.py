@@ -10,7 +10,10 @@ Python workers. Its parts, each a module of :mod:`spark_groups.read`:
 * :mod:`~spark_groups.read.progress`: the progress of one range;
 * :mod:`~spark_groups.read.columns`: records into Arrow columns (those of Spark's kafka source);
 * :mod:`~spark_groups.read.events`: a chunk's end-of-partition and out-of-range events;
-* :mod:`~spark_groups.read.faults`: Kafka errors as typed errors, stalls and data loss.
+* :mod:`~spark_groups.read.faults`: Kafka errors as typed errors, stalls and data loss;
+* :mod:`~spark_groups.read.native`: the native path, an optional accelerator of the read loop
+  (C fills the Arrow columns; the decisions stay in Python): it runs when the C extension is
+  built and loads, unless ``read_path`` or ``SPARK_GROUPS_READ_PATH`` says ``python``.
 
 How a range ends
     A range ``[from, until)`` is complete when a record with offset ``>= until - 1`` has been
@@ -43,12 +46,14 @@ bootstrap servers only. The read path logs under ``spark_groups.read.reader``.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
 from spark_groups.offsets import OffsetRange
 from spark_groups.read.loop import TaskRead
+from spark_groups.read.native import READ_PATHS, NativeTaskRead, use_native
 from spark_groups.read.pool import (
     READER_DEFAULTS,
     READER_REQUIRED,
@@ -62,11 +67,16 @@ from spark_groups.read.pool import (
 __all__ = [
     "READER_DEFAULTS",
     "READER_REQUIRED",
+    "READ_PATHS",
+    "TASKS_BY_PATH",
     "close_cached_consumers",
     "read_range",
     "read_ranges",
     "reader_config",
 ]
+
+#: How many tasks each read path (``"python"``, ``"native"``) has read in this process.
+TASKS_BY_PATH: Counter[str] = Counter()
 
 
 def read_range(
@@ -77,6 +87,7 @@ def read_range(
     max_batch_rows: int = 10_000,
     poll_timeout_s: float = 120.0,
     fail_on_data_loss: bool = True,
+    read_path: str = "auto",
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records ``[rng.from_offset, rng.until_offset)`` as Arrow record batches:
     :func:`read_ranges` of this one range."""
@@ -87,6 +98,7 @@ def read_range(
         max_batch_rows=max_batch_rows,
         poll_timeout_s=poll_timeout_s,
         fail_on_data_loss=fail_on_data_loss,
+        read_path=read_path,
     )
 
 
@@ -98,6 +110,7 @@ def read_ranges(
     max_batch_rows: int = 10_000,
     poll_timeout_s: float = 120.0,
     fail_on_data_loss: bool = True,
+    read_path: str = "auto",
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records ``[from_offset, until_offset)`` of each of ``ranges`` (one Spark
     task's; at most one range per partition) as Arrow record batches.
@@ -120,22 +133,31 @@ def read_ranges(
     retrying cannot fix (authorization, fatal client errors). Each error names the partition
     and range at fault.
 
+    ``read_path`` (the ``readPath`` option): ``auto`` reads on the native path
+    (:mod:`spark_groups.read.native`) where it can, else on the Python one; ``python`` forces
+    the Python path; ``native`` requires the native one. Both give the same batches.
+
     Not thread-safe per call; separate calls on separate threads use separate consumers.
     """
     if max_batch_rows < 1:
         raise ValueError(f"max_batch_rows must be >= 1, got {max_batch_rows}")
+    if read_path not in READ_PATHS:
+        raise ValueError(f"read_path must be one of {', '.join(READ_PATHS)}, got {read_path!r}")
     work = tuple(r for r in ranges if r.until_offset > r.from_offset)
     if len({r.topic_partition for r in work}) != len(work):
         raise ValueError("read_ranges takes at most one range per partition")
     if not work:
         return
     config = reader_config(consumer_config)
-    entry = checkout(config)
+    path = "native" if use_native(read_path, config) else "python"
+    entry = checkout(config, path)
+    task = (NativeTaskRead if path == "native" else TaskRead)(
+        entry, config, work, include_headers, max_batch_rows, poll_timeout_s, fail_on_data_loss
+    )
+    TASKS_BY_PATH[path] += 1
     healthy = False
     try:
-        yield from TaskRead(
-            entry, config, work, include_headers, max_batch_rows, poll_timeout_s, fail_on_data_loss
-        ).run()
+        yield from task.run()
         healthy = True
     except GeneratorExit:
         healthy = True  # the caller stopped early; the consumer itself is fine

@@ -162,6 +162,7 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             max_batch_rows=self.options.arrow_batch_rows,
             poll_timeout_s=self.options.poll_timeout_ms / 1000.0,
             fail_on_data_loss=self.options.fail_on_data_loss,
+            read_path=self.options.read_path,
         )
 
     def commit(self, end: dict[str, Any]) -> None:

@@ -172,7 +172,7 @@ def test_a_member_with_credentials_and_acls_reads_and_commits(
     assert committed_offsets(broker.bootstrap_servers, group, topic, 2) == {0: 20, 1: 20}
 
 
-def test_readers_need_no_acl_on_any_group(broker: KafkaBroker) -> None:
+def test_readers_need_no_acl_on_any_group(broker: KafkaBroker, read_path: str) -> None:
     """librdkafka looks up the coordinator of an assign-only consumer's group.id too and
     reports GROUP_AUTHORIZATION_FAILED; the executors' readers and the end-offset resolver
     (``endOffsets=fetch`` polls) never use that group, so they ignore it and work with READ
@@ -213,6 +213,25 @@ def test_a_wrong_password_is_an_authentication_error(
     assert_no_password(text, repr(vars(error)), caplog.text)
 
 
+def test_a_wrong_password_fails_a_reader_at_once(broker: KafkaBroker, read_path: str) -> None:
+    """An executor's reader raises refused credentials from librdkafka's error callback,
+    not after the poll timeout."""
+    topic, _ = setup(broker, TOPIC_READ)
+    config = {
+        "bootstrap.servers": broker.sasl_bootstrap_servers,
+        **sasl_settings("alice", WRONG_PASSWORD),
+    }
+    started = time.monotonic()
+    try:
+        with pytest.raises(AuthenticationError) as info:
+            list(read_range(config, OffsetRange(topic, 0, 0, 20), include_headers=False))
+    finally:
+        close_cached_consumers()
+    assert time.monotonic() - started < 10  # not the 120 s poll timeout
+    assert info.value.username == "alice"
+    assert_no_password(str(info.value))
+
+
 def test_a_wrong_password_fails_the_query(spark: Any, broker: KafkaBroker, tmp_path: Path) -> None:
     topic, group = setup(broker, TOPIC_READ, GROUP_READ)
     text, took = query_error(spark, source_options(broker, topic, group, WRONG_PASSWORD), tmp_path)
@@ -238,7 +257,9 @@ def test_no_acl_on_the_topic_is_an_authorization_error_at_start(broker: KafkaBro
     assert_no_password(str(error))
 
 
-def test_describe_without_read_on_the_topic_fails_the_first_fetch(broker: KafkaBroker) -> None:
+def test_describe_without_read_on_the_topic_fails_the_first_fetch(
+    broker: KafkaBroker, read_path: str
+) -> None:
     """DESCRIBE alone lets the member join and list offsets; reading (an executor's fetch)
     and committing are refused."""
     topic, group = setup(broker, TOPIC_DESCRIBE, GROUP_READ)

@@ -42,6 +42,12 @@ def test_records_per_task() -> None:
     assert parse_options({**BASE, "recordspertask": "7"}).records_per_task == 7
 
 
+def test_read_path() -> None:
+    assert parse_options(BASE).read_path == "auto"
+    assert parse_options(with_(readPath="Python")).read_path == "python"
+    assert parse_options({**BASE, "readpath": " native "}).read_path == "native"
+
+
 def test_keys_are_case_insensitive_as_spark_lowercases_them() -> None:
     o = parse_options(
         {k.lower(): v for k, v in with_(maxOffsetsPerTrigger="50", includeHeaders="true").items()}
@@ -242,6 +248,7 @@ def test_plain_keys(key: str) -> None:
         ({"partition.assignment.strategy": "sticky-ish"}, "partition.assignment.strategy", "range"),
         ({"deliveryGuarantee": "exactly-once"}, "deliveryGuarantee", "at-least-once"),
         ({"endOffsets": "latest"}, "endOffsets", "listOffsets"),
+        ({"readPath": "c"}, "readPath", "auto, python, native"),
         ({"minPartitions": "4"}, "minPartitions", "not supported"),
         ({"kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset", "startingOffsets"),
         # malformed JSON offsets

@@ -20,7 +20,8 @@ from spark_groups.errors import (
     SparkGroupsError,
 )
 from spark_groups.offsets import OffsetRange, TopicPartition
-from spark_groups.read import columns
+from spark_groups.options import READ_PATHS
+from spark_groups.read import columns, native
 from spark_groups.read.events import split_events
 from spark_groups.read.faults import Faults
 from spark_groups.read.pool import PooledConsumer
@@ -136,27 +137,25 @@ def test_a_stall_is_data_loss_unless_the_broker_is_unreachable(warnings):
 
 def test_fetch_errors_raise_typed_errors_or_pass():
     faults, (state, _) = faults_of([OffsetRange("t", 0, 0, 5), OffsetRange("u", 1, 0, 5)])
-    msg = Message(topic="t", partition=0, offset=3)
     # The readers' unused group and transient errors pass.
-    faults.fetch_error(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED), state, msg)
-    faults.fetch_error(KafkaError(KafkaError._TRANSPORT, retriable=True), state, msg)
-    faults.fetch_error(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION), None, msg)
+    faults.fetch_error(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED), state, "t")
+    faults.fetch_error(KafkaError(KafkaError._TRANSPORT, retriable=True), state, "t")
+    faults.fetch_error(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION), None, "t")
 
     with pytest.raises(AuthorizationError) as denied:
-        faults.fetch_error(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), None, msg)
+        faults.fetch_error(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), None, "t")
     assert (denied.value.resource, denied.value.principal) == ("t", "User:me")
-    nameless = Message(partition=0, offset=3)
-    with pytest.raises(AuthorizationError) as denied:
-        faults.fetch_error(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), None, nameless)
+    with pytest.raises(AuthorizationError) as denied:  # an event without a topic
+        faults.fetch_error(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), None, None)
     assert denied.value.resource == "t"  # the task's first topic
 
     bad = KafkaError(KafkaError.INVALID_RECORD, f"bad record {SECRET}", retriable=False)
     with pytest.raises(SparkGroupsError, match=r"reading t-0 \[0, 5\) from b1:9092 failed") as e:
-        faults.fetch_error(bad, state, msg)
+        faults.fetch_error(bad, state, "t")
     assert SECRET not in str(e.value) and "INVALID_RECORD" in str(e.value)
     fatal = KafkaError(KafkaError._FATAL, "fenced", fatal=True, retriable=True)
     with pytest.raises(SparkGroupsError, match=r"reading t-0 \[0, 5\), u-1 \[0, 5\) from"):
-        faults.fetch_error(fatal, None, msg)
+        faults.fetch_error(fatal, None, "t")
 
 
 def test_refused_credentials_raise_at_once():
@@ -208,6 +207,121 @@ def test_split_events_keeps_records_and_collects_events():
 
     with pytest.raises(SparkGroupsError, match=r"reading t-2 \[0, 10\)"):
         split_events([event(2, 0, KafkaError.INVALID_RECORD)], state_of, faults)
+
+
+# ------------------------------------------------------------------ the native path's events
+
+
+class _FakeNative:
+    """The C consumer's side of NativeTaskRead's decisions: the ranges' progress, and what it
+    was told (finish, seek)."""
+
+    def __init__(self, progress: list[tuple[int, int, float, int]]) -> None:
+        self.ranges = progress
+        self.told: list[tuple[Any, ...]] = []
+
+    def progress(self) -> list[tuple[int, int, float, int]]:
+        return self.ranges
+
+    def finish(self, index: int) -> None:
+        self.told.append(("finish", index))
+
+    def seek(self, index: int, offset: int) -> None:
+        self.told.append(("seek", index, offset))
+
+
+def native_task(
+    ranges: list[OffsetRange],
+    progress: list[tuple[int, int, float, int]],
+    broker: _Broker,
+    fail: bool,
+) -> tuple[native.NativeTaskRead, _FakeNative]:
+    fake = _FakeNative(progress)
+    consumer = type(
+        "Consumer", (), {"native": fake, "get_watermark_offsets": broker.get_watermark_offsets}
+    )()
+    entry = PooledConsumer(key=(os.getpid(), "native", ()), consumer=consumer)
+    return native.NativeTaskRead(entry, CONFIG, ranges, False, 100, 2.0, fail), fake
+
+
+def test_the_native_paths_events_are_decided_as_on_the_python_path(warnings):
+    """The events C hands back go through the same Faults: the readers' unused group passes,
+    a denied topic and refused credentials raise typed errors, lost records raise or are
+    skipped (read on from the log start, or the range given up)."""
+    ranges = [OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 100, 200)]
+    group_denied = (native._FETCH, -1, KafkaError.GROUP_AUTHORIZATION_FAILED, "denied", None)
+    task, fake = native_task(ranges, [(3, 0, 0.5, 0), (100, 0, 0.5, 0)], _Broker(150, 300), True)
+    task._handle([group_denied])
+    assert fake.told == [] and task.entry.last_error is None
+    assert task.states[0].next_offset == 3  # the progress came over from C
+
+    topic_denied = (native._FETCH, 0, KafkaError.TOPIC_AUTHORIZATION_FAILED, "denied", "t")
+    with pytest.raises(AuthorizationError):
+        task._handle([topic_denied])
+    refused = (native._CLIENT, -1, KafkaError.SASL_AUTHENTICATION_FAILED, SECRET, None)
+    with pytest.raises(AuthenticationError) as info:
+        task._handle([refused])
+    assert SECRET not in str(info.value)
+
+    out_of_range = (native._OUT_OF_RANGE, -1, 0, "", None)  # range 1 is flagged
+    task, fake = native_task(ranges, [(3, 0, 0.5, 0), (100, 0, 0.5, 1)], _Broker(150, 300), True)
+    with pytest.raises(DataLossError, match=r"records \[100, 150\) of t-1"):
+        task._handle([out_of_range])
+    task, fake = native_task(ranges, [(3, 0, 0.5, 0), (100, 0, 0.5, 1)], _Broker(150, 300), False)
+    task._handle([out_of_range])
+    assert fake.told == [("seek", 1, 150)]  # read on from the new log start
+    task, fake = native_task(ranges, [(3, 0, 0.5, 0), (100, 0, 0.5, 1)], _Broker(250, 300), False)
+    task._handle([out_of_range])
+    assert fake.told == [("finish", 1)] and task.states[1].done  # nothing left of it
+    assert len(warnings.records) == 2
+
+
+def test_the_native_path_gives_up_a_stalled_range():
+    ranges = [OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 0, 10)]
+    # Range 1 has made no progress for 5 s (the poll timeout is 2 s), range 0 for 0.5 s.
+    task, fake = native_task(ranges, [(3, 0, 0.5, 0), (4, 0, 5.0, 0)], _Broker(0, 4), True)
+    with pytest.raises(DataLossError, match=r"records \[4, 10\) of t-1"):
+        task._check_stalls()
+    task, fake = native_task(ranges, [(3, 0, 0.5, 0), (4, 0, 5.0, 0)], _Broker(0, 4), False)
+    task._check_stalls()
+    assert fake.told == [("finish", 1)]
+    assert not task.states[0].done and task.states[1].done
+
+
+def test_which_read_path_runs(monkeypatch, caplog):
+    config = {"bootstrap.servers": "b:9092", "group.id": "g"}
+    monkeypatch.delenv(native.READ_PATH_ENV, raising=False)
+    assert native.use_native("python", config) is False
+    monkeypatch.setenv(native.READ_PATH_ENV, "python")
+    assert native.use_native("auto", config) is False
+    assert native.use_native("native", config) is False  # python wins
+    monkeypatch.setenv(native.READ_PATH_ENV, "fast")
+    with pytest.raises(ValueError, match="SPARK_GROUPS_READ_PATH"):
+        native.use_native("auto", config)
+    monkeypatch.delenv(native.READ_PATH_ENV)
+    with pytest.raises(ValueError, match="read_path"):
+        native.use_native("c", config)
+    assert native.READ_PATHS == READ_PATHS  # the option's values
+
+    # Where it cannot load: the Python path, said once at DEBUG; an error where required.
+    monkeypatch.setattr(native, "_load_error", "the C extension is not built")
+    monkeypatch.setattr(native, "_told", set())
+    with caplog.at_level(logging.DEBUG, logger="spark_groups"):
+        assert native.use_native("auto", config) is False
+        assert native.use_native("auto", config) is False
+    said = [r for r in caplog.records if "not built" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.DEBUG
+    with pytest.raises(SparkGroupsError, match="readPath=native requires"):
+        native.use_native("native", config)
+    monkeypatch.setenv(native.READ_PATH_ENV, "native")
+    with pytest.raises(SparkGroupsError, match="SPARK_GROUPS_READ_PATH=native requires"):
+        native.use_native("auto", config)
+
+    # Where it loads: native, but not for a configuration holding a Python callback.
+    monkeypatch.setattr(native, "_load_error", "")
+    monkeypatch.delenv(native.READ_PATH_ENV)
+    assert native.use_native("auto", config) is True
+    assert native.use_native("auto", {**config, "oauth_cb": print}) is False
 
 
 # ------------------------------------------------------------------ names and chunks

@@ -23,7 +23,7 @@ from spark_groups.embedded import free_port
 from spark_groups.errors import BrokerUnreachableError, DataLossError, SparkGroupsError
 from spark_groups.kafka import client as kafka_client
 from spark_groups.offsets import OffsetRange
-from spark_groups.read import columns, loop, pool, reader
+from spark_groups.read import columns, loop, native, pool, reader
 from spark_groups.read.reader import read_range, read_ranges
 from spark_groups.read.schema import arrow_schema
 
@@ -42,15 +42,20 @@ def _empty_pool() -> Iterator[None]:
 
 @pytest.fixture
 def created(monkeypatch) -> list[dict[str, Any]]:
-    """The configurations of every consumer the read path creates during the test."""
+    """The configurations of every consumer either read path creates during the test."""
     configs: list[dict[str, Any]] = []
-    real = kafka_client.Consumer
+    real, real_native = kafka_client.Consumer, native.NativeConsumer
 
     def counting(config: dict[str, Any]) -> Any:
         configs.append(config)
         return real(config)
 
+    def counting_native(config: dict[str, Any]) -> Any:
+        configs.append(config)
+        return real_native(config)
+
     monkeypatch.setattr(kafka_client, "Consumer", counting)
+    monkeypatch.setattr(native, "NativeConsumer", counting_native)
     return configs
 
 
@@ -113,7 +118,7 @@ def mock_topic() -> str:
 # ------------------------------------------------------------------ exact ranges
 
 
-def test_reads_exactly_the_range_across_record_batches(bootstrap_servers, make_topic):
+def test_reads_exactly_the_range_across_record_batches(bootstrap_servers, make_topic, read_path):
     topic = make_topic(partitions=1)
     # Batches of different sizes, single-record ones included: Tansu's ListOffsets would say
     # the log ends at 109 (base of the last batch + 1); it ends at 139.
@@ -142,7 +147,7 @@ def test_reads_exactly_the_range_across_record_batches(bootstrap_servers, make_t
         assert {r["partition"] for r in rows} == {0}
 
 
-def test_reads_a_partition_other_than_zero(bootstrap_servers, make_topic):
+def test_reads_a_partition_other_than_zero(bootstrap_servers, make_topic, read_path):
     topic = make_topic(partitions=3)
     produce_batches(bootstrap_servers, topic, [5], partition=0)
     sent = produce_batches(bootstrap_servers, topic, [4, 3], partition=2)
@@ -152,7 +157,7 @@ def test_reads_a_partition_other_than_zero(bootstrap_servers, make_topic):
     ]
 
 
-def test_columns_null_keys_values_headers_and_timestamps(bootstrap_servers, make_topic):
+def test_columns_null_keys_values_headers_and_timestamps(bootstrap_servers, make_topic, read_path):
     topic = make_topic(partitions=1)
     producer = Producer({"bootstrap.servers": bootstrap_servers})
     producer.produce(topic, partition=0, key=None, value=b"a", timestamp=1_700_000_000_123)
@@ -187,7 +192,7 @@ def test_columns_null_keys_values_headers_and_timestamps(bootstrap_servers, make
     assert "headers" not in without[0].schema.names
 
 
-def test_headers_column_when_no_record_has_headers(bootstrap_servers, make_topic):
+def test_headers_column_when_no_record_has_headers(bootstrap_servers, make_topic, read_path):
     topic = make_topic(partitions=1)
     producer = Producer({"bootstrap.servers": bootstrap_servers})
     for i in range(3):
@@ -233,7 +238,7 @@ def test_timestamp_types_map_to_kafka_ids():
     assert batch.column("timestampType").to_pylist() == [1, 1]
 
 
-def test_empty_range_creates_no_consumer(bootstrap_servers, created):
+def test_empty_range_creates_no_consumer(bootstrap_servers, created, read_path):
     assert read_all(bootstrap_servers, OffsetRange("any", 0, 5, 5)) == []
     assert read_all(bootstrap_servers, OffsetRange("any", 0, 7, 5)) == []
     assert created == []
@@ -243,7 +248,7 @@ def test_empty_range_creates_no_consumer(bootstrap_servers, created):
 
 
 def test_range_beyond_the_log_end_raises_data_loss_after_the_poll_timeout(
-    bootstrap_servers, make_topic, caplog
+    bootstrap_servers, make_topic, caplog, read_path
 ):
     topic = make_topic(partitions=1)
     produce_batches(bootstrap_servers, topic, [10])
@@ -265,7 +270,9 @@ def test_range_beyond_the_log_end_raises_data_loss_after_the_poll_timeout(
     assert all(SECRET not in r.getMessage() for r in caplog.records)
 
 
-def test_range_beyond_the_log_end_without_fail_on_data_loss(bootstrap_servers, make_topic, caplog):
+def test_range_beyond_the_log_end_without_fail_on_data_loss(
+    bootstrap_servers, make_topic, caplog, read_path
+):
     topic = make_topic(partitions=1)
     produce_batches(bootstrap_servers, topic, [10])
     with caplog.at_level(logging.WARNING, logger="spark_groups.read.reader"):
@@ -281,7 +288,7 @@ def test_range_beyond_the_log_end_without_fail_on_data_loss(bootstrap_servers, m
     assert any("[10, 15)" in r.getMessage() for r in caplog.records)
 
 
-def test_offset_out_of_range_on_kafka_fails_fast(mock_servers):
+def test_offset_out_of_range_on_kafka_fails_fast(mock_servers, read_path):
     topic = f"oor-{uuid.uuid4().hex[:8]}"
     produce_batches(mock_servers, topic, [10])
     started = time.monotonic()
@@ -389,7 +396,7 @@ def test_a_record_past_the_end_completes_a_range_ending_in_a_gap():
     assert time.monotonic() - started < 1.0
 
 
-def test_range_ending_in_a_transaction_marker_terminates(mock_servers):
+def test_range_ending_in_a_transaction_marker_terminates(mock_servers, read_path):
     """Offset 5 is the commit marker: no record has it, the read must still end at 6."""
     topic = f"txn-{uuid.uuid4().hex[:8]}"
     producer = Producer({"bootstrap.servers": mock_servers, "transactional.id": topic})
@@ -416,7 +423,9 @@ def test_range_ending_in_a_transaction_marker_terminates(mock_servers):
 # ------------------------------------------------------------------ several ranges in one task
 
 
-def test_several_ranges_of_several_partitions_and_topics_in_one_task(bootstrap_servers, make_topic):
+def test_several_ranges_of_several_partitions_and_topics_in_one_task(
+    bootstrap_servers, make_topic, read_path
+):
     """One consumer reads them all at once; every range is exact, batches are full."""
     topics = [make_topic(partitions=4), make_topic(partitions=3)]
     sent: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -450,7 +459,7 @@ def test_several_ranges_of_several_partitions_and_topics_in_one_task(bootstrap_s
         ]
 
 
-def test_a_task_of_many_small_ranges(bootstrap_servers, make_topic):
+def test_a_task_of_many_small_ranges(bootstrap_servers, make_topic, read_path):
     topic = make_topic(partitions=40)
     producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 20})
     for i in range(40 * 25):
@@ -466,7 +475,7 @@ def test_a_task_of_many_small_ranges(bootstrap_servers, make_topic):
     }
 
 
-def test_a_range_ending_at_the_end_of_its_partition_without_records(mock_servers):
+def test_a_range_ending_at_the_end_of_its_partition_without_records(mock_servers, read_path):
     """Partition 0's range ends in a transaction marker (offset 5 holds no record): the
     end-of-partition event ends it while partition 1's range goes on being read."""
     topic = mock_topic()
@@ -491,7 +500,7 @@ def test_a_range_ending_at_the_end_of_its_partition_without_records(mock_servers
     }
 
 
-def test_out_of_range_on_one_partition_of_a_task(mock_servers, caplog):
+def test_out_of_range_on_one_partition_of_a_task(mock_servers, caplog, read_path):
     topic = mock_topic()
     produce_batches(mock_servers, topic, [10], partition=0)
     produce_batches(mock_servers, topic, [10], partition=1)
@@ -509,7 +518,9 @@ def test_out_of_range_on_one_partition_of_a_task(mock_servers, caplog):
 
 
 @pytest.mark.skipif(broker_kind() == "tansu", reason="Tansu cannot delete records")
-def test_deleted_records_of_one_partition_of_a_task(bootstrap_servers, make_topic, caplog):
+def test_deleted_records_of_one_partition_of_a_task(
+    bootstrap_servers, make_topic, caplog, read_path
+):
     """Records deleted below the range (DeleteRecords, as retention does): fail, or skip them
     and read the rest of the range from the new log start, beside the other ranges."""
     from confluent_kafka import TopicPartition
@@ -534,7 +545,7 @@ def test_deleted_records_of_one_partition_of_a_task(bootstrap_servers, make_topi
     assert any("[5, 15)" in r.getMessage() for r in caplog.records)
 
 
-def test_a_stalled_range_names_its_partition(bootstrap_servers, make_topic, caplog):
+def test_a_stalled_range_names_its_partition(bootstrap_servers, make_topic, caplog, read_path):
     """Partition 1's range goes past its log end: it stalls on its own, the others finish."""
     topic = make_topic(partitions=3)
     for p in range(3):
@@ -561,7 +572,7 @@ def test_a_stalled_range_names_its_partition(bootstrap_servers, make_topic, capl
     assert any(f"{topic}-1" in r.getMessage() for r in caplog.records)
 
 
-def test_several_ranges_on_an_unreachable_broker_is_not_data_loss():
+def test_several_ranges_on_an_unreachable_broker_is_not_data_loss(read_path):
     config = {"bootstrap.servers": f"127.0.0.1:{free_port()}"}
     with pytest.raises(BrokerUnreachableError):
         list(
@@ -575,7 +586,7 @@ def test_several_ranges_on_an_unreachable_broker_is_not_data_loss():
         )
 
 
-def test_read_ranges_arguments(bootstrap_servers, created):
+def test_read_ranges_arguments(bootstrap_servers, created, read_path):
     assert (
         read_many(bootstrap_servers, [OffsetRange("a", 0, 5, 5), OffsetRange("b", 1, 7, 5)]) == []
     )
@@ -586,7 +597,7 @@ def test_read_ranges_arguments(bootstrap_servers, created):
 
 
 def test_a_task_stopped_early_leaves_the_pooled_consumer_clean(
-    bootstrap_servers, make_topic, created
+    bootstrap_servers, make_topic, created, read_path
 ):
     topic = make_topic(partitions=3)
     for p in range(3):
@@ -613,7 +624,7 @@ def test_a_task_stopped_early_leaves_the_pooled_consumer_clean(
 # ------------------------------------------------------------------ the consumer pool
 
 
-def test_consumers_are_pooled_per_configuration(bootstrap_servers, make_topic, created):
+def test_consumers_are_pooled_per_configuration(bootstrap_servers, make_topic, created, read_path):
     topic = make_topic(partitions=2)
     produce_batches(bootstrap_servers, topic, [20], partition=0)
     produce_batches(bootstrap_servers, topic, [20], partition=1)
@@ -662,7 +673,7 @@ def test_user_config_wins_over_defaults_but_not_over_requirements(caplog):
     assert "group.id" in reader.reader_config({"bootstrap.servers": "b:9092"})
 
 
-def test_consumer_errors_never_show_secrets():
+def test_consumer_errors_never_show_secrets(read_path):
     config = {
         "bootstrap.servers": "127.0.0.1:1",
         "security.protocol": "sasl_plaintext",
@@ -675,7 +686,7 @@ def test_consumer_errors_never_show_secrets():
     assert "127.0.0.1:1" in str(info.value)
 
 
-def test_unreachable_broker_is_not_data_loss():
+def test_unreachable_broker_is_not_data_loss(read_path):
     """An outage must not pass for data loss: with failOnDataLoss=false it would skip data."""
     config = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "sasl.password": SECRET}
     started = time.monotonic()
@@ -695,7 +706,7 @@ def test_unreachable_broker_is_not_data_loss():
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
-def test_a_forked_worker_makes_its_own_consumer(bootstrap_servers, make_topic):
+def test_a_forked_worker_makes_its_own_consumer(bootstrap_servers, make_topic, read_path):
     """PySpark forks workers: a consumer inherited through fork must never be used."""
     topic = make_topic(partitions=1)
     produce_batches(bootstrap_servers, topic, [30])
@@ -735,3 +746,83 @@ def test_a_forked_worker_makes_its_own_consumer(bootstrap_servers, make_topic):
     assert answer == b"ok"
     # The parent's consumer is untouched and still works.
     assert len(rows_of(read_all(bootstrap_servers, OffsetRange(topic, 0, 0, 5)))) == 5
+
+
+# ------------------------------------------------------------------ the two read paths
+
+
+def test_native_and_python_read_paths_give_equal_batches(
+    bootstrap_servers, make_topic, monkeypatch
+):
+    """The native path's batches equal the Python path's: the schema and every value (null
+    keys, headers with null values, timestamps), the batch sizes, with headers on and off and
+    two batch sizes; for 4 ranges starting and ending mid-partition, and for a read_committed
+    range over committed and aborted transactions (control records and aborted records are
+    never handed over; the range ends on the end-of-partition event)."""
+    if not native.available():
+        if os.environ.get(native.READ_PATH_ENV) == "native":
+            pytest.fail(f"{native.READ_PATH_ENV}=native, but {native.load_error()}")
+        pytest.skip(f"native read path not available: {native.load_error()}")
+    monkeypatch.delenv(native.READ_PATH_ENV, raising=False)
+    topic = make_topic(partitions=4)
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 5})
+    for i in range(4_000):
+        producer.produce(
+            topic,
+            value=os.urandom(i % 50) if i % 11 else None,
+            key=None if i % 7 == 0 else b"k%d" % i,
+            partition=i % 4,
+            headers=[("h", b"%d" % i), ("empty", None)] if i % 3 == 0 else None,
+        )
+    assert producer.flush(30) == 0
+    cases = [
+        (
+            {"bootstrap.servers": bootstrap_servers},
+            [OffsetRange(topic, p, 100, 900 - 10 * p) for p in range(4)],
+            3_140,
+        ),
+    ]
+    if broker_kind() != "tansu":  # Apache Kafka: aborted records are in the log, and filtered
+        tx_topic = make_topic(partitions=1)
+        tx = Producer({"bootstrap.servers": bootstrap_servers, "transactional.id": tx_topic})
+        tx.init_transactions(30)
+        for commit in (True, False, True):
+            tx.begin_transaction()
+            for i in range(5):
+                tx.produce(tx_topic, value=b"v%d" % i, partition=0)
+            assert tx.flush(30) == 0  # sent, so that the aborted ones are in the log
+            (tx.commit_transaction if commit else tx.abort_transaction)(30)
+        cases.append(
+            (
+                {"bootstrap.servers": bootstrap_servers, "isolation.level": "read_committed"},
+                [OffsetRange(tx_topic, 0, 0, 18)],  # 3 x (5 records + a marker)
+                10,  # the committed ones
+            )
+        )
+    order = [("partition", "ascending"), ("offset", "ascending")]
+    for config, ranges, total in cases:
+        for headers in (False, True):
+            for rows in (10_000, 333):
+                tables = {}
+                for path in ("python", "native"):
+                    before = reader.TASKS_BY_PATH[path]
+                    batches = list(
+                        read_ranges(
+                            config,
+                            ranges,
+                            include_headers=headers,
+                            max_batch_rows=rows,
+                            poll_timeout_s=30.0,
+                            read_path=path,
+                        )
+                    )
+                    assert reader.TASKS_BY_PATH[path] == before + 1  # it ran on that path
+                    assert all(b.schema == arrow_schema(headers) for b in batches)
+                    tables[path] = (
+                        [b.num_rows for b in batches],
+                        pa.Table.from_batches(batches).sort_by(order),
+                    )
+                (py_sizes, py), (native_sizes, ours) = tables["python"], tables["native"]
+                assert py.num_rows == total, (ranges, headers, rows)
+                assert native_sizes == py_sizes
+                assert ours.equals(py), (ranges, headers, rows)
