@@ -9,7 +9,8 @@ Not part of CI. Starts Apache Kafka itself (``bash jars/fetch kafka``), a produc
 rebalance history in a scratch directory. Every ``--sample-s`` seconds it records:
 
 * the memory (proportional set size, PSS) of the driver JVM, of the reader process
-  (``python_streaming_source_runner``) and of the Python workers together;
+  (``python_streaming_source_runner``) and of the Python workers together, and the reader
+  process's resident set size (RSS);
 * the files and bytes of the sink table, the ledger and the rebalance history (the sink's
   ``sink_files`` counts every file on disk, ``sink_active_files`` only those of the table's
   current version: compaction removes files from the table, ``vacuum`` from the disk);
@@ -98,17 +99,19 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
-def _memory_mb(pid: int) -> tuple[str, float] | None:
-    """(kind, proportional set size in MB) of one process of the job, or None. PSS, not RSS:
-    the Python workers are forked from one daemon and share pages, which RSS counts in each
-    of them."""
+def _memory_mb(pid: int) -> tuple[str, float, float] | None:
+    """(kind, proportional set size in MB, resident set size in MB) of one process of the
+    job, or None. Summed per kind as PSS, not RSS: the Python workers are forked from one
+    daemon and share pages, which RSS counts in each of them. The reader process is one
+    process, so its RSS (what issue 26's target is about) is recorded too."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
         rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
     except OSError:
         return None
-    pss = next((line.split()[1] for line in rollup.splitlines() if line.startswith("Pss:")), None)
-    if pss is None:
+    fields = {line.split()[0]: line.split()[1] for line in rollup.splitlines()[1:]}
+    pss, rss = fields.get("Pss:"), fields.get("Rss:")
+    if pss is None or rss is None:
         return None
     if b"python_streaming_source_runner" in cmdline:
         kind = "reader"
@@ -118,7 +121,7 @@ def _memory_mb(pid: int) -> tuple[str, float] | None:
         kind = "workers"
     else:
         return None
-    return kind, int(pss) / 1024.0
+    return kind, int(pss) / 1024.0, int(rss) / 1024.0
 
 
 def _files(path: Path) -> tuple[int, int]:
@@ -144,11 +147,15 @@ def sample(job: subprocess.Popen, work: Path, group: str, produced: int) -> dict
 
     row: dict = {"at": datetime.now(UTC).isoformat(timespec="seconds"), "produced": produced}
     memory = dict.fromkeys(PROCESSES, 0.0)
+    reader_rss = 0.0
     for pid in _descendants(job.pid):
         got = _memory_mb(pid)
         if got is not None:
             memory[got[0]] += got[1]
+            if got[0] == "reader":
+                reader_rss += got[2]
     row.update({f"{k}_mb": round(v, 1) for k, v in memory.items()})
+    row["reader_rss_mb"] = round(reader_rss, 1)
     for name, path in (("sink", work / "table"), ("ledger", work / "ledger")):
         count, size = _files(path)
         row[f"{name}_files"], row[f"{name}_mb"] = count, round(size / 1e6, 2)
@@ -320,7 +327,7 @@ def render(
         "| --- | --- | --- | --- | --- |",
     ]
     keys = [f"{k}_mb" for k in PROCESSES] + [
-        "sink_files", "sink_active_files", "sink_mb",
+        "reader_rss_mb", "sink_files", "sink_active_files", "sink_mb",
         "ledger_files", "ledger_mb", "history_files", "history_mb",
     ]  # fmt: skip
     # Samples taken before the job's processes existed say nothing of their memory.
