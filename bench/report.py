@@ -339,13 +339,23 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
     lines += ["", *_growth_notes(results), f"![cost growth]({plot.name})", ""]
     lines += _NOTES
     # Sections other benchmarks keep in this page (bench.end_offsets, bench.barrier_wait,
-    # bench.soak, bench.compaction, bench.whole_run, bench.scheduled) survive a rewrite.
-    from bench import barrier_wait, compaction, end_offsets, scheduled, soak, whole_run
+    # bench.soak, bench.compaction, bench.whole_run, bench.scheduled, bench.reader_memory)
+    # survive a rewrite.
+    from bench import (
+        barrier_wait,
+        compaction,
+        end_offsets,
+        reader_memory,
+        scheduled,
+        soak,
+        whole_run,
+    )
 
     old = path.read_text() if path.exists() else ""
     kept = ((end_offsets.START, end_offsets.END), barrier_wait.MARKERS, soak.MARKERS)
     native = ("<!-- native-read:start -->", "<!-- native-read:end -->")
-    for start, end in (*kept, compaction.MARKERS, whole_run.MARKERS, scheduled.MARKERS, native):
+    kept += (compaction.MARKERS, whole_run.MARKERS, scheduled.MARKERS, reader_memory.MARKERS)
+    for start, end in (*kept, native):
         if start in old and end in old:
             lines += ["", start + old.split(start, 1)[1].split(end, 1)[0] + end]
     path.write_text("\n".join(lines) + "\n")
@@ -430,7 +440,8 @@ def _scale_notes(sc: dict[str, Any], led: dict[str, Any]) -> list[str]:
         notes.append(
             f"- Memory: the same member without `offsets.table` takes {nl['rss_mb']:.0f} MB; "
             f"the Delta ledger adds {st['rss_mb'] - nl['rss_mb']:.0f} MB, almost all at its "
-            "first read/commit (delta-rs's runtime and DataFusion), independent of the "
+            "first commit (delta-rs' library, runtime and table snapshot; without DataFusion "
+            "it is about as much: the reader-memory section), independent of the "
             "partition count. The imports alone (pyspark, pyarrow, deltalake) take "
             f"{st['imports_rss_mb']:.0f} MB." + _memory_note(st.get("memory_mb"))
         )
@@ -456,9 +467,9 @@ def _memory_note(memory: dict[str, float] | None) -> str:
         f"libraries' code (delta-rs' library alone {memory['deltalake_lib']:.0f} MB): "
         "clean pages, shared with every process that maps the library and dropped by the "
         f"kernel under memory pressure; the process's own memory is {memory['anonymous']:.0f} "
-        "MB. The RSS target is missed by the library code a Delta writer in this process "
-        "needs; keeping the ledger's writer out of the reader process would mean a second "
-        "process or the JVM."
+        "MB. The RSS target is missed by what a Delta writer in this process needs "
+        "(step by step in the reader-memory section); keeping the ledger's writer out of the "
+        "reader process would mean a second process or the JVM."
     )
 
 

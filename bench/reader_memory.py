@@ -1,0 +1,195 @@
+"""Where the reader process's memory goes, step by step, and what a Delta ledger costs there.
+
+    PYTHONPATH=. python -m bench.reader_memory [--commits 60] [--write-docs]
+
+The reader process (Spark's ``python_streaming_source_runner``, kafka-group's group member
+and ledger writer) was measured at 212 MB RSS in the scale section against a 150 MB target
+(issue 26). This benchmark splits that figure into steps, each variant in a fresh Python
+process so that nothing one variant loaded is counted in another:
+
+* ``runner``: Spark's runner module alone
+  (``pyspark.sql.streaming.python_streaming_source_runner``),
+  what every Python streaming source's process holds before its own code;
+* ``+ spark_groups``: the source and the driver's modules (confluent-kafka, pyarrow);
+* ``ledger (write_deltalake)``: then ``--commits`` ledger appends of 12 rows through
+  :class:`spark_groups.ledger.OffsetLedger` and a position read every 20 (what the source
+  does: ``write_deltalake`` and delta-rs' DataFusion ``QueryBuilder``);
+* ``ledger (no DataFusion)``: the same commits with the Parquet file written by pyarrow and
+  committed with ``DeltaTable.create_write_transaction`` (how the delta-group sink commits
+  its executors' files), positions read with pyarrow from the table's file list: the
+  lightest use of delta-rs a ledger could make, to see whether DataFusion is the cost.
+
+After each step: RSS from ``/proc/self/smaps`` split into the process's own (anonymous)
+memory and pages of mapped files (libraries' code), delta-rs' library apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.common import memory_breakdown_mb
+from bench.end_offsets import replace_section
+
+ROOT = Path(__file__).resolve().parent.parent
+MARKERS = ("<!-- reader-memory:start -->", "<!-- reader-memory:end -->")
+VARIANTS = ("write_deltalake", "transaction")
+
+
+def _step(steps: list[dict[str, Any]], name: str) -> None:
+    memory = memory_breakdown_mb()
+    steps.append({"step": name, **{k: round(v, 1) for k, v in memory.items()}})
+
+
+def child(variant: str, commits: int, scratch: str) -> list[dict[str, Any]]:
+    """The steps of one variant in this (fresh) process."""
+    steps: list[dict[str, Any]] = []
+    _step(steps, "python")
+    import pyspark.sql.streaming.python_streaming_source_runner  # noqa: F401
+
+    _step(steps, "runner")
+    import spark_groups.group.stream
+    import spark_groups.spark.source  # noqa: F401
+    from spark_groups.ledger import LedgerRow, OffsetLedger
+    from spark_groups.ledger.rows import LEDGER_SCHEMA, to_arrow
+
+    _step(steps, "+ spark_groups")
+
+    def rows(batch: int) -> list[LedgerRow]:
+        now = datetime.now(UTC)
+        return [
+            LedgerRow("t", p, batch * 10, batch * 10 + 10, "m", 1, batch, now) for p in range(12)
+        ]
+
+    path = os.path.join(scratch, variant)
+    if variant == "write_deltalake":
+        ledger = OffsetLedger(path, "g")
+        for batch in range(commits):
+            ledger.append(rows(batch))
+            if batch == 0:
+                _step(steps, "+ first commit")
+            if batch % 20 == 0:
+                ledger.latest_positions()
+        _step(steps, f"+ {commits} commits and reads")
+        return steps
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+    from deltalake.transaction import AddAction
+
+    _step(steps, "+ import deltalake")
+    os.makedirs(path)
+    DeltaTable.create(path, LEDGER_SCHEMA, mode="error")
+    table = DeltaTable(path)
+    _step(steps, "+ create and open")
+    for batch in range(commits):
+        name = f"part-{uuid.uuid4()}.parquet"
+        pq.write_table(to_arrow("g", rows(batch)), os.path.join(path, name))
+        size = os.path.getsize(os.path.join(path, name))
+        action = AddAction(name, size, {}, int(time.time() * 1000), True, None)
+        table.create_write_transaction([action], mode="append", schema=table.schema())
+        if batch == 0:
+            _step(steps, "+ first commit")
+        if batch % 20 == 0:
+            table.update_incremental()  # as the ledger's reads do
+            columns = ["topic", "partition", "until_offset"]
+            pa.concat_tables(pq.read_table(f, columns=columns) for f in table.file_uris())
+    _step(steps, f"+ {commits} commits and reads")
+    return steps
+
+
+def measure(commits: int) -> dict[str, list[dict[str, Any]]]:
+    """Every variant, each in a fresh process."""
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="reader-memory-") as scratch:
+        for variant in VARIANTS:
+            done = subprocess.run(
+                [sys.executable, "-m", "bench.reader_memory", "--child", variant,
+                 "--commits", str(commits), "--scratch", scratch],
+                cwd=ROOT, capture_output=True, text=True, check=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )  # fmt: skip
+            out[variant] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def section(results: dict[str, list[dict[str, Any]]], commits: int) -> str:
+    """The page section: one table per variant."""
+    titles = {
+        "write_deltalake": "the ledger as it is (`OffsetLedger`: `write_deltalake`, "
+        "DataFusion reads)",
+        "transaction": "the lightest ledger delta-rs allows (pyarrow Parquet + "
+        "`create_write_transaction`, pyarrow reads; no DataFusion)",
+    }
+    lines = [
+        MARKERS[0],
+        "## The reader process's memory, step by step (issue 26)",
+        "",
+        f"`PYTHONPATH=. python -m bench.reader_memory --commits {commits} --write-docs` "
+        f"({datetime.now(UTC):%Y-%m-%d %H:%M} UTC). RSS in MB after each step, each variant "
+        "in a fresh process: the process's own (anonymous) memory, pages of mapped files "
+        "(libraries' code) and of those delta-rs' library; 12 rows a commit, positions read "
+        "every 20 commits.",
+        "",
+    ]
+    for variant, steps in results.items():
+        lines += [
+            f"{titles[variant]}:",
+            "",
+            "| step | RSS | own | mapped files | delta-rs library |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for s in steps:
+            rss = s["anonymous"] + s["file"]
+            lines.append(
+                f"| {s['step']} | {rss:.0f} | {s['anonymous']:.0f} | {s['file']:.0f} | "
+                f"{s['deltalake_lib']:.0f} |"
+            )
+        lines.append("")
+    base = {s["step"]: s for s in results["transaction"]}
+    light = results["transaction"][-1]
+    runner = base["runner"]
+    ours = base["+ spark_groups"]
+    total = lambda s: s["anonymous"] + s["file"]  # noqa: E731
+    lines += [
+        f"Spark's runner alone holds {total(runner):.0f} MB and spark_groups' imports add "
+        f"{total(ours) - total(runner):.0f} MB. Any use of delta-rs adds "
+        f"{total(light) - total(ours):.0f} MB more even without DataFusion (its import, its "
+        "runtime's threads and allocator, the table's snapshot, its code pages): the "
+        "150 MB target is out of reach for a process that writes a Delta table with delta-rs, "
+        "the driver-side writer this project uses. Without `offsets.table` (commits to Kafka "
+        "only) the member stays under it (scale section).",
+        MARKERS[1],
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the variants, print the section, with ``--write-docs`` put it in the page."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--commits", type=int, default=60)
+    parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--scratch", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.child, args.commits, args.scratch)))
+        return 0
+    text = section(measure(args.commits), args.commits)
+    print(text)
+    if args.write_docs:
+        replace_section(ROOT / "docs" / "benchmarks.md", text, MARKERS)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
