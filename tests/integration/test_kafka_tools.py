@@ -8,7 +8,6 @@ committed, and lag that falls to zero once everything is read.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from spark_groups.tools.kafka_broker import run_kafka_tool
 
 from broker_support import broker_kind, committed_offsets, produce_ids, wait_until
 from helpers import group_options, unique
+from kafka_python_service import KafkaPythonService
 
 GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 PARTITIONS, TOTAL = 6, 600
@@ -25,43 +25,6 @@ PARTITIONS, TOTAL = 6, 600
 pytestmark = pytest.mark.skipif(
     broker_kind() != "kafka", reason="runs Kafka's own tools from the suite's Kafka broker"
 )
-
-
-class KafkaPythonService(threading.Thread):
-    """A consumer service written with kafka-python: processes and commits every poll."""
-
-    def __init__(self, servers: str, topic: str, group: str) -> None:
-        super().__init__(daemon=True)
-        from kafka import KafkaConsumer
-        from kafka.coordinator.assignors.range import RangePartitionAssignor
-
-        self.consumer = KafkaConsumer(
-            topic,
-            bootstrap_servers=servers,
-            group_id=group,
-            client_id="orders-service",
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            partition_assignment_strategy=[RangePartitionAssignor],
-            session_timeout_ms=6000,
-            heartbeat_interval_ms=500,
-        )
-        self.seen: list[int] = []
-        self.stop_event = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            while not self.stop_event.is_set():
-                batches = self.consumer.poll(timeout_ms=200)
-                for records in batches.values():
-                    self.seen.extend(int(r.value) for r in records)
-                if batches:
-                    self.consumer.commit()
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            self.consumer.close()
 
 
 def describe(broker_servers: str, group: str, *flags: str) -> list[dict[str, str]]:

@@ -13,7 +13,6 @@ the ranges committed outside it, no member failed, and the group is caught up.
 from __future__ import annotations
 
 import json
-import threading
 from collections import Counter
 from pathlib import Path
 
@@ -27,64 +26,13 @@ from spark_groups.offsets import commit_metadata
 
 from broker_support import broker_kind, wait_until
 from helpers import unique
+from kafka_python_service import KafkaPythonService
 
 PARTITIONS = 4
 
 pytestmark = pytest.mark.skipif(
     broker_kind() != "kafka", reason="a kafka-python service in the group (Apache Kafka lane)"
 )
-
-
-class KafkaPythonService(threading.Thread):
-    """A consumer service written with kafka-python: processes (records the id) and commits
-    after every poll, as users' services do. A commit refused by a rebalance is not an error
-    for such a service: the next owner reads those records again (at least once)."""
-
-    def __init__(self, servers: str, topic: str, group: str) -> None:
-        super().__init__(daemon=True)
-        from kafka import KafkaConsumer
-        from kafka.coordinator.assignors.range import RangePartitionAssignor
-
-        self.consumer = KafkaConsumer(
-            topic,
-            bootstrap_servers=servers,
-            group_id=group,
-            client_id="orders-service",
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            partition_assignment_strategy=[RangePartitionAssignor],
-            session_timeout_ms=6000,
-            heartbeat_interval_ms=500,
-        )
-        self.seen: list[int] = []
-        self.commits = 0
-        self.stop_event = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        from kafka.errors import CommitFailedError, RebalanceInProgressError
-
-        try:
-            while not self.stop_event.is_set():
-                batches = self.consumer.poll(timeout_ms=200)
-                for records in batches.values():
-                    self.seen.extend(int(r.value) for r in records)
-                if batches:
-                    try:
-                        self.consumer.commit()
-                        self.commits += 1
-                    except (CommitFailedError, RebalanceInProgressError):
-                        pass
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            self.consumer.close()  # leaves the group: its partitions go back to Spark
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.join(60)
-        assert not self.is_alive()
-        assert self.error is None, self.error
 
 
 def outside_ranges(table: Path) -> list[dict]:
