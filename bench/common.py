@@ -161,8 +161,18 @@ def machine_facts(broker: str) -> dict[str, str]:
         "librdkafka": __import__("confluent_kafka").libversion()[0],
         "deltalake": _package_version("deltalake"),
         "pyarrow": _package_version("pyarrow"),
+        "executor read path": _read_path(),
         "broker": broker,
     }
+
+
+def _read_path() -> str:
+    """Which executor read path ``readPath=auto`` (every benchmark's) runs on this machine."""
+    from spark_groups.read import native
+
+    if os.environ.get("SPARK_GROUPS_READ_PATH", "auto") == "python":
+        return "python (SPARK_GROUPS_READ_PATH=python)"
+    return "native (C extension)" if native.available() else f"python ({native.load_error()})"
 
 
 def broker_description(kind: str | None) -> str:
