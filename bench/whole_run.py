@@ -441,7 +441,9 @@ def render(results: dict[str, Any]) -> str:
         f"`{results['command']}` ({results['date']}; {results['machine']['broker']}; "
         f"{cfg['rounds']} rounds, {cfg['warm_runs']} warm run(s) per cold one; took "
         f"{results['seconds'] / 60:.1f} min). Load average before: {loads['before']}; after: "
-        f"{loads['after']} (`uptime`, 1/5/15 min) on {results['machine']['cores']} cores.",
+        f"{loads['after']} (`uptime`, 1/5/15 min) on {results['machine']['cores']} cores. "
+        "kafka-group's executor read path: "
+        f"{results['machine'].get('executor read path', 'python (before the native one)')}.",
         "",
         f"{cfg['records']:,} records x {cfg['size']} B in {cfg['partitions']} partitions, "
         "read from offset 0 into `noop` with `Trigger.AvailableNow`. *Whole run*: `start()` to "
