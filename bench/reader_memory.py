@@ -11,10 +11,13 @@ process so that nothing one variant loaded is counted in another:
   (``pyspark.sql.streaming.python_streaming_source_runner``),
   what every Python streaming source's process holds before its own code;
 * ``+ spark_groups``: the source and the driver's modules (confluent-kafka, pyarrow);
-* ``ledger (write_deltalake)``: then ``--commits`` ledger appends of 12 rows through
+* ``ledger``: then ``--commits`` ledger appends of 12 rows through
   :class:`spark_groups.ledger.OffsetLedger` and a position read every 20 (what the source
-  does: ``write_deltalake`` and delta-rs' DataFusion ``QueryBuilder``);
-* ``ledger (no DataFusion)``: the same commits with the Parquet file written by pyarrow and
+  does: ``write_deltalake`` and delta-rs' DataFusion ``QueryBuilder``), with delta-rs'
+  allocator set up as the reader process sets it
+  (:func:`spark_groups.storage.delta.bound_allocator`);
+* ``ledger, jemalloc defaults``: the same without that setting;
+* ``transaction``: the same commits with the Parquet file written by pyarrow and
   committed with ``DeltaTable.create_write_transaction`` (how the delta-group sink commits
   its executors' files), positions read with pyarrow from the table's file list: the
   lightest use of delta-rs a ledger could make, to see whether DataFusion is the cost.
@@ -42,7 +45,7 @@ from bench.end_offsets import replace_section
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKERS = ("<!-- reader-memory:start -->", "<!-- reader-memory:end -->")
-VARIANTS = ("write_deltalake", "transaction")
+VARIANTS = ("ledger", "ledger, jemalloc defaults", "transaction")
 
 
 def _step(steps: list[dict[str, Any]], name: str) -> None:
@@ -70,8 +73,12 @@ def child(variant: str, commits: int, scratch: str) -> list[dict[str, Any]]:
             LedgerRow("t", p, batch * 10, batch * 10 + 10, "m", 1, batch, now) for p in range(12)
         ]
 
-    path = os.path.join(scratch, variant)
-    if variant == "write_deltalake":
+    path = os.path.join(scratch, variant.replace(" ", "_").replace(",", ""))
+    if variant.startswith("ledger"):
+        if variant == "ledger":
+            from spark_groups.storage.delta import bound_allocator
+
+            bound_allocator()
         ledger = OffsetLedger(path, "g")
         for batch in range(commits):
             ledger.append(rows(batch))
@@ -79,8 +86,13 @@ def child(variant: str, commits: int, scratch: str) -> list[dict[str, Any]]:
                 _step(steps, "+ first commit")
             if batch % 20 == 0:
                 ledger.latest_positions()
+            if batch + 1 == commits // 2:
+                _step(steps, f"+ {commits // 2} commits and reads")
         _step(steps, f"+ {commits} commits and reads")
         return steps
+    from spark_groups.storage.delta import bound_allocator
+
+    bound_allocator()  # as the "ledger" variant: compare the writes, not the allocators
     import pyarrow as pa
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
@@ -99,6 +111,8 @@ def child(variant: str, commits: int, scratch: str) -> list[dict[str, Any]]:
         table.create_write_transaction([action], mode="append", schema=table.schema())
         if batch == 0:
             _step(steps, "+ first commit")
+        if batch + 1 == commits // 2:
+            _step(steps, f"+ {commits // 2} commits and reads")
         if batch % 20 == 0:
             table.update_incremental()  # as the ledger's reads do
             columns = ["topic", "partition", "until_offset"]
@@ -125,10 +139,11 @@ def measure(commits: int) -> dict[str, list[dict[str, Any]]]:
 def section(results: dict[str, list[dict[str, Any]]], commits: int) -> str:
     """The page section: one table per variant."""
     titles = {
-        "write_deltalake": "the ledger as it is (`OffsetLedger`: `write_deltalake`, "
-        "DataFusion reads)",
+        "ledger": "the ledger as the reader process runs it (`OffsetLedger`: "
+        "`write_deltalake`, DataFusion reads; delta-rs' allocator bounded)",
+        "ledger, jemalloc defaults": "the same with jemalloc's default settings",
         "transaction": "the lightest ledger delta-rs allows (pyarrow Parquet + "
-        "`create_write_transaction`, pyarrow reads; no DataFusion)",
+        "`create_write_transaction`, pyarrow reads; no DataFusion; allocator bounded)",
     }
     lines = [
         MARKERS[0],
@@ -155,19 +170,31 @@ def section(results: dict[str, list[dict[str, Any]]], commits: int) -> str:
                 f"{s['deltalake_lib']:.0f} |"
             )
         lines.append("")
-    base = {s["step"]: s for s in results["transaction"]}
-    light = results["transaction"][-1]
-    runner = base["runner"]
-    ours = base["+ spark_groups"]
-    total = lambda s: s["anonymous"] + s["file"]  # noqa: E731
+    def total(step: dict[str, Any]) -> float:
+        return step["anonymous"] + step["file"]
+
+    steps = {s["step"]: s for s in results["transaction"]}
+    runner, ours = total(steps["runner"]), total(steps["+ spark_groups"])
+    light = total(results["transaction"][-1])
+    bounded, default = results["ledger"], results["ledger, jemalloc defaults"]
+
+    def growth(run: list[dict[str, Any]]) -> float:
+        """Own memory added from the first commit to the last."""
+        by_step = {s["step"]: s for s in run}
+        return run[-1]["anonymous"] - by_step["+ first commit"]["anonymous"]
+
     lines += [
-        f"Spark's runner alone holds {total(runner):.0f} MB and spark_groups' imports add "
-        f"{total(ours) - total(runner):.0f} MB. Any use of delta-rs adds "
-        f"{total(light) - total(ours):.0f} MB more even without DataFusion (its import, its "
-        "runtime's threads and allocator, the table's snapshot, its code pages): the "
-        "150 MB target is out of reach for a process that writes a Delta table with delta-rs, "
-        "the driver-side writer this project uses. Without `offsets.table` (commits to Kafka "
-        "only) the member stays under it (scale section).",
+        f"Spark's runner alone holds {runner:.0f} MB and spark_groups' imports add "
+        f"{ours - runner:.0f} MB. A Delta writer adds {light - ours:.0f} MB more after "
+        f"{commits} commits even without DataFusion (delta-rs' import, its runtime's threads "
+        "and allocator, the table's snapshot, its code pages), and the ledger as it is "
+        f"{total(bounded[-1]) - ours:.0f} MB: the 150 MB target is out of reach for a "
+        "process that writes a Delta table with delta-rs, the driver-side writer this "
+        "project uses. Without `offsets.table` (commits to Kafka only) the member stays under "
+        "it (scale section). From the first commit to the last the process's own memory "
+        f"grew {growth(default):+.0f} MB with jemalloc's defaults and {growth(bounded):+.0f} MB "
+        "with the allocator bounded as the reader process bounds it (2 arenas, freed pages "
+        "returned at once).",
         MARKERS[1],
     ]
     return "\n".join(lines)
@@ -176,7 +203,7 @@ def section(results: dict[str, list[dict[str, Any]]], commits: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the variants, print the section, with ``--write-docs`` put it in the page."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--commits", type=int, default=60)
+    parser.add_argument("--commits", type=int, default=600)
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--scratch", help=argparse.SUPPRESS)

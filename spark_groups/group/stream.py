@@ -65,6 +65,7 @@ from spark_groups.metrics import StreamMetrics
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.options import SourceOptions
 from spark_groups.spark.worker_logging import log_to_stderr
+from spark_groups.storage.delta import bound_allocator
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class GroupStream:
 
     def __init__(self, options: SourceOptions) -> None:
         log_to_stderr()
+        bound_allocator()  # this is the reader process: the ledger's delta-rs loads here
         self.options = options
         self.metrics = StreamMetrics()
         self._books = Bookkeeping()

@@ -61,6 +61,7 @@ from spark_groups.sink.writer import (
 from spark_groups.spark.compat import ARROW_STREAM_WRITER, arrow_schema
 from spark_groups.spark.worker_logging import log_to_stderr
 from spark_groups.storage.checkpoint import check_readable
+from spark_groups.storage.delta import bound_allocator
 from spark_groups.storage.files import table_uri
 
 log = logging.getLogger(__name__)
@@ -170,6 +171,7 @@ class DeltaGroupStreamWriter(_WriterBase):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver side: one Delta commit for the batch (see ``spark_groups.sink``)."""
         log_to_stderr()
+        bound_allocator()  # the sink's commit process: delta-rs loads here
         files = _files_of(messages)
         try:
             options = self.options

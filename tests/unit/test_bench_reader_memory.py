@@ -7,18 +7,18 @@ from bench.reader_memory import VARIANTS, measure, section
 
 
 def test_both_variants_measure_every_step_and_the_section_names_them() -> None:
-    results = measure(commits=3)
+    results = measure(commits=4)
 
     assert set(results) == set(VARIANTS)
     for variant, steps in results.items():
         names = [s["step"] for s in steps]
         assert names[:3] == ["python", "runner", "+ spark_groups"], variant
-        assert names[-1] == "+ 3 commits and reads", variant
+        assert names[-1] == "+ 4 commits and reads", variant
         total = {s["step"]: s["anonymous"] + s["file"] for s in steps}
         # Loading Spark's runner and then a Delta writer each take memory; nothing is free.
         assert total["runner"] > total["python"] > 0, variant
         assert total["+ first commit"] > total["+ spark_groups"], variant
         assert steps[-1]["deltalake_lib"] > 0, variant  # delta-rs' library was loaded
-    text = section(results, 3)
+    text = section(results, 4)
     assert text.startswith("<!-- reader-memory:start -->")
     assert "| + first commit |" in text and text.endswith("<!-- reader-memory:end -->")

@@ -147,3 +147,32 @@ def test_s3_locations_use_the_storage_options_endpoint_and_keys() -> None:
     where = location("s3a://bucket/tables/orders/", {"aws_region": "us-east-1"})
     assert where.path == "bucket/tables/orders"
     assert where.fs.type_name == "s3"
+
+
+def _allocator_env_after(code: str, env: dict[str, str]) -> str:
+    """``_RJEM_MALLOC_CONF`` as a fresh interpreter sees it after running ``code``."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", code + "\nimport os; print(os.environ.get('_RJEM_MALLOC_CONF'))"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_the_allocator_is_bounded_before_delta_rs_loads_and_never_over_the_users() -> None:
+    import os
+
+    from spark_groups.storage.delta import ALLOCATOR_CONF
+
+    base = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    bound = "from spark_groups.storage.delta import bound_allocator; bound_allocator()"
+    assert _allocator_env_after(bound, base) == ALLOCATOR_CONF
+    # The user's own setting wins.
+    assert _allocator_env_after(bound, base | {"_RJEM_MALLOC_CONF": "narenas:8"}) == "narenas:8"
+    # Once delta-rs is loaded its allocator is configured: setting it then would only mislead.
+    assert _allocator_env_after("import deltalake\n" + bound, base) == "None"
