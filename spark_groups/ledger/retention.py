@@ -27,7 +27,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from spark_groups.ledger.rows import OUTSIDE_BATCH, RESET_BATCH
 from spark_groups.offsets import TopicPartition
@@ -92,6 +91,8 @@ def expire(ledger: OffsetLedger, cutoff: datetime) -> int:
     """Delete ``ledger``'s rows committed before ``cutoff`` (timezone-aware) that no position
     depends on (see the module documentation); return how many rows were deleted. Any
     failure is logged and returns 0: the rows stay for the next run."""
+    import pyarrow.compute as pc  # not at import: the reader process starts without it
+
     try:
         history = ledger.history()
         at = history.column("committed_at")
