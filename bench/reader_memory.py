@@ -56,6 +56,7 @@ def _step(steps: list[dict[str, Any]], name: str) -> None:
 def child(variant: str, commits: int, scratch: str) -> list[dict[str, Any]]:
     """The steps of one variant in this (fresh) process."""
     steps: list[dict[str, Any]] = []
+    took: list[float] = []  # seconds per commit
     _step(steps, "python")
     import pyspark.sql.streaming.python_streaming_source_runner  # noqa: F401
 
@@ -81,7 +82,9 @@ def child(variant: str, commits: int, scratch: str) -> list[dict[str, Any]]:
             bound_allocator()
         ledger = OffsetLedger(path, "g")
         for batch in range(commits):
+            started = time.perf_counter()
             ledger.append(rows(batch))
+            took.append(time.perf_counter() - started)
             if batch == 0:
                 _step(steps, "+ first commit")
             if batch % 20 == 0:
@@ -89,26 +92,36 @@ def child(variant: str, commits: int, scratch: str) -> list[dict[str, Any]]:
             if batch + 1 == commits // 2:
                 _step(steps, f"+ {commits // 2} commits and reads")
         _step(steps, f"+ {commits} commits and reads")
-        return steps
+        return _with_latency(steps, took)
     from spark_groups.storage.delta import bound_allocator
 
     bound_allocator()  # as the "ledger" variant: compare the writes, not the allocators
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable, PostCommitHookProperties
     from deltalake.transaction import AddAction
 
     _step(steps, "+ import deltalake")
     os.makedirs(path)
-    DeltaTable.create(path, LEDGER_SCHEMA, mode="error")
+    # Checkpoints every 10 commits, as the ledger's table.
+    DeltaTable.create(
+        path, LEDGER_SCHEMA, mode="error", configuration={"delta.checkpointInterval": "10"}
+    )
     table = DeltaTable(path)
     _step(steps, "+ create and open")
     for batch in range(commits):
+        started = time.perf_counter()
         name = f"part-{uuid.uuid4()}.parquet"
         pq.write_table(to_arrow("g", rows(batch)), os.path.join(path, name))
         size = os.path.getsize(os.path.join(path, name))
         action = AddAction(name, size, {}, int(time.time() * 1000), True, None)
-        table.create_write_transaction([action], mode="append", schema=table.schema())
+        table.create_write_transaction(
+            [action],
+            mode="append",
+            schema=table.schema(),
+            post_commithook_properties=PostCommitHookProperties(create_checkpoint=True),
+        )
+        took.append(time.perf_counter() - started)
         if batch == 0:
             _step(steps, "+ first commit")
         if batch + 1 == commits // 2:
@@ -118,6 +131,14 @@ def child(variant: str, commits: int, scratch: str) -> list[dict[str, Any]]:
             columns = ["topic", "partition", "until_offset"]
             pa.concat_tables(pq.read_table(f, columns=columns) for f in table.file_uris())
     _step(steps, f"+ {commits} commits and reads")
+    return _with_latency(steps, took)
+
+
+def _with_latency(steps: list[dict[str, Any]], took: list[float]) -> list[dict[str, Any]]:
+    """``steps`` with the commits' p50 and p95 (ms, the second half) on the last step."""
+    half = sorted(took[len(took) // 2 :])
+    steps[-1]["commit_p50_ms"] = round(half[len(half) // 2] * 1000, 1)
+    steps[-1]["commit_p95_ms"] = round(half[int(len(half) * 0.95)] * 1000, 1)
     return steps
 
 
@@ -169,7 +190,14 @@ def section(results: dict[str, list[dict[str, Any]]], commits: int) -> str:
                 f"| {s['step']} | {rss:.0f} | {s['anonymous']:.0f} | {s['file']:.0f} | "
                 f"{s['deltalake_lib']:.0f} |"
             )
-        lines.append("")
+        last = steps[-1]
+        lines += [
+            "",
+            f"Commit p50 {last['commit_p50_ms']} ms, p95 {last['commit_p95_ms']} ms (the "
+            "second half of the commits).",
+            "",
+        ]
+
     def total(step: dict[str, Any]) -> float:
         return step["anonymous"] + step["file"]
 
@@ -194,7 +222,9 @@ def section(results: dict[str, list[dict[str, Any]]], commits: int) -> str:
         "it (scale section). From the first commit to the last the process's own memory "
         f"grew {growth(default):+.0f} MB with jemalloc's defaults and {growth(bounded):+.0f} MB "
         "with the allocator bounded as the reader process bounds it (2 arenas, freed pages "
-        "returned at once).",
+        f"returned at once); the commit's p50 was {bounded[-1]['commit_p50_ms']} ms bounded "
+        f"and {default[-1]['commit_p50_ms']} ms with the defaults (pages handed back are "
+        "faulted in again; runs differ by a few ms).",
         MARKERS[1],
     ]
     return "\n".join(lines)

@@ -177,8 +177,7 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         "",
         "Where the time goes. The executor read path alone (`read_range` over the same "
         f"partitions in one process, no Spark) runs at {rr / plain:.2f}x the plain loop; its "
-        "profile is below (`consume` is librdkafka handing over Message objects, `add` turns "
-        "them into column lists, `to_batch` builds the Arrow arrays). A Python data source that "
+        f"profile is below ({_read_path_words(results['machine'])}). A Python data source that "
         "does no Kafka work at all (one prebuilt Arrow batch of the same schema, yielded again "
         f"and again) reaches {_rate(ceil)} records/s = {ceil / plain:.2f}x the plain loop: "
         "that is Spark's own cost of taking Arrow batches from a Python worker into the JVM "
@@ -407,6 +406,19 @@ def _cumtime(profile: str, function: str) -> float:
         if line.rstrip().endswith(f"({function})"):
             return float(line.split()[3])
     return 0.0
+
+
+def _read_path_words(machine: dict[str, str]) -> str:
+    """What the read path's profile shows, by the path that ran."""
+    if machine.get("executor read path", "").startswith("native"):
+        return (
+            "the native path: `fill` is its C loop, librdkafka's messages copied straight "
+            "into the Arrow columns with no Python object per record"
+        )
+    return (
+        "the Python path: `consume` is librdkafka handing over Message objects, `add` turns "
+        "them into column lists, `to_batch` builds the Arrow arrays"
+    )
 
 
 def _memory_rows(memory: dict[str, float] | None) -> list[str]:

@@ -30,9 +30,10 @@ log = logging.getLogger(__name__)
 
 #: jemalloc settings for delta-rs (its wheel links jemalloc, configured by this environment
 #: variable when the library loads) in the long-lived driver processes spark_groups runs in:
-#: 2 arenas instead of 4 per core, and freed pages handed back at once. With jemalloc's
-#: defaults the reader process's own memory grew by about 20 MB per 600 ledger commits;
-#: with these it stays flat (bench/reader_memory.py, docs/benchmarks.md).
+#: 2 arenas instead of 4 per core, and freed pages handed back at once. Over 600 ledger
+#: commits the process's own memory grew by about 37 MB with jemalloc's defaults and by
+#: about 8 MB with these, at the same commit latency (bench/reader_memory.py,
+#: docs/benchmarks.md).
 ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
 ALLOCATOR_CONF = "narenas:2,dirty_decay_ms:0,muzzy_decay_ms:0"
 

@@ -19,6 +19,7 @@ def test_both_variants_measure_every_step_and_the_section_names_them() -> None:
         assert total["runner"] > total["python"] > 0, variant
         assert total["+ first commit"] > total["+ spark_groups"], variant
         assert steps[-1]["deltalake_lib"] > 0, variant  # delta-rs' library was loaded
+        assert steps[-1]["commit_p50_ms"] > 0, variant
     text = section(results, 4)
     assert text.startswith("<!-- reader-memory:start -->")
     assert "| + first commit |" in text and text.endswith("<!-- reader-memory:end -->")
