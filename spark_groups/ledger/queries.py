@@ -83,6 +83,10 @@ def history(
 ) -> pa.Table:
     """The group's rows, oldest first, of ``partitions`` and ``since <= committed_at < until``
     when given (:meth:`OffsetLedger.history <spark_groups.ledger.table.OffsetLedger.history>`)."""
+    # Imported here, not with the module: it is ~70 ms of every reader process's start, and
+    # the reader process reads no history.
+    import pyarrow.compute as pc
+
     for name, bound in (("since", since), ("until", until)):
         if bound is not None and bound.utcoffset() is None:
             raise store.error(
@@ -97,8 +101,6 @@ def history(
     if "log_end" not in table.column_names:  # written before the column existed
         table = table.append_column("log_end", pa.nulls(table.num_rows, pa.int64()))
     table = table.select(LEDGER_SCHEMA.names).cast(LEDGER_SCHEMA)
-    import pyarrow.compute as pc  # not at import: ~70 ms of every reader process's start
-
     if wanted is not None:
         table = table.filter(_partition_mask(table, wanted))
     if since is not None:
