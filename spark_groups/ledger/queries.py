@@ -84,7 +84,7 @@ def history(
     """The group's rows, oldest first, of ``partitions`` and ``since <= committed_at < until``
     when given (:meth:`OffsetLedger.history <spark_groups.ledger.table.OffsetLedger.history>`)."""
     # Imported here, not with the module: it is ~70 ms of every reader process's start, and
-    # the reader process reads no history.
+    # the reader process reads history only when its maintenance expires old rows.
     import pyarrow.compute as pc
 
     for name, bound in (("since", since), ("until", until)):
