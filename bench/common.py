@@ -161,12 +161,12 @@ def machine_facts(broker: str) -> dict[str, str]:
         "librdkafka": __import__("confluent_kafka").libversion()[0],
         "deltalake": _package_version("deltalake"),
         "pyarrow": _package_version("pyarrow"),
-        "executor read path": _read_path(),
+        "executor read path": executor_read_path(),
         "broker": broker,
     }
 
 
-def _read_path() -> str:
+def executor_read_path() -> str:
     """Which executor read path ``readPath=auto`` (every benchmark's) runs on this machine."""
     from spark_groups.read import native
 
