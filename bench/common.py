@@ -167,12 +167,14 @@ def machine_facts(broker: str) -> dict[str, str]:
 
 
 def executor_read_path() -> str:
-    """Which executor read path ``readPath=auto`` (every benchmark's) runs on this machine."""
+    """Which executor read path ``readPath=auto`` (every benchmark's) runs on this machine,
+    by the rule the reader itself uses (:func:`spark_groups.read.native.use_native`)."""
     from spark_groups.read import native
 
-    if os.environ.get("SPARK_GROUPS_READ_PATH", "auto") == "python":
-        return "python (SPARK_GROUPS_READ_PATH=python)"
-    return "native (C extension)" if native.available() else f"python ({native.load_error()})"
+    if native.use_native("auto", {}):
+        return "native (C extension)"
+    why = native.load_error()
+    return f"python ({why})" if why else f"python ({native.READ_PATH_ENV}=python)"
 
 
 def broker_description(kind: str | None) -> str:

@@ -101,11 +101,16 @@ def child(variant: str, commits: int, scratch: str) -> list[dict[str, Any]]:
     from deltalake import DeltaTable, PostCommitHookProperties
     from deltalake.transaction import AddAction
 
+    from spark_groups.ledger.maintenance import CHECKPOINT_INTERVAL, CHECKPOINT_INTERVAL_KEY
+
     _step(steps, "+ import deltalake")
     os.makedirs(path)
-    # Checkpoints every 10 commits, as the ledger's table.
+    # Checkpoints as often as the ledger's table.
     DeltaTable.create(
-        path, LEDGER_SCHEMA, mode="error", configuration={"delta.checkpointInterval": "10"}
+        path,
+        LEDGER_SCHEMA,
+        mode="error",
+        configuration={CHECKPOINT_INTERVAL_KEY: CHECKPOINT_INTERVAL},
     )
     table = DeltaTable(path)
     _step(steps, "+ create and open")

@@ -150,12 +150,14 @@ def test_s3_locations_use_the_storage_options_endpoint_and_keys() -> None:
 
 
 def _allocator_env_after(code: str, env: dict[str, str]) -> str:
-    """``_RJEM_MALLOC_CONF`` as a fresh interpreter sees it after running ``code``."""
+    """The allocator's variable as a fresh interpreter sees it after running ``code``."""
     import subprocess
     import sys
 
+    from spark_groups.storage.delta import ALLOCATOR_ENV
+
     done = subprocess.run(
-        [sys.executable, "-c", code + "\nimport os; print(os.environ.get('_RJEM_MALLOC_CONF'))"],
+        [sys.executable, "-c", code + f"\nimport os; print(os.environ.get({ALLOCATOR_ENV!r}))"],
         env=env,
         capture_output=True,
         text=True,
@@ -167,12 +169,12 @@ def _allocator_env_after(code: str, env: dict[str, str]) -> str:
 def test_the_allocator_is_bounded_before_delta_rs_loads_and_never_over_the_users() -> None:
     import os
 
-    from spark_groups.storage.delta import ALLOCATOR_CONF
+    from spark_groups.storage.delta import ALLOCATOR_CONF, ALLOCATOR_ENV
 
-    base = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    base = {k: v for k, v in os.environ.items() if k != ALLOCATOR_ENV}
     bound = "from spark_groups.storage.delta import bound_allocator; bound_allocator()"
     assert _allocator_env_after(bound, base) == ALLOCATOR_CONF
     # The user's own setting wins.
-    assert _allocator_env_after(bound, base | {"_RJEM_MALLOC_CONF": "narenas:8"}) == "narenas:8"
+    assert _allocator_env_after(bound, base | {ALLOCATOR_ENV: "narenas:8"}) == "narenas:8"
     # Once delta-rs is loaded its allocator is configured: setting it then would only mislead.
     assert _allocator_env_after("import deltalake\n" + bound, base) == "None"
