@@ -4,6 +4,10 @@
   batch (the ``kafka-group`` schema, 100 B values) again and again: no Kafka and no
   conversion, only Spark's plumbing (Python worker -> Arrow IPC -> JVM rows -> noop). No
   source built on Spark's Python data source API can be faster than this.
+* :class:`ConstArrowStreamSource`: the same batches as a *streaming* source (one micro-batch
+  of ``rows`` rows in ``partitions`` tasks, ``Trigger.AvailableNow``): the floor of a whole
+  run of any Python streaming source, start-up included (``bench.whole_run``'s
+  ``python-floor`` side).
 * :func:`read_range_rate`: ``spark_groups.read.reader.read_range`` over every partition, one after
   the other, in this process: the executor read path without Spark.
 """
@@ -14,11 +18,56 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 
 from spark_groups.read.schema import spark_ddl
+from spark_groups.spark.compat import SupportsTriggerAvailableNow
 
 FORMAT = "bench-const-arrow"
+STREAM_FORMAT = "bench-const-arrow-stream"
+
+
+def _const_batches(rows: int, batch: int, size: int) -> Iterator[Any]:
+    """``rows`` rows of the kafka-group schema (values of ``size`` bytes), as one prebuilt
+    Arrow batch of ``batch`` rows yielded again and again (the last one sliced)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from spark_groups.read.schema import arrow_schema
+
+    n = batch
+    ts = pa.timestamp("us", tz="UTC")
+    prebuilt = pa.RecordBatch.from_arrays(
+        [
+            pa.array([b"123456"] * n, pa.binary()),
+            pa.array([b"v" * size] * n, pa.binary()),
+            pa.array(["topic"] * n, pa.string()),
+            pa.array(np.zeros(n, np.int32), pa.int32()),
+            pa.array(np.arange(n, dtype=np.int64), pa.int64()),
+            pa.array(np.zeros(n, np.int64), pa.int64()).cast(ts),
+            pa.array(np.zeros(n, np.int32), pa.int32()),
+        ],
+        schema=arrow_schema(False),
+    )
+    left = rows
+    while left > 0:
+        yield prebuilt if left >= n else prebuilt.slice(0, left)
+        left -= n
+
+
+def _settings(options: Any) -> tuple[int, int, int, int]:
+    """(rows, partitions, batch, size) from the sources' options."""
+    return (
+        int(options["rows"]),
+        int(options["partitions"]),
+        int(options.get("batch", 10000)),
+        int(options["size"]),
+    )
 
 
 class _ConstReader(DataSourceReader):
@@ -29,29 +78,7 @@ class _ConstReader(DataSourceReader):
         return [InputPartition(i) for i in range(self.parts)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        import numpy as np
-        import pyarrow as pa
-
-        from spark_groups.read.schema import arrow_schema
-
-        n = self.batch
-        ts = pa.timestamp("us", tz="UTC")
-        batch = pa.RecordBatch.from_arrays(
-            [
-                pa.array([b"123456"] * n, pa.binary()),
-                pa.array([b"v" * self.size] * n, pa.binary()),
-                pa.array(["topic"] * n, pa.string()),
-                pa.array(np.zeros(n, np.int32), pa.int32()),
-                pa.array(np.arange(n, dtype=np.int64), pa.int64()),
-                pa.array(np.zeros(n, np.int64), pa.int64()).cast(ts),
-                pa.array(np.zeros(n, np.int32), pa.int32()),
-            ],
-            schema=arrow_schema(False),
-        )
-        left = self.rows // self.parts
-        while left > 0:
-            yield batch if left >= n else batch.slice(0, left)
-            left -= n
+        return _const_batches(self.rows // self.parts, self.batch, self.size)
 
 
 class ConstArrowSource(DataSource):
@@ -68,10 +95,52 @@ class ConstArrowSource(DataSource):
 
     def reader(self, schema: Any) -> DataSourceReader:
         """Yields the same Arrow batch until ``rows`` rows are out."""
-        o = self.options
-        return _ConstReader(
-            int(o["rows"]), int(o["partitions"]), int(o.get("batch", 10000)), int(o["size"])
-        )
+        return _ConstReader(*_settings(self.options))
+
+
+class _ConstStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """One micro-batch (offset 0 -> 1) of ``rows`` rows in ``partitions`` tasks."""
+
+    def __init__(self, rows: int, partitions: int, batch: int, size: int) -> None:
+        self.rows, self.parts, self.batch, self.size = rows, partitions, batch, size
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Nothing to pin: the one batch is all there is."""
+
+    def initialOffset(self) -> dict:
+        return {"batch": 0}
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        return {"batch": 1}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        if start == end:
+            return []
+        return [InputPartition(i) for i in range(self.parts)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return _const_batches(self.rows // self.parts, self.batch, self.size)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to commit."""
+
+
+class ConstArrowStreamSource(DataSource):
+    """``spark.readStream.format("bench-const-arrow-stream")``: rows, partitions, batch and
+    size options; one micro-batch of constant Arrow batches, for the whole-run floor."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return STREAM_FORMAT
+
+    def schema(self) -> str:
+        """The kafka-group schema without headers."""
+        return spark_ddl(False)
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        """One micro-batch of ``rows`` rows."""
+        return _ConstStreamReader(*_settings(self.options))
 
 
 def const_arrow_rate(spark: Any, rows: int, partitions: int, size: int) -> tuple[int, float]:

@@ -12,6 +12,10 @@ rebalance delay), one topic of ``--partitions`` partitions, ``--records`` values
 * ``spark-kafka-tuned``: the same with :data:`SPARK_TUNED` (Kafka consumer settings given
   with the ``kafka.`` prefix, as Spark's Kafka integration guide allows, and Spark's
   ``minPartitions``; chosen with ``--tune``, the trials are in docs/benchmarks.md);
+* ``python-floor``: no Kafka: :class:`bench.ceiling.ConstArrowStreamSource`, a Python
+  streaming source that yields the same number of rows as prebuilt Arrow batches in one
+  micro-batch of ``--partitions`` tasks: what a whole run costs any source built on Spark's
+  Python data source API (its reader process, its Python workers, Arrow into the JVM);
 * ``plain-defaults``: one confluent-kafka Consumer, librdkafka's defaults, ``consume(500)``;
 * ``plain-tuned``: the same with the reader's settings (``READER_DEFAULTS``), as the
   throughput section's plain loop.
@@ -138,7 +142,7 @@ TUNING_CANDIDATES: dict[str, dict[str, str]] = {
     },
 }
 
-SPARK_SIDES = ("kafka-group", "spark-kafka", "spark-kafka-tuned")
+SPARK_SIDES = ("kafka-group", "spark-kafka", "spark-kafka-tuned", "python-floor")
 PLAIN_SIDES = ("plain-defaults", "plain-tuned")
 SIDES = (*SPARK_SIDES, *PLAIN_SIDES)
 
@@ -146,6 +150,7 @@ LABELS = {
     "kafka-group": "**kafka-group** -> noop",
     "spark-kafka": 'Spark `format("kafka")` -> noop, defaults',
     "spark-kafka-tuned": 'Spark `format("kafka")` -> noop, tuned',
+    "python-floor": "Python streaming source floor (constant Arrow batches, no Kafka) -> noop",
     "plain-defaults": "plain confluent-kafka loop, librdkafka defaults",
     "plain-tuned": "plain confluent-kafka loop, reader's settings (`READER_DEFAULTS`)",
 }
@@ -176,7 +181,19 @@ def _progress_times(query: Any) -> dict[str, Any]:
     }
 
 
-def _reader(spark: Any, side: str, servers: str, topic: str, group: str, tuned: dict) -> Any:
+def _reader(spark: Any, spec: dict[str, Any], group: str) -> Any:
+    side, servers, topic = spec["side"], spec["servers"], spec["topic"]
+    if side == "python-floor":
+        from bench.ceiling import STREAM_FORMAT, ConstArrowStreamSource
+
+        spark.dataSource.register(ConstArrowStreamSource)
+        return (
+            spark.readStream.format(STREAM_FORMAT)
+            .option("rows", spec["records"])
+            .option("partitions", spec["partitions"])
+            .option("size", spec["size"])
+            .load()
+        )
     if side == "kafka-group":
         return (
             spark.readStream.format("kafka-group")
@@ -194,7 +211,7 @@ def _reader(spark: Any, side: str, servers: str, topic: str, group: str, tuned: 
         .option("startingOffsets", "earliest")
     )
     if side == "spark-kafka-tuned":
-        reader = reader.options(**tuned)
+        reader = reader.options(**spec["tuned"])
     return reader.load()
 
 
@@ -207,7 +224,7 @@ def spark_run(spark: Any, spec: dict[str, Any], log_file: Path | None) -> dict[s
     group = unique("whole")
     work = Path(spec["scratch"]) / group
     t_define = time.perf_counter()
-    df = _reader(spark, side, spec["servers"], spec["topic"], group, spec["tuned"])
+    df = _reader(spark, spec, group)
     define_s = time.perf_counter() - t_define
     sampler = CpuSampler(spec["extra_roots"]).start()
     wall0 = time.time()
@@ -482,6 +499,20 @@ def render(results: dict[str, Any]) -> str:
         f'settings (the throughput section\'s "plain"), '
         f"{_ratio(kg.get('warm_best'), plain_d.get('warm_best'))} of the loop with librdkafka's "
         'defaults. Ratios to "plain" elsewhere in this file use the reader\'s settings.',
+    ]
+    floor = s.get("python-floor", {})
+    if floor:
+        lines += [
+            "",
+            "The Python streaming source floor (no Kafka, the rows prebuilt) against Spark's "
+            "kafka source at its defaults: cold "
+            f"{_ratio(floor.get('cold_best'), base.get('cold_best'))}, warm "
+            f"{_ratio(floor.get('warm_best'), base.get('warm_best'))}; no source on Spark's "
+            "Python data source API can pass it. kafka-group is "
+            f"{_ratio(kg.get('cold_best'), floor.get('cold_best'))} (cold) and "
+            f"{_ratio(kg.get('warm_best'), floor.get('warm_best'))} (warm) of the floor.",
+        ]
+    lines += [
         "",
         "CPU seconds per million records (median of the runs) by process: driver JVM / Python "
         "workers / reader process (kafka-group's member) / the PySpark driver or the plain "
@@ -691,6 +722,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "topic": topic,
                 "records": args.records,
                 "partitions": args.partitions,
+                "size": args.size,
                 "tuned": tuned,
                 "extra_roots": broker_pids(),
             }

@@ -72,3 +72,30 @@ def test_tiny_benchmark_run(spark, bootstrap_servers: str, tmp_path: Path) -> No
     assert "## 4. Cost growth" in text and "nan" not in text.lower()
     assert "Delta sinks, per record" in text
     assert "Spark's own Kafka source" in text and "n/a" not in text.split("## 2.")[0]
+
+
+def test_whole_run_sides_read_every_record(spark, bootstrap_servers: str, tmp_path: Path) -> None:
+    """bench.whole_run's kafka-group side and its Python streaming source floor, tiny."""
+    from bench.common import create_topics, produce
+    from bench.whole_run import spark_run
+
+    topic = create_topics(bootstrap_servers, 2, prefix="whole-smoke")[0]
+    produce(bootstrap_servers, [topic], 2, 3000, 100)
+    spec = {
+        "servers": bootstrap_servers,
+        "topic": topic,
+        "records": 3000,
+        "partitions": 2,
+        "size": 100,
+        "tuned": {},
+        "extra_roots": [],
+        "scratch": str(tmp_path),
+    }
+    runs = {
+        side: spark_run(spark, {**spec, "side": side}, None)
+        for side in ("python-floor", "kafka-group")
+    }
+    for side, run in runs.items():
+        assert run["rows"] == 3000, side
+        assert run["whole_s"] >= run["triggers_s"] > 0, side
+    assert runs["python-floor"]["batches"] == 1  # one micro-batch of prebuilt rows
