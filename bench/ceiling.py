@@ -70,15 +70,21 @@ def _settings(options: Any) -> tuple[int, int, int, int]:
     )
 
 
-class _ConstReader(DataSourceReader):
+class _ConstRows:
+    """What both constant readers share: ``rows`` rows in ``partitions`` tasks, each task
+    yielding its share as :func:`_const_batches`."""
+
     def __init__(self, rows: int, partitions: int, batch: int, size: int) -> None:
         self.rows, self.parts, self.batch, self.size = rows, partitions, batch, size
 
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """One task's share of the rows."""
+        return _const_batches(self.rows // self.parts, self.batch, self.size)
+
+
+class _ConstReader(_ConstRows, DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return [InputPartition(i) for i in range(self.parts)]
-
-    def read(self, partition: InputPartition) -> Iterator[Any]:
-        return _const_batches(self.rows // self.parts, self.batch, self.size)
 
 
 class ConstArrowSource(DataSource):
@@ -98,11 +104,8 @@ class ConstArrowSource(DataSource):
         return _ConstReader(*_settings(self.options))
 
 
-class _ConstStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class _ConstStreamReader(_ConstRows, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """One micro-batch (offset 0 -> 1) of ``rows`` rows in ``partitions`` tasks."""
-
-    def __init__(self, rows: int, partitions: int, batch: int, size: int) -> None:
-        self.rows, self.parts, self.batch, self.size = rows, partitions, batch, size
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Nothing to pin: the one batch is all there is."""
@@ -117,9 +120,6 @@ class _ConstStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start == end:
             return []
         return [InputPartition(i) for i in range(self.parts)]
-
-    def read(self, partition: InputPartition) -> Iterator[Any]:
-        return _const_batches(self.rows // self.parts, self.batch, self.size)
 
     def commit(self, end: dict) -> None:
         """Nothing to commit."""
