@@ -83,7 +83,7 @@ class SparkCluster(Launcher):
         """The workers the master has registered and sees alive."""
         try:
             workers = self.state().get("workers", [])
-        except OSError:
+        except (OSError, ValueError):  # not up yet; or, while starting, the UI's HTML page
             return []
         return [w for w in workers if w.get("state") == "ALIVE"]
 
