@@ -89,9 +89,7 @@ def one_run(spark: Any, servers: str, trigger_s: float, mode: str, scratch: Path
         flow.stop()
     period_ms = int(trigger_s * 1000)
     next_trigger_s = (period_ms - int(t0 * 1000) % period_ms) / 1000
-    revoked = [
-        r for r in read_history(history_path(ledger)).to_pylist() if r["event"] == "revoked"
-    ]
+    revoked = [r for r in read_history(history_path(ledger)).to_pylist() if r["event"] == "revoked"]
     waits = [r["barrier_wait_ms"] / 1000 for r in revoked if r["barrier_wait_ms"] is not None]
     timeouts = sum(1 for w in waits if w >= 294)
     return {

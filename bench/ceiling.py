@@ -72,14 +72,16 @@ def _settings(options: Any) -> tuple[int, int, int, int]:
 
 class _ConstRows:
     """What both constant readers share: ``rows`` rows in ``partitions`` tasks, each task
-    yielding its share as :func:`_const_batches`."""
+    yielding its share as :func:`_const_batches` (the first ``rows % partitions`` tasks one
+    row more, so the tasks hold exactly ``rows``)."""
 
     def __init__(self, rows: int, partitions: int, batch: int, size: int) -> None:
         self.rows, self.parts, self.batch, self.size = rows, partitions, batch, size
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """One task's share of the rows."""
-        return _const_batches(self.rows // self.parts, self.batch, self.size)
+        share = self.rows // self.parts + (partition.value < self.rows % self.parts)
+        return _const_batches(share, self.batch, self.size)
 
 
 class _ConstReader(_ConstRows, DataSourceReader):
@@ -156,7 +158,7 @@ def const_arrow_rate(spark: Any, rows: int, partitions: int, size: int) -> tuple
     started = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
     took = time.perf_counter() - started
-    return rows // partitions * partitions, took
+    return rows, took
 
 
 def read_range_rate(
