@@ -672,6 +672,9 @@ static int64_t export_batch(NConsumer *self, int headers) {
     int64_t n = b->n, ncols = headers ? 8 : 7;
     struct ArrowArray **cols = calloc(ncols, sizeof *cols);
     if (!cols) return -1;
+    /* The next batch starts with room for as many bytes (a pooled buffer when one is free) */
+    self->key_hint = b->key.data.len;
+    self->value_hint = b->value.data.len;
     cols[0] = var_export(&b->key);
     cols[1] = var_export(&b->value);
     cols[2] = var_export(&b->topic);

@@ -826,3 +826,42 @@ def test_native_and_python_read_paths_give_equal_batches(
                 assert py.num_rows == total, (ranges, headers, rows)
                 assert native_sizes == py_sizes
                 assert ours.equals(py), (ranges, headers, rows)
+
+
+def test_native_batches_of_megabytes_keep_their_values_while_held_and_reused(
+    bootstrap_servers, make_topic, monkeypatch
+):
+    """Batches whose values pass 1 MiB take their value buffer from the native path's pool (the
+    last batch's size is the next one's hint): every value is right whether the batches are
+    dropped as they come (their buffers reused) or all held until the read ends (none may be
+    handed out again while pyarrow holds it)."""
+    if not native.available():
+        if os.environ.get(native.READ_PATH_ENV) == "native":
+            pytest.fail(f"{native.READ_PATH_ENV}=native, but {native.load_error()}")
+        pytest.skip(f"native read path not available: {native.load_error()}")
+    monkeypatch.delenv(native.READ_PATH_ENV, raising=False)
+    topic, records, size = make_topic(partitions=2), 3_000, 4_000
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 5})
+    for i in range(records):
+        producer.produce(topic, value=b"%08d" % i * (size // 8), key=b"%d" % i, partition=i % 2)
+    assert producer.flush(30) == 0
+    ranges = [OffsetRange(topic, p, 0, records // 2) for p in range(2)]
+    config = {"bootstrap.servers": bootstrap_servers}
+
+    def wrong(batch: pa.RecordBatch) -> list[int]:
+        keys, values = batch.column("key").to_pylist(), batch.column("value").to_pylist()
+        pairs = zip(keys, values, strict=True)
+        return [int(k) for k, v in pairs if v != b"%08d" % int(k) * (size // 8)]
+
+    for hold in (False, True):
+        held, seen, bad = [], 0, []
+        batches = read_ranges(
+            config, ranges, include_headers=False, max_batch_rows=400, read_path="native"
+        )
+        for batch in batches:  # 400 rows x 4 KB: 1.6 MB of values a batch
+            seen += batch.num_rows
+            bad += wrong(batch)
+            if hold:
+                held.append(batch)
+        bad += [k for batch in held for k in wrong(batch)]
+        assert (seen, bad) == (records, []), f"hold={hold}"
