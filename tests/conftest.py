@@ -58,6 +58,18 @@ def make_topic(bootstrap_servers: str):
     return create
 
 
+def _native_or_skip() -> None:
+    """Skip the test where the native read path's C extension is not built (or cannot load)
+    and the environment does not require it; with ``SPARK_GROUPS_READ_PATH=native`` (CI) fail
+    it instead."""
+    from spark_groups.read import native
+
+    if not native.available():
+        if os.environ.get(native.READ_PATH_ENV, "").strip().lower() == "native":
+            pytest.fail(f"{native.READ_PATH_ENV}=native, but {native.load_error()}")
+        pytest.skip(f"native read path not available: {native.load_error()}")
+
+
 @pytest.fixture(params=["python", "native"])
 def read_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Run the test on each executor read path (``SPARK_GROUPS_READ_PATH`` set for its
@@ -67,16 +79,24 @@ def read_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     from spark_groups.read import native, reader
 
     path = request.param
-    required = os.environ.get(native.READ_PATH_ENV, "").strip().lower() == "native"
-    if path == "native" and not native.available():
-        if required:
-            pytest.fail(f"{native.READ_PATH_ENV}=native, but {native.load_error()}")
-        pytest.skip(f"native read path not available: {native.load_error()}")
+    if path == "native":
+        _native_or_skip()
     monkeypatch.setenv(native.READ_PATH_ENV, path)
     other = "native" if path == "python" else "python"
     before = reader.TASKS_BY_PATH[other]
     yield path
     assert reader.TASKS_BY_PATH[other] == before, f"a task was read on the {other} path"
+
+
+@pytest.fixture
+def native_extension(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test that names its read paths itself (``read_path=...``): the native path must
+    be there (skipped or failed as for :func:`read_path`), and ``SPARK_GROUPS_READ_PATH`` is
+    unset for the test's duration."""
+    from spark_groups.read import native
+
+    _native_or_skip()
+    monkeypatch.delenv(native.READ_PATH_ENV, raising=False)
 
 
 @pytest.fixture(scope="session")

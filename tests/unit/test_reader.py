@@ -752,18 +752,13 @@ def test_a_forked_worker_makes_its_own_consumer(bootstrap_servers, make_topic, r
 
 
 def test_native_and_python_read_paths_give_equal_batches(
-    bootstrap_servers, make_topic, monkeypatch
+    bootstrap_servers, make_topic, native_extension
 ):
     """The native path's batches equal the Python path's: the schema and every value (null
     keys, headers with null values, timestamps), the batch sizes, with headers on and off and
     two batch sizes; for 4 ranges starting and ending mid-partition, and for a read_committed
     range over committed and aborted transactions (control records and aborted records are
     never handed over; the range ends on the end-of-partition event)."""
-    if not native.available():
-        if os.environ.get(native.READ_PATH_ENV) == "native":
-            pytest.fail(f"{native.READ_PATH_ENV}=native, but {native.load_error()}")
-        pytest.skip(f"native read path not available: {native.load_error()}")
-    monkeypatch.delenv(native.READ_PATH_ENV, raising=False)
     topic = make_topic(partitions=4)
     producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 5})
     for i in range(4_000):
@@ -829,17 +824,12 @@ def test_native_and_python_read_paths_give_equal_batches(
 
 
 def test_native_batches_of_megabytes_keep_their_values_while_held_and_reused(
-    bootstrap_servers, make_topic, monkeypatch
+    bootstrap_servers, make_topic, native_extension
 ):
     """Batches whose values pass 1 MiB take their value buffer from the native path's pool (the
     last batch's size is the next one's hint): every value is right whether the batches are
     dropped as they come (their buffers reused) or all held until the read ends (none may be
     handed out again while pyarrow holds it)."""
-    if not native.available():
-        if os.environ.get(native.READ_PATH_ENV) == "native":
-            pytest.fail(f"{native.READ_PATH_ENV}=native, but {native.load_error()}")
-        pytest.skip(f"native read path not available: {native.load_error()}")
-    monkeypatch.delenv(native.READ_PATH_ENV, raising=False)
     topic, records, size = make_topic(partitions=2), 3_000, 4_000
     producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 5})
     for i in range(records):
