@@ -17,10 +17,7 @@ import resource
 import sys
 import time
 
-from confluent_kafka import Consumer
-from confluent_kafka import TopicPartition as KafkaTopicPartition
-
-from bench.common import create_topics, produce
+from bench.common import create_topics, partition_counts, produce
 from spark_groups.offsets import OffsetRange
 from spark_groups.read.reader import close_cached_consumers, read_ranges
 from spark_groups.tools.kafka_broker import KafkaBroker
@@ -34,14 +31,12 @@ def main() -> None:
         servers = kafka.bootstrap_servers
         (topic,) = create_topics(servers, 4)
         produce(servers, [topic], 4, records, size)
-        probe = Consumer({"bootstrap.servers": servers, "group.id": "bench-read-cpu"})
-        ends = [probe.get_watermark_offsets(KafkaTopicPartition(topic, p))[1] for p in range(4)]
-        probe.close()
+        ends = partition_counts(records, [topic], 4)  # each partition's log end
         for round_ in range(2):
             close_cached_consumers()
             before, started, n = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter(), 0
             for pair in ((0, 1), (2, 3)):
-                ranges = [OffsetRange(topic, p, 0, ends[p]) for p in pair]
+                ranges = [OffsetRange(topic, p, 0, ends[topic, p]) for p in pair]
                 for batch in read_ranges(
                     {"bootstrap.servers": servers},
                     ranges,
