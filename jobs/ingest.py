@@ -147,6 +147,13 @@ def storage_options(source: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in source.items() if k.lower().startswith("storage.")}
 
 
+def metrics_line(metrics: dict[str, Any]) -> str:
+    """The coordinator metrics as ``name=value`` pairs, without Spark's ``description`` (the
+    stream's Java object name). Spark reports a batch's metrics before it commits that batch,
+    so ``batches_committed`` counts the batches before it."""
+    return ", ".join(f"{k}={v}" for k, v in metrics.items() if k != "description")
+
+
 def batch_line(progress: Any) -> str:
     """One line for one finished batch: records, and per ``kafka-group`` source its lag (the
     records between the batch's end and the log end seen when it was planned) and assignment
@@ -242,7 +249,7 @@ def run(config: JobConfig) -> None:
         from spark_groups.metrics import coordinator_metrics
 
         for metrics in coordinator_metrics(progress[-1]):
-            log.info("coordinator metrics at the last batch: %s", metrics)
+            log.info("coordinator metrics at the last batch: %s", metrics_line(metrics))
 
 
 def main(argv: list[str] | None = None) -> int:
