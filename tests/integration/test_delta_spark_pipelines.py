@@ -163,27 +163,22 @@ def test_sparks_delta_sink_in_two_members_appends_a_killed_members_last_batch_ag
         a_ids = ids_of("A")
         assert a_ids
         # B takes A's partitions over and appends A's batch again, under its own query id.
+        # (A restarted with its checkpoint would replay that batch and Delta would skip it:
+        # same query id, same batch id. That is Delta's own guarantee, not tested here.)
         wait_until(lambda: all_twice(a_ids), 120, "B to append A's batch again")
-
-        # A restarted with its checkpoint replays its batch (its commit log entry removed, as
-        # a crash before Spark wrote it would): the sink skips it, same query, same batch.
-        (cps["A"] / "commits" / str(killed_batch)).unlink(missing_ok=True)
-        a.start()
-        wait_until(lambda: killed_batch in batches(cps["A"], "commits"), 240,
-                   "the restarted A to replay its batch")  # fmt: skip
         producer.stop_event.set()
         producer.join(60)
         assert producer.error is None, producer.error
         produced = set(producer.acked)
         wait_until(lambda: set(table_ids(table)) >= produced, 120, "every produced id to land")
-        stop_all((a, b), stop_file)
+        stop_all((b,), stop_file)
     finally:
         producer.stop_event.set()
         a.kill()
         b.kill()
 
     txns = [(app, version) for app, version, _ in txn_commits(table)]
-    assert batches_of("A").count(killed_batch) == 1, txns  # the replay committed nothing
+    assert batches_of("A").count(killed_batch) == 1, txns
     assert max(Counter(txns).values()) == 1  # no (query id, batch id) committed twice
     ids = Counter(r["id"] for r in rows(spark, table)[1])
     twice = {i for i, n in ids.items() if n > 1}
