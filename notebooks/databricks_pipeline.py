@@ -138,9 +138,7 @@ from spark_groups.sink.spark import read_table
 # spark.read.format("delta") where Delta is present (Databricks); on a cluster without
 # Delta's jars, the exact files of the newest version through Spark's Parquet reader.
 landed = read_table(spark, table_path)
-display(
-    landed.groupBy("partition").agg(F.count("*").alias("n"), F.max("offset").alias("last"))
-)
+display(landed.groupBy("partition").agg(F.count("*").alias("n"), F.max("offset").alias("last")))
 
 # COMMAND ----------
 

@@ -398,9 +398,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         poll_timeout_ms=number("kafkaConsumer.pollTimeoutMs"),
         end_offsets_mode=end_mode,
         broker_timeout_ms=number("brokerTimeoutMs"),
-        join_timeout_ms=(
-            None if ours.get("joinTimeoutMs") is None else number("joinTimeoutMs")
-        ),
+        join_timeout_ms=(None if ours.get("joinTimeoutMs") is None else number("joinTimeoutMs")),
         arrow_batch_rows=number("arrowBatchRows"),
         records_per_task=_non_negative_int(
             "recordsPerTask", ours.get("recordsPerTask", str(DEFAULT_RECORDS_PER_TASK))

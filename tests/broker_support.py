@@ -17,7 +17,7 @@ TEST_BROKER = os.environ.get("SPARK_GROUPS_TEST_BROKER", "kafka")
 
 
 def broker_kind() -> str:
-    """"kafka", "tansu", or "external" (``BOOTSTRAP_SERVERS``) for this test run."""
+    """ "kafka", "tansu", or "external" (``BOOTSTRAP_SERVERS``) for this test run."""
     return "external" if os.environ.get("BOOTSTRAP_SERVERS") else TEST_BROKER
 
 

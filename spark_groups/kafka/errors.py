@@ -20,9 +20,7 @@ UNREACHABLE_CODES = frozenset(
 #: A request that got no answer in time (local or broker-side timeout).
 TIMEOUT_CODES = frozenset({KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT})
 #: The partition's leader is unknown or moved (an election, a broker restarting).
-NO_LEADER_CODES = frozenset(
-    {KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION}
-)
+NO_LEADER_CODES = frozenset({KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION})
 #: "Ask again after a metadata refresh": leadership moved or is moving (a broker that was
 #: frozen or restarted comes back with a newer leader epoch; librdkafka replaces the handle
 #: of a broker that vanished from metadata, failing its requests with _DESTROY_BROKER).

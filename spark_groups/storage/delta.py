@@ -103,9 +103,7 @@ def create_table(
     return None
 
 
-def append(
-    uri: str, data: pa.Table, storage_options: Mapping[str, str] | None = None
-) -> None:
+def append(uri: str, data: pa.Table, storage_options: Mapping[str, str] | None = None) -> None:
     """Append ``data`` to the table at ``uri`` in one commit (creating the table if missing)."""
     from deltalake import write_deltalake
 
@@ -135,4 +133,3 @@ def sql_string(value: str) -> str:
 def sql_timestamp(value: datetime) -> str:
     """The timezone-aware ``value`` as a SQL literal of a ``timestamp[us, UTC]`` column."""
     return f"arrow_cast('{value.isoformat()}', 'Timestamp(Microsecond, Some(\"UTC\"))')"
-

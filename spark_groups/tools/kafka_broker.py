@@ -125,8 +125,10 @@ class KafkaBroker(Launcher):
         self.sasl_users = dict(sasl_users or {})
         for name, password in self.sasl_users.items():
             # They go into a JAAS line as user_<name>="<password>".
-            if not name or any(c in name for c in ' \t\n"=;\\') or any(
-                c in password for c in '"\\\n'
+            if (
+                not name
+                or any(c in name for c in ' \t\n"=;\\')
+                or any(c in password for c in '"\\\n')
             ):
                 raise SparkGroupsError(
                     f"sasl_users: user {name!r} has a name with blanks, quotes, '=' or ';', "
@@ -184,8 +186,7 @@ class KafkaBroker(Launcher):
                 {
                     "sasl.enabled.mechanisms": "PLAIN",
                     "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
-                        "org.apache.kafka.common.security.plain.PlainLoginModule required "
-                        f"{users};"
+                        f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
                     ),
                     "authorizer.class.name": (
                         "org.apache.kafka.metadata.authorizer.StandardAuthorizer"

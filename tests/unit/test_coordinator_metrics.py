@@ -89,4 +89,3 @@ def test_nothing_planned_reports_no_offsets_behind_latest() -> None:
         committed={},
     )
     assert "minOffsetsBehindLatest" not in got
-

@@ -19,9 +19,16 @@ def history(*rows: tuple[int, int, int, int, int | None]) -> pa.Table:
     return pa.Table.from_pylist(
         [
             {
-                "group_id": "g", "topic": "t", "partition": 0, "from_offset": lo,
-                "until_offset": hi, "member_id": "m", "generation": 1, "batch": batch,
-                "committed_at": T0 + timedelta(seconds=second), "log_end": log_end,
+                "group_id": "g",
+                "topic": "t",
+                "partition": 0,
+                "from_offset": lo,
+                "until_offset": hi,
+                "member_id": "m",
+                "generation": 1,
+                "batch": batch,
+                "committed_at": T0 + timedelta(seconds=second),
+                "log_end": log_end,
             }
             for second, batch, lo, hi, log_end in rows
         ],

@@ -39,9 +39,7 @@ def test_expire_keeps_exactly_the_rows_positions_depend_on(tmp_path: Path) -> No
     assert expire(ledger, at(4)) == 4
     assert (ledger.latest_positions(), ledger.latest_positions(own_only=True)) == before
     assert before[1][TopicPartition("t", 1)] == 6  # the group's own position survives too
-    kept = {
-        (r["partition"], r["until_offset"], r["batch"]) for r in ledger.history().to_pylist()
-    }
+    kept = {(r["partition"], r["until_offset"], r["batch"]) for r in ledger.history().to_pylist()}
     assert kept == {(0, 20, 1), (1, 30, OUTSIDE_BATCH), (1, 6, 2), (2, 7, RESET_BATCH), (2, 9, 3)}
     assert expire(ledger, at(4)) == 0  # nothing more can go
 

@@ -29,4 +29,3 @@ def test_a_missing_jar_set_says_how_to_fetch_it(tmp_path: Path, monkeypatch) -> 
     assert "bash jars/fetch delta-spark" in str(caught.value)
     with pytest.raises(ValueError, match="unknown jar set"):
         spark_jars("kafka")  # the broker's jars are not for Spark
-
