@@ -8,10 +8,13 @@ faults per record of this process (the reader; the broker is another process).
 
     PYTHONPATH=. python -m bench.read_cpu 100000 10000
     ROWS=1000 PYTHONPATH=. python -m bench.read_cpu 100000 10000   # smaller batches
+    CONF='{"socket.receive.buffer.bytes": 1048576}' PYTHONPATH=. python -m bench.read_cpu ...
+                                                   # librdkafka settings over the reader's
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import sys
@@ -24,9 +27,11 @@ from spark_groups.tools.kafka_broker import KafkaBroker
 
 
 def main() -> None:
-    """Run it: ``python -m bench.read_cpu RECORDS SIZE`` (``$ROWS``: rows a batch)."""
+    """Run it: ``python -m bench.read_cpu RECORDS SIZE`` (``$ROWS``: rows a batch; ``$CONF``:
+    librdkafka settings as JSON, over the reader's)."""
     records, size = int(sys.argv[1]), int(sys.argv[2])
     rows_per_batch = int(os.environ.get("ROWS", "10000"))
+    settings = json.loads(os.environ.get("CONF", "{}"))
     with KafkaBroker() as kafka:
         servers = kafka.bootstrap_servers
         (topic,) = create_topics(servers, 4)
@@ -38,7 +43,7 @@ def main() -> None:
             for pair in ((0, 1), (2, 3)):
                 ranges = [OffsetRange(topic, p, 0, ends[topic, p]) for p in pair]
                 for batch in read_ranges(
-                    {"bootstrap.servers": servers},
+                    {"bootstrap.servers": servers, **settings},
                     ranges,
                     include_headers=False,
                     max_batch_rows=rows_per_batch,
