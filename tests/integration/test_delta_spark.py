@@ -1,10 +1,11 @@
 """Our Delta tables opened by delta-spark, the way Spark and Databricks users open them.
 
-The writers stay ours: kafka-group members (delta-rs) in their own processes. delta-spark runs
-in this process, in the tests' session (conftest.py's ``spark``), which carries its jars and
-Delta's SQL extension and catalog where delta-spark runs: Spark 4.0 to 4.2, the compatibility
-lanes (``bash jars/spark-venv``, ``bash jars/fetch delta-spark@4.2``). Elsewhere (pyspark 4.3)
-the module is skipped.
+The writers stay ours: kafka-group members (delta-rs) in their own processes, and a
+kafka-group -> delta-group query in delta-spark's own session for the table-feature checks.
+delta-spark runs in this process, in the tests' session (conftest.py's ``spark``), which
+carries its jars and Delta's SQL extension and catalog where delta-spark runs: Spark 4.0 to
+4.2, the compatibility lanes (``bash jars/spark-venv``, ``bash jars/fetch delta-spark@4.2``).
+Elsewhere (pyspark 4.3) the module is skipped.
 """
 
 from __future__ import annotations
