@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from deltalake import DeltaTable
-from test_sink import IdProducer, Member, member_spec, sink_commits, table_ids
+from test_sink import IdProducer, Member, ids_source, member_spec, sink_commits, table_ids
 
 from bench.members import stop_all
 from spark_groups.offsets import TopicPartition
@@ -29,7 +29,7 @@ from spark_groups.sink import committed_positions
 from spark_groups.tools.cli import main as cli
 
 from broker_support import produce_ids, wait_until
-from helpers import delta_spark_here, group_options, source, unique
+from helpers import delta_spark_here, group_options, unique
 
 if not delta_spark_here():
     pytest.skip(
@@ -280,8 +280,7 @@ def test_a_table_created_by_delta_spark_is_accepted_or_refused_naming_the_featur
     group, checkpoint = unique("g"), tmp_path / "cp"
     opts = group_options(bootstrap_servers, topic, group, str(tmp_path / "ledger"))
     query = (
-        source(spark, opts, checkpoint)
-        .selectExpr("cast(cast(value AS string) AS long) AS id", "topic", "partition", "offset")
+        ids_source(spark, opts, checkpoint)
         .writeStream.format("delta-group")
         .option("group.id", group)
         .option("checkpointLocation", str(checkpoint))
