@@ -249,7 +249,10 @@ def run(config: JobConfig) -> None:
         from spark_groups.metrics import coordinator_metrics
 
         for metrics in coordinator_metrics(progress[-1]):
-            log.info("coordinator metrics at the last batch: %s", metrics_line(metrics))
+            log.info(
+                "coordinator metrics at the last batch (reported before its commit): %s",
+                metrics_line(metrics),
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
