@@ -264,6 +264,19 @@ class SinkGapError(SinkError):
         self.gaps = dict(gaps or {})
 
 
+class SinkClaimError(SinkError):
+    """A partition's claim in the sink table could not be taken or released in time (the
+    table kept changing, or could not be read or written). ``path`` is the table,
+    ``partitions`` the partitions at fault. Nothing about them was decided: a member that
+    was leaving commits nothing of them to Kafka (their next owner reads from the group's
+    last commit, at least once), one that was resuming reads them without a claim."""
+
+    def __init__(self, message: str, *, path: str, partitions: Iterable[TopicPartition]) -> None:
+        super().__init__(message)
+        self.path = path
+        self.partitions = tuple(sorted(partitions))
+
+
 class SinkFeatureError(SinkError):
     """An existing sink table uses Delta table features the sink cannot honour when it appends
     its own Parquet files (column mapping, generated or identity columns, CHECK constraints,

@@ -6,7 +6,8 @@ group assigned since the last plan (``PartitionTable.needs_resume``):
 1. Forget their cached log ends: a partition assigned anew may have a new log (a broker
    restarted, the topic was recreated), so a log that went backwards is seen.
 2. Read where the group stands: the ledger's newest row and Kafka's committed offset (with
-   its metadata: who committed), and with ``sink.table`` the sink's transaction versions.
+   its metadata: who committed), and with ``sink.table`` the sink's transaction versions,
+   read in the commit that claims the partitions in the table (``group.claims``).
 3. Where the sink is ahead of both (it commits a batch before the source's safe point, so
    after a crash it can be one batch ahead), commit its position to Kafka and the ledger.
 4. Name the ranges another consumer of the group committed past where spark_groups stood
@@ -32,6 +33,7 @@ from datetime import UTC, datetime
 from spark_groups.errors import CommitError
 from spark_groups.group import gaps, resume
 from spark_groups.group.bookkeeping import Bookkeeping
+from spark_groups.group.claims import Claims
 from spark_groups.group.commit import BatchCommitter
 from spark_groups.group.member import GroupMember
 from spark_groups.kafka.watermarks import EndOffsetResolver
@@ -53,11 +55,13 @@ class Arrivals:
         books: Bookkeeping,
         committer: BatchCommitter,
         metrics: StreamMetrics,
+        claims: Claims,
     ) -> None:
         self.options = options
         self.books = books
         self.committer = committer
         self.metrics = metrics
+        self.claims = claims
         # Partitions assigned after the first plan with no committed offset anywhere are new
         # partitions (a topic grew, a pattern matched a new topic): they start at earliest.
         self._first_plan_done = False
@@ -74,10 +78,9 @@ class Arrivals:
         committed = resume.committed(new, self.committer.ledger, member)
         known = committed.known()
         sink: dict[TopicPartition, int] = {}
+        token: int | None = None
         if options.sink_path is not None:
-            sink = resume.sink_positions(
-                options.sink_path, options.group_id, new, options.storage_options
-            )
+            token, sink = self.claims.claim(member, new)
             self._catch_up_with_sink(member, sink, known)
         handovers = resume.handovers(committed.kafka, resume.furthest(committed.ledger_own, sink))
         self._record_handovers(handovers, committed.ledger)
@@ -101,6 +104,8 @@ class Arrivals:
                 sources[str(tp)] = (position, first.origin)
                 if position is not None:
                     resumed[tp] = position
+                    if token is not None:
+                        books.partitions.set_claim(tp, token)
                 books.partitions.set_handover(tp, handovers.get(tp))
         log.info("resuming %d partitions (offset, from): %s", len(new), sources)
         if options.sink_path is not None:

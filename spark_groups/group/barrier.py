@@ -13,8 +13,11 @@ When the group takes partitions away, the member's owner thread calls
    not wait for that trigger: every :data:`DURABLE_CHECK_INTERVAL_S` it asks whether the
    batch is durable and, once it is, commits the revoked partitions' ranges of it itself
    (``BatchCommitter.commit_ranges``, ownership checked with the commit on this thread).
-4. The wait is bounded by the rebalance timeout (``max.poll.interval.ms`` less 5 s): past
-   it the partitions move uncommitted (counted, logged with what to raise).
+4. The wait is bounded by the rebalance timeout (``max.poll.interval.ms`` less 5 s). Past
+   it, with ``sink.table``, the barrier releases the partitions' claims in the sink's table
+   (``group.claims``): the batch can no longer land them, and the table's positions are
+   committed exactly, so the next owner still starts where the table ends. Without it the
+   partitions move uncommitted (counted, logged with what to raise).
 5. However it ended, the partitions are given up: a batch that outlived the barrier must
    not commit them.
 """
@@ -26,7 +29,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from spark_groups import crash_points
 from spark_groups.group.bookkeeping import Bookkeeping
+from spark_groups.group.claims import Claims
 from spark_groups.group.commit import BatchCommitter
 from spark_groups.group.member import GroupMember
 from spark_groups.metrics import StreamMetrics
@@ -63,7 +68,9 @@ class RevocationBarrier:
         *,
         timeout_s: float,
         at_most_once: bool,
+        claims: Claims | None = None,
     ) -> None:
+        self.claims = claims
         self.books = books
         self.committer = committer
         self.metrics = metrics
@@ -79,6 +86,7 @@ class RevocationBarrier:
         """Steps 1-5 of the module doc for ``partitions``; return how it ended."""
         books = self.books
         started = time.monotonic()
+        crash_points.reached("revocation")
         with books.lock:
             wait_for = books.partitions.begin_revoke(partitions)
         if self.at_most_once:
@@ -100,14 +108,19 @@ class RevocationBarrier:
                 if time.monotonic() >= deadline:
                     timed_out = True
                     self.metrics.barrier_timeouts += 1
+                    released = self._release(member, partitions, serve)
                     log.error(
                         "revocation barrier timed out after %.1f s waiting for batch %d "
-                        "(committed: %d); %s move to another member uncommitted and may be read "
-                        "twice. Raise max.poll.interval.ms above the longest batch.",
+                        "(committed: %d); %s. Raise max.poll.interval.ms above the longest "
+                        "batch.",
                         time.monotonic() - started,
                         wait_for,
                         books.batches.committed_through,
-                        sorted(str(tp) for tp in partitions),
+                        f"{_tps(released)} released at the sink table's positions"
+                        + (f"; {_tps(partitions - released)}" if partitions - released else "")
+                        if released
+                        else f"{_tps(partitions)} move to another member uncommitted and may "
+                        "be read twice",
                     )
                     break
                 serve(0.05)
@@ -115,6 +128,27 @@ class RevocationBarrier:
             with books.lock:
                 books.partitions.give_up(partitions, books.batches.highest)
         return BarrierOutcome(wait_for, time.monotonic() - started, by_barrier, timed_out)
+
+    def _release(
+        self,
+        member: GroupMember | None,
+        partitions: frozenset[TopicPartition],
+        serve: Callable[[float], None],
+    ) -> frozenset[TopicPartition]:
+        """Step 4 with ``sink.table``: release the partitions' claims and commit the table's
+        positions; return the partitions settled. The committer's lock is taken without
+        blocking this thread (Spark's thread may hold it, waiting for this one to serve)."""
+        if member is None or self.claims is None or not self.claims.enabled:
+            return frozenset()
+        give_up_at = time.monotonic() + 5.0
+        while not self.committer.lock.acquire(blocking=False):
+            if time.monotonic() >= give_up_at:
+                return frozenset()
+            serve(0.05)
+        try:
+            return frozenset(self.claims.release(member, partitions, "revocation timed out"))
+        finally:
+            self.committer.lock.release()
 
     def warn_if_slow(self, batch: int, took: float | None) -> None:
         """A batch that ran (``took`` seconds) for most of the rebalance timeout would make a
@@ -199,3 +233,7 @@ class RevocationBarrier:
                     ):
                         by_batch.setdefault(batch.batch, []).append(r)
             return [(found[b], ranges) for b, ranges in sorted(by_batch.items())]
+
+
+def _tps(partitions: frozenset[TopicPartition]) -> str:
+    return ", ".join(sorted(str(tp) for tp in partitions))

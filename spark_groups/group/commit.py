@@ -37,8 +37,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Collection
 from datetime import UTC, datetime
 
+from spark_groups import crash_points
 from spark_groups.errors import CommitError, StaleGenerationError
 from spark_groups.group.bookkeeping import Bookkeeping
 from spark_groups.group.durable import DurabilityWatch
@@ -99,21 +101,32 @@ class BatchCommitter:
             self.metrics.last_commit_ms,
         )
 
-    def what_finished(self, member: GroupMember) -> None:
+    def what_finished(
+        self, member: GroupMember, settled: Collection[TopicPartition] = frozenset()
+    ) -> None:
         """Before leaving: commit what Spark finished of the batches planned here, as the
         durability signals see it (``checkpointLocation``: the batch is in Spark's commit log;
-        ``sink.table``: its ranges are in the table). Spark never commits a query's last
+        ``sink.table``: its ranges are in the table), leaving out the ``settled`` partitions
+        (released with their claims, ``group.claims``). Spark never commits a query's last
         batch to its source, and on Spark 4.0/4.1 ``Trigger.AvailableNow`` is one such batch:
         without this its records would be read again by the group's next member."""
         if member.closed or not self.durability.enabled:
             return
         with self.books.lock:
             pending = self.books.batches.pending()
-        for batch in pending:
+        for planned in pending:
+            batch = BatchOffset.of(
+                planned.batch,
+                [r for r in planned.ranges if r.topic_partition not in settled],
+                planned.outside,
+                planned.claim_map(),
+            )
+            if not batch.ranges:
+                continue
             try:
                 durable = self.durability.durable(batch, batch.ranges)
-                if len(durable) == len(batch.ranges):
-                    self.safe_point(member, batch)
+                if len(durable) == len(batch.ranges) == len(planned.ranges):
+                    self.safe_point(member, planned)
                 elif durable:
                     with self.lock:
                         self.commit_ranges(
@@ -131,7 +144,9 @@ class BatchCommitter:
         holds :attr:`lock`."""
         ranges, offsets = self._to_kafka(member, batch, from_barrier=from_barrier)
         if ranges:
+            crash_points.reached("kafka.committed")
             self.record_in_ledger(member, ranges, batch.batch)
+            crash_points.reached("ledger.written")
         with self.books.lock:
             self.books.partitions.record_commit(offsets)
         return ranges

@@ -3,7 +3,7 @@
 A partition the group assigned to this member goes through these states (the model is
 aiokafka's ``consumer/subscription_state.py``)::
 
-    (not in the table) --resume--> ACTIVE --begin_revoke--> REVOKING --give_up--> (gone)
+    (not in the table) --resume--> ACTIVE --begin_revoke or released--> REVOKING --give_up--> (gone)
            |   ^                    |  ^ planned / committed / moved_to_end
            |   |                    +--+
            |   +------------------- give_up (lost) -------------------------------+
@@ -18,13 +18,17 @@ aiokafka's ``consumer/subscription_state.py``)::
   member had planned by then is remembered: batches up to it may never commit the partition
   again (another member may have moved on), also after it is assigned here again.
 
-Two facts about an owned partition ride on its state and go when it is given up:
+Three facts about an owned partition ride on its state and go when it is given up:
 
 * its *handover*: the range another consumer of the group committed where it resumed
   (:class:`~spark_groups.offsets.Handover`); the first batch that reads from there carries
   it, so the sink accepts exactly that gap;
 * its *hold*: the sink's table would get a gap nothing explains (``group.gaps``); a held
-  partition is owned but not read until the table reaches its position.
+  partition is owned but not read until the table reaches its position;
+* its *claim*: with ``sink.table``, the token under which this member may write it into the
+  sink's table (``spark_groups.sink.claims``); every batch that reads it carries the token.
+  A member that *releases* a partition (leaving, or a barrier that timed out) stops planning
+  it at once, and no batch planned until then may commit it (:meth:`PartitionTable.released`).
 
 The two invariants of the offsets live here and are unit-tested without a broker:
 
@@ -68,6 +72,8 @@ class PartitionState:
     handover: Handover | None = None
     #: Why the partition is held back (not planned), if it is.
     held: Held | None = None
+    #: The claim token this member writes it into the sink's table under (None: no claim).
+    claim: int | None = None
 
 
 class PartitionTable:
@@ -114,6 +120,22 @@ class PartitionTable:
         state = self._states.get(r.topic_partition)
         handover = state.handover if state is not None else None
         return handover if handover is not None and handover.until == r.from_offset else None
+
+    def claims(self) -> dict[TopicPartition, int]:
+        """The claim token of every ACTIVE partition that has one (what a batch carries)."""
+        return {
+            tp: s.claim
+            for tp, s in self._states.items()
+            if s.status is Status.ACTIVE and s.claim is not None
+        }
+
+    def unclaimed(self, assignment: frozenset[TopicPartition]) -> list[TopicPartition]:
+        """The ACTIVE partitions of ``assignment`` without a claim, sorted."""
+        return sorted(
+            tp
+            for tp, s in self._states.items()
+            if s.status is Status.ACTIVE and s.claim is None and tp in assignment
+        )
 
     def held(self) -> dict[TopicPartition, Held]:
         """Every held partition, and why."""
@@ -182,6 +204,16 @@ class PartitionTable:
         state = self._states.get(tp)
         if state is not None:
             state.handover = handover
+
+    def set_claim(self, tp: TopicPartition, token: int) -> None:
+        """This member claimed ``tp`` in the sink's table with ``token``.
+
+        Caller: the resume of newly assigned partitions, or a late claim once the table
+        exists. Affects: ``claim`` of an ACTIVE partition's state.
+        """
+        state = self._states.get(tp)
+        if state is not None and state.status is Status.ACTIVE:
+            state.claim = token
 
     def hold(self, held: Mapping[TopicPartition, Held]) -> None:
         """Hold back ``held``'s partitions: owned, not planned until :meth:`release`.
@@ -259,6 +291,21 @@ class PartitionTable:
             wait_for = max(wait_for, state.last_batch)
         return wait_for
 
+    def released(self, partitions: Iterable[TopicPartition], through_batch: int) -> None:
+        """This member released its claims on ``partitions`` (it is leaving, or a revocation
+        timed out): they are never planned again here, and batches up to ``through_batch``
+        may never commit them (the sink leaves them out of such batches now).
+
+        Caller: ``BatchCommitter.release``. Affects: -> REVOKING, claim dropped.
+        """
+        for tp in partitions:
+            state = self._states.get(tp)
+            if state is not None:
+                state.status = Status.REVOKING
+                state.position = None
+                state.claim = None
+            self._gave_up_through[tp] = max(through_batch, self._gave_up_through.get(tp, -1))
+
     def give_up(self, partitions: Iterable[TopicPartition], through_batch: int) -> None:
         """``partitions`` are no longer this member's (lost, or revoked after the barrier):
         drop their state (with its handover and hold); batches up to ``through_batch`` may
@@ -269,4 +316,4 @@ class PartitionTable:
         """
         for tp in partitions:
             self._states.pop(tp, None)
-            self._gave_up_through[tp] = through_batch
+            self._gave_up_through[tp] = max(through_batch, self._gave_up_through.get(tp, -1))

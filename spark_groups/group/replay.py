@@ -17,6 +17,9 @@ stands (``group.arrivals``), and for each logged range ``[from, until)`` of a pa
 the partition                         this member reads
 ====================================  ==========================================================
 not assigned to this member           nothing: its owner reads it from the group's offset
+read under a claim token that is not  nothing: the sink's table leaves it out of the batch
+this member's claim now (``sink.      (``spark_groups.sink.claims``); the partition is read
+table``)                              from its position in the next batch
 ``c >= until``                        nothing: committed already (by this member before it
                                       stopped, or by another consumer)
 ``from < c < until``                  ``[c, until)``: another consumer processed ``[from, c)``
@@ -30,7 +33,8 @@ plan (the delta-group sink records per partition that its table holds ``[from, u
 not claim what was left out: the source writes a *replay notice* next to the offset log
 (``spark_groups.storage.replays``) before the batch's tasks run, and the sink plans from it.
 Without the query's checkpoint (the source option ``checkpointLocation``) there is nowhere to
-write it: the batch is then read as logged, and the log says so. With it, every replay writes
+write it: the batch is then read as logged (less the partitions whose claim moved on, which
+the sink leaves out by itself), and the log says so. With it, every replay writes
 its notice (also one read as logged), replacing what an earlier run of the batch left.
 """
 
@@ -66,11 +70,25 @@ class ReplayDecision:
     left_out: Mapping[TopicPartition, str]
     #: Read from a later offset than logged: the offset read from.
     trimmed: Mapping[TopicPartition, int]
+    #: Left out because they were read under a claim that is no longer this member's.
+    fenced: frozenset[TopicPartition] = frozenset()
 
     @property
     def changed(self) -> bool:
-        """True when the replay reads less than the offset log says."""
-        return bool(self.left_out or self.trimmed)
+        """True when the replay reads less than the offset log and the claims say."""
+        return bool(set(self.left_out) - self.fenced or self.trimmed)
+
+    def as_logged(self) -> BatchOffset:
+        """The logged batch less its fenced partitions (what a replay without a notice
+        reads: the sink leaves the fenced ones out by itself)."""
+        if not self.fenced:
+            return self.logged
+        return BatchOffset.of(
+            self.logged.batch,
+            [r for r in self.logged.ranges if r.topic_partition not in self.fenced],
+            [h for h in self.logged.outside if h.topic_partition not in self.fenced],
+            self.logged.claim_map(),
+        )
 
     def describe(self) -> str:
         """One line for the log: what was left out or trimmed, and why."""
@@ -84,19 +102,29 @@ def decide(
     assignment: frozenset[TopicPartition],
     committed: Mapping[TopicPartition, int],
     handover_into: Callable[[OffsetRange], Handover | None],
+    claims: Mapping[TopicPartition, int] | None = None,
 ) -> ReplayDecision:
     """The table of the module doc for every range of ``logged``. ``committed``: the furthest
     known committed offset of each assigned partition; ``handover_into``: the handover a range
-    starting at a given offset carries (``PartitionTable.handover_into``)."""
+    starting at a given offset carries (``PartitionTable.handover_into``); ``claims``: this
+    member's claim tokens now."""
     ranges: list[OffsetRange] = []
     outside = {h.topic_partition: h for h in logged.outside}
     left_out: dict[TopicPartition, str] = {}
     trimmed: dict[TopicPartition, int] = {}
+    fenced: set[TopicPartition] = set()
+    claims = claims or {}
+    logged_claims = logged.claim_map()
     for r in logged.ranges:
         tp = r.topic_partition
         c = committed.get(tp)
+        token = logged_claims.get(tp)
         if tp not in assignment:
             left_out[tp] = "not assigned"
+            outside.pop(tp, None)
+        elif token is not None and claims.get(tp) != token:
+            left_out[tp] = "claimed anew since it was planned"
+            fenced.add(tp)
             outside.pop(tp, None)
         elif c is not None and c >= r.until_offset:
             left_out[tp] = f"committed to {c}"
@@ -118,8 +146,8 @@ def decide(
         else:
             ranges.append(r)
     handovers = [h for tp, h in outside.items() if tp not in left_out]
-    read = BatchOffset.of(logged.batch, ranges, handovers)
-    return ReplayDecision(logged, read, left_out, trimmed)
+    read = BatchOffset.of(logged.batch, ranges, handovers, claims)
+    return ReplayDecision(logged, read, left_out, trimmed, frozenset(fenced))
 
 
 class Replays:
@@ -152,17 +180,20 @@ class Replays:
                 resolved,
                 books.partitions.committed_offsets(),
                 books.partitions.handover_into,
+                books.partitions.claims(),
             )
         # The notice is written for every replay the checkpoint is known for, also one read
         # as logged: it replaces what an earlier run of this batch (which may have read less)
         # left there.
-        read = decision.read if self._noted(decision) else logged
+        read = decision.read if self._noted(decision) else decision.as_logged()
         self.durability.replayed(logged)  # its commit-log entry is found by what Spark logged
         with books.lock:
             mine = [r for r in read.ranges if r.topic_partition in resolved]
             books.partitions.planned(read.batch, mine)
             books.batches.add(read)
         what = decision.describe() if read is decision.read else "read as logged"
+        if decision.fenced and read is not decision.read:
+            what += f" (less {', '.join(sorted(str(tp) for tp in decision.fenced))}: claimed anew)"
         log.info("replaying batch %d: %s", logged.batch, what)
         return read
 

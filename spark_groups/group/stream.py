@@ -43,6 +43,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
+from spark_groups import crash_points
 from spark_groups import metrics as coordinator_metrics
 from spark_groups.errors import BrokerUnreachableError
 from spark_groups.group import first_assignment
@@ -50,6 +51,7 @@ from spark_groups.group.arrivals import Arrivals
 from spark_groups.group.available_now import AvailableNowTargets
 from spark_groups.group.barrier import RevocationBarrier
 from spark_groups.group.bookkeeping import Bookkeeping
+from spark_groups.group.claims import Claims
 from spark_groups.group.commit import BatchCommitter
 from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.history import RebalanceHistory
@@ -104,7 +106,8 @@ class GroupStream:
         self._committer = BatchCommitter(
             options, self._books, ledger, self._durability, self.metrics
         )
-        self._arrivals = Arrivals(options, self._books, self._committer, self.metrics)
+        self._claims = Claims(options, self._books, self._committer, self.metrics)
+        self._arrivals = Arrivals(options, self._books, self._committer, self.metrics, self._claims)
         self._replays = Replays(options, self._books, self._arrivals, self._durability)
         max_poll = int(options.kafka.get("max.poll.interval.ms", "300000"))
         self._barrier = RevocationBarrier(
@@ -113,6 +116,7 @@ class GroupStream:
             self.metrics,
             timeout_s=max(1.0, max_poll / 1000.0 - 5.0),
             at_most_once=options.at_most_once,
+            claims=self._claims,
         )
         self._available_now = AvailableNowTargets()
         self._log_ends = LogEnds(options, self._books, self._available_now)
@@ -150,19 +154,29 @@ class GroupStream:
         return member
 
     def stop(self) -> None:
-        """Commit what Spark finished, leave the group and release clients. Idempotent, from
-        any thread (Spark's, or the one that leaves on SIGTERM): a second caller returns once
+        """Commit what is done, leave the group and release clients. Idempotent, from any
+        thread (Spark's, or the one that leaves on SIGTERM): a second caller returns once
         the first has left, never while it is still leaving, so the process cannot end half
-        way."""
+        way.
+
+        With ``sink.table`` the claimed partitions are released first and their table
+        positions committed, exactly (``group.claims``); the rest is committed as far as the
+        durability signals say Spark finished it (``BatchCommitter.what_finished``)."""
         with self._stop_lock:
             if self._books.stopped:
                 return
-            if self._member is not None:
-                self._committer.what_finished(self._member)
+            member = self._member
+            if member is not None and not member.closed:
+                with self._committer.lock:
+                    with self._books.lock:
+                        claimed = list(self._books.partitions.claims())
+                    settled = self._claims.release(member, claimed, "leaving the group")
+                self._committer.what_finished(member, settled)
             with self._books.lock:
                 self._books.stopped = True
                 self._books.lock.notify_all()
             if self._member is not None:
+                crash_points.reached("leave")
                 self._member.close()
             self._log_ends.close()
             if self._history is not None:
@@ -204,6 +218,7 @@ class GroupStream:
             log.warning("log ends unknown before the commit of batch %d: %s", start.batch, exc)
             ends = None
         self.commit_durable(start)  # 4
+        self._claims.claim_late(member)
         self._barrier.warn_if_slow(start.batch, self._books.batches.took(start.batch))
         if self._history is not None:
             self._history.flush()
@@ -237,7 +252,8 @@ class GroupStream:
                 and r.topic_partition in member.assignment
             ]
             outside = [h for h in map(books.partitions.handover_into, ranges) if h is not None]
-            batch = BatchOffset.of(start.batch + 1, ranges, outside) if ranges else None
+            claims = books.partitions.claims()
+            batch = BatchOffset.of(start.batch + 1, ranges, outside, claims) if ranges else None
             if batch is not None:
                 books.partitions.planned(batch.batch, batch.ranges)
                 books.batches.add(batch)
@@ -250,6 +266,7 @@ class GroupStream:
                 )
                 self.stop()  # 7
             return start_json
+        crash_points.reached("planned")
         self.metrics.batches_planned += 1
         log.debug("planned batch %d: %s", batch.batch, batch.to_json()["ranges"])
         if self.options.at_most_once:
@@ -261,6 +278,8 @@ class GroupStream:
         """Step 4: commit ``batch``, which Spark has finished (``group.commit``), as it was
         read (a replay may have read less than Spark logged)."""
         if self._member is not None:
+            if batch.batch > self._books.batches.committed_through:
+                crash_points.reached("spark.commit_log")
             with self._books.lock:
                 batch = self._books.batches.get(batch.batch) or batch
             self._committer.safe_point(self._member, batch)

@@ -13,6 +13,12 @@ group's assignment is by then. The JSON form is::
 of the group committed, the :class:`Handover`: ``[since, until, by]``, where ``since`` (or
 ``null``) is where spark_groups itself last stood and ``until`` is the range's start. The
 exactly-once sink accepts the gap ``[since, until)`` it explains (``spark_groups.sink``).
+``claims`` (only present with the source option ``sink.table``) holds, per partition, the
+claim token under which this member read it: the ``delta-group`` sink writes a partition
+only while the table's claim is still that token (``spark_groups.sink.claims``), so a batch
+whose member gave the partition up cannot land it afterwards::
+
+    "claims": {"orders": {"0": 8121975233051, "3": 8121975233051}}
 """
 
 from __future__ import annotations
@@ -90,11 +96,13 @@ class Handover:
 @dataclass(frozen=True)
 class BatchOffset:
     """The plan of one micro-batch: its sequence number and one range per partition read,
-    and the :class:`Handover` of each range that starts where another consumer committed."""
+    the :class:`Handover` of each range that starts where another consumer committed, and
+    the claim token each partition was read under (``claims``, sorted pairs)."""
 
     batch: int
     ranges: tuple[OffsetRange, ...] = field(default_factory=tuple)
     outside: tuple[Handover, ...] = field(default_factory=tuple)
+    claims: tuple[tuple[TopicPartition, int], ...] = field(default_factory=tuple)
 
     @classmethod
     def initial(cls) -> BatchOffset:
@@ -103,17 +111,34 @@ class BatchOffset:
 
     @classmethod
     def of(
-        cls, batch: int, ranges: Iterable[OffsetRange], outside: Iterable[Handover] = ()
+        cls,
+        batch: int,
+        ranges: Iterable[OffsetRange],
+        outside: Iterable[Handover] = (),
+        claims: Mapping[TopicPartition, int] | None = None,
     ) -> BatchOffset:
-        """Build a batch offset with its ranges (and handovers) in a canonical (sorted)
-        order."""
+        """Build a batch offset with its ranges (handovers, claims) in a canonical (sorted)
+        order; only the claims of partitions it reads are kept."""
         # A key of plain tuples: the dataclasses' own ordering builds two tuples per
         # comparison (~10 ms for a thousand ranges, in every batch's planning).
+        ranges = tuple(sorted(ranges, key=_range_key))
+        kept: tuple[tuple[TopicPartition, int], ...] = ()
+        if claims:
+            kept = tuple(
+                (tp, claims[tp])
+                for tp in sorted({r.topic_partition for r in ranges})
+                if claims.get(tp) is not None
+            )
         return cls(
             batch=batch,
-            ranges=tuple(sorted(ranges, key=_range_key)),
+            ranges=ranges,
             outside=tuple(sorted(outside, key=_handover_key)),
+            claims=kept,
         )
+
+    def claim_map(self) -> dict[TopicPartition, int]:
+        """The claim token of every partition read under one."""
+        return dict(self.claims)
 
     def to_json(self) -> dict[str, Any]:
         """The dict Spark stores in its offset log."""
@@ -126,6 +151,11 @@ class BatchOffset:
             for h in self.outside:
                 outside.setdefault(h.topic, {})[str(h.partition)] = [h.since, h.until, h.by]
             value["outside"] = outside
+        if self.claims:
+            claims: dict[str, dict[str, int]] = {}
+            for tp, token in self.claims:
+                claims.setdefault(tp.topic, {})[str(tp.partition)] = token
+            value["claims"] = claims
         return value
 
     @classmethod
@@ -150,7 +180,12 @@ class BatchOffset:
                 for topic, parts in value.get("outside", {}).items()
                 for part, h in parts.items()
             ]
-            return cls.of(int(value["batch"]), ranges, outside)
+            claims = {
+                TopicPartition(topic, int(part)): int(token)
+                for topic, parts in value.get("claims", {}).items()
+                for part, token in parts.items()
+            }
+            return cls.of(int(value["batch"]), ranges, outside, claims)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise SparkGroupsError(
                 f"not a spark_groups offset (was the checkpoint written by another source?): "

@@ -51,6 +51,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
+from spark_groups import crash_points
 from spark_groups.offsets import OffsetRange
 from spark_groups.read.loop import TaskRead
 from spark_groups.read.native import READ_PATHS, NativeTaskRead, use_native
@@ -158,6 +159,7 @@ def read_ranges(
     healthy = False
     try:
         yield from task.run()
+        crash_points.reached("read")
         healthy = True
     except GeneratorExit:
         healthy = True  # the caller stopped early; the consumer itself is fine

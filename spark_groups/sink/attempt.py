@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from spark_groups.errors import SinkError
 from spark_groups.offsets import TopicPartition
+from spark_groups.sink.claims import claim_app_id
 from spark_groups.sink.decision import BatchDecision
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.table import SinkTable, app_id, versions
@@ -80,6 +81,11 @@ class CommitAttempt:
             Transaction(app_id(table_id, self.group_id, tp), until)
             for tp, until in sorted(decision.txns.items())
         ]
+        # The claim again, unchanged: a claim or release after the snapshot conflicts.
+        txns += [
+            Transaction(claim_app_id(table_id, self.group_id, tp), token)
+            for tp, token in sorted(decision.claims.items())
+        ]
         adds: list[Any] = [
             AddAction(f.path, f.size, dict(f.partition_values), f.modification_time, True, f.stats)
             for f in decision.keep
@@ -121,9 +127,10 @@ class CommitAttempt:
         return "ok"
 
     def info(self, plan: BatchPlan, decision: BatchDecision) -> dict[str, str]:
-        """The commit info of ``decision``'s commit: :data:`COMMIT_INFO_KEYS` and the
-        transaction versions as ``userMetadata`` (see :func:`txns_text`)."""
-        return {
+        """The commit info of ``decision``'s commit: :data:`COMMIT_INFO_KEYS`, the
+        transaction versions as ``userMetadata`` (see :func:`txns_text`) and, when some were
+        left out for their claim, ``spark_groups.fenced``."""
+        info = {
             "spark_groups.batch": str(plan.batch_id),
             "spark_groups.group": self.group_id,
             "spark_groups.member": self.member,
@@ -144,6 +151,9 @@ class CommitAttempt:
             ),
             "userMetadata": txns_text(self.group_id, decision.txns),
         }
+        if decision.fenced:
+            info["spark_groups.fenced"] = json.dumps([str(tp) for tp in decision.fenced])
+        return info
 
     def landed(self, decision: BatchDecision) -> bool | None:
         """Whether the commit of ``decision`` is in the table (None: cannot tell)."""

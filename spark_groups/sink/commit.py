@@ -61,9 +61,11 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from spark_groups import crash_points
 from spark_groups.errors import SinkError
 from spark_groups.offsets import OffsetRange, TopicPartition
 from spark_groups.sink.attempt import COMMIT_INFO_KEYS, CommitAttempt, CommitUnknownError, Outcome
+from spark_groups.sink.claims import claims_of
 from spark_groups.sink.decision import BatchDecision, decide_batch
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.staged import StagedFiles
@@ -109,6 +111,7 @@ class CommitResult:
     version: int | None
     written: dict[TopicPartition, OffsetRange] = field(default_factory=dict)
     dropped: tuple[TopicPartition, ...] = ()
+    fenced: tuple[TopicPartition, ...] = ()
     rows: int = 0
     files: int = 0
     attempts: int = 1
@@ -179,13 +182,16 @@ class DeltaSink:
            partition columns usable.
         2. **Open** the table at its newest version, one snapshot: created when missing, its
            features and partition columns checked, new columns added (``mergeSchema``).
-        3. **Decide** each partition against the snapshot's transaction versions: drop it (in
-           the table already), write it (its files cut where the table holds its first rows),
-           or refuse the batch for a gap.
-        4. **Nothing to write** (every partition was in the table): delete the files, return.
-        5. **Commit** the kept files and one transaction id per partition written, on that
-           snapshot. A concurrent commit of the same partitions (a conflict): wait a moment
-           and go back to 2, at most :data:`MAX_COMMIT_ATTEMPTS` times.
+        3. **Decide** each partition against the snapshot's transaction versions and claims:
+           leave it out (its claim moved on: ``spark_groups.sink.claims``), drop it (in the
+           table already), write it (its files cut where the table holds its first rows), or
+           refuse the batch for a gap.
+        4. **Nothing to write** (every partition was in the table or left out): delete the
+           files, return.
+        5. **Commit** the kept files and one transaction id per partition written (and its
+           claim again, when the batch read it under one), on that snapshot. A concurrent
+           commit of the same partitions or claims (a conflict): wait a moment and go back to
+           2, at most :data:`MAX_COMMIT_ATTEMPTS` times.
         6. **Clean up**: find the commit's table version, delete the files it does not
            reference (dropped, cut, rewritten), return what went in.
 
@@ -195,6 +201,7 @@ class DeltaSink:
         its :class:`~spark_groups.sink.attempt.CommitUnknownError` (the files left in place)
         when a commit failed and the table cannot be read to tell whether it landed.
         """
+        crash_points.reached("sink.files_written")
         staged = StagedFiles(self._table, files, self.compression)
         partition_by = self._check(plan, staged, schema)  # 1
         attempt = 0
@@ -204,7 +211,9 @@ class DeltaSink:
             if not decision.txns:  # 4
                 return self._nothing_to_write(plan, staged, decision, attempt)
             self._before_commit(attempt, snapshot, decision)
+            crash_points.reached("sink.commit_in_flight")
             if self._attempt(snapshot, plan, decision, partition_by, staged) == "ok":  # 5
+                crash_points.reached("sink.committed")
                 return self._clean_up(plan, staged, decision, attempt)  # 6
             self._wait_to_retry(plan, staged, attempt)  # 5, a conflict: again from 2
 
@@ -237,6 +246,7 @@ class DeltaSink:
                 table_path=self.path,
                 group_id=self.group_id,
                 fail_on_gap=self.fail_on_gap,
+                claims=claims_of(snapshot, self.group_id, plan.claims),
             )
         except SinkError:
             staged.remove()
@@ -254,12 +264,19 @@ class DeltaSink:
         """Step 4: every partition is in the table already; delete the files."""
         staged.remove()
         log.info(
-            "sink %s: batch %d already in the table for every partition (%s); nothing committed",
+            "sink %s: batch %d: nothing to commit (already in the table: %s; claim moved on: %s)",
             self.path,
             plan.batch_id,
             _tp_list(decision.dropped),
+            _tp_list(decision.fenced),
         )
-        return CommitResult(plan.batch_id, None, dropped=tuple(decision.dropped), attempts=attempt)
+        return CommitResult(
+            plan.batch_id,
+            None,
+            dropped=tuple(decision.dropped),
+            fenced=tuple(decision.fenced),
+            attempts=attempt,
+        )
 
     def _before_commit(self, attempt: int, table: DeltaTable, decision: BatchDecision) -> None:
         """Called between the decision and the commit (an extension point for tests)."""
@@ -323,6 +340,7 @@ class DeltaSink:
             version=version,
             written=dict(decision.written),
             dropped=tuple(decision.dropped),
+            fenced=tuple(decision.fenced),
             rows=rows,
             files=len(decision.keep),
             attempts=attempt,

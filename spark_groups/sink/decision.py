@@ -19,6 +19,12 @@ no ``v``, or ``v == from``  ``write`` from ``from``
                             never written; the sink refuses the batch (``SinkGapError``)
                             unless ``failOnGap=false``, which writes it anyway
 ==========================  ============================================================
+
+Before all of these, the claim (``spark_groups.sink.claims``): a partition the batch read
+under a claim token that is no longer the table's claim is ``fenced``: its member gave it up
+(or lost it) after planning the batch, and its next owner reads it from the table's
+position. Nothing of it is written. A table without a claim on the partition, or a batch
+without a token for it, is decided by the table above alone.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Action = Literal["drop", "write", "gap"]
+Action = Literal["drop", "write", "gap", "fenced"]
 #: A partition the batch would leave a gap in: the table's version and the planned range.
 Gap = tuple[TopicPartition, int, OffsetRange]
 #: Cuts one partition's files at an offset: the files without the rows below it.
@@ -57,14 +63,21 @@ class PartitionDecision:
 
 
 def decide(
-    plan: BatchPlan, versions: Mapping[TopicPartition, int]
+    plan: BatchPlan,
+    versions: Mapping[TopicPartition, int],
+    claims: Mapping[TopicPartition, int] | None = None,
 ) -> dict[TopicPartition, PartitionDecision]:
-    """The decision for every partition of ``plan`` against the table's ``versions``."""
+    """The decision for every partition of ``plan`` against the table's ``versions`` and
+    ``claims``."""
     out: dict[TopicPartition, PartitionDecision] = {}
+    claims = claims or {}
     for tp in sorted(plan.ranges):
         planned = plan.ranges[tp]
         version = versions.get(tp)
-        if version is not None and version >= planned.until_offset:
+        token, held = plan.claims.get(tp), claims.get(tp)
+        if token is not None and held is not None and held != token:
+            out[tp] = PartitionDecision("fenced", planned.from_offset, version)
+        elif version is not None and version >= planned.until_offset:
             out[tp] = PartitionDecision("drop", planned.until_offset, version)
         elif version is None or version == planned.from_offset:
             out[tp] = PartitionDecision("write", planned.from_offset, version)
@@ -85,15 +98,19 @@ class BatchDecision:
     """A batch decided against one snapshot of the table.
 
     ``keep`` are the files to commit, ``txns`` the transaction version to set per partition
-    written, ``written`` the range whose rows go in per partition, ``dropped`` the partitions
-    whose rows are all in the table already, ``versions`` the snapshot's transaction versions,
-    and ``outside`` the gaps another consumer of the group accounts for: ``[v, from)`` and who.
+    written, ``claims`` the claim token to set again per partition written under one,
+    ``written`` the range whose rows go in per partition, ``dropped`` the partitions whose
+    rows are all in the table already, ``fenced`` those whose claim moved on,
+    ``versions`` the snapshot's transaction versions, and ``outside`` the gaps another
+    consumer of the group accounts for: ``[v, from)`` and who.
     """
 
     keep: list[DataFile] = field(default_factory=list)
     txns: dict[TopicPartition, int] = field(default_factory=dict)
+    claims: dict[TopicPartition, int] = field(default_factory=dict)
     written: dict[TopicPartition, OffsetRange] = field(default_factory=dict)
     dropped: list[TopicPartition] = field(default_factory=list)
+    fenced: list[TopicPartition] = field(default_factory=list)
     versions: dict[TopicPartition, int] = field(default_factory=dict)
     outside: dict[TopicPartition, tuple[int, int, str]] = field(default_factory=dict)
 
@@ -107,8 +124,10 @@ def decide_batch(
     table_path: str,
     group_id: str,
     fail_on_gap: bool,
+    claims: Mapping[TopicPartition, int] | None = None,
 ) -> BatchDecision:
-    """Decide ``plan`` and its ``files`` against the table's ``versions`` (one snapshot).
+    """Decide ``plan`` and its ``files`` against the table's ``versions`` and ``claims``
+    (one snapshot).
 
     Partitions in the table already are dropped; the files of a partition whose first rows
     are in the table are cut at the table's offset with ``cut``; a gap raises
@@ -122,10 +141,13 @@ def decide_batch(
         by_tp.setdefault(f.topic_partition, []).append(f)
     decision.versions = versions
     gaps: list[Gap] = []
-    for tp, choice in decide(plan, versions).items():
+    for tp, choice in decide(plan, versions, claims).items():
         planned = plan.ranges[tp]
         if choice.action == "drop":
             decision.dropped.append(tp)
+            continue
+        if choice.action == "fenced":
+            decision.fenced.append(tp)
             continue
         if choice.action == "gap":  # refused below unless failOnGap=false writes it
             assert choice.version is not None  # a gap is always below a known version
@@ -137,8 +159,18 @@ def decide_batch(
             decision.outside[tp] = choice.outside
         decision.keep.extend(mine)
         decision.txns[tp] = planned.until_offset
+        if tp in plan.claims:
+            decision.claims[tp] = plan.claims[tp]
         decision.written[tp] = OffsetRange(
             tp.topic, tp.partition, choice.start, planned.until_offset
+        )
+    if decision.fenced:
+        log.info(
+            "sink %s: batch %d: %s claimed anew or given up since the batch was planned; "
+            "left out (their next owner reads them from the table's position)",
+            table_path,
+            plan.batch_id,
+            ", ".join(str(tp) for tp in decision.fenced),
         )
     for tp, (v, until, by) in decision.outside.items():
         log.info(

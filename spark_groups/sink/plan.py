@@ -33,11 +33,13 @@ from spark_groups.storage.replays import read_notice
 class BatchPlan:
     """The Kafka offset ranges of one Spark micro-batch (``batch_id``), one per partition,
     and the :class:`~spark_groups.offsets.Handover` of each range that starts where another
-    consumer of the group committed (``outside``)."""
+    consumer of the group committed (``outside``), and the claim token each partition was
+    read under (``claims``, ``spark_groups.sink.claims``)."""
 
     batch_id: int
     ranges: Mapping[TopicPartition, OffsetRange] = field(default_factory=dict)
     outside: Mapping[TopicPartition, Handover] = field(default_factory=dict)
+    claims: Mapping[TopicPartition, int] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -45,15 +47,17 @@ class BatchPlan:
         batch_id: int,
         ranges: list[OffsetRange] | tuple[OffsetRange, ...],
         outside: list[Handover] | tuple[Handover, ...] = (),
+        claims: Mapping[TopicPartition, int] | None = None,
     ) -> BatchPlan:
-        """A plan from a list of ranges (one per partition) and handovers."""
+        """A plan from a list of ranges (one per partition), handovers and claims."""
         by_tp: dict[TopicPartition, OffsetRange] = {}
         for r in ranges:
             if r.topic_partition in by_tp:
                 raise SinkError(f"batch {batch_id}: partition {r.topic_partition} planned twice")
             by_tp[r.topic_partition] = r
         handed = {h.topic_partition: h for h in outside}
-        return cls(batch_id=batch_id, ranges=by_tp, outside=handed)
+        kept = {tp: t for tp, t in (claims or {}).items() if tp in by_tp}
+        return cls(batch_id=batch_id, ranges=by_tp, outside=handed, claims=kept)
 
 
 def parse_offset_log(
@@ -69,6 +73,7 @@ def parse_offset_log(
         raise SinkError(f"{where}: not a Spark offset log file (it starts with {lines[:1]!r})")
     ranges: list[OffsetRange] = []
     outside: list[Handover] = []
+    claims: dict[TopicPartition, int] = {}
     found = False
     for line in lines[2:]:
         value = kafka_group_offset(line)
@@ -83,12 +88,13 @@ def parse_offset_log(
             offset = as_read(offset) or offset
         ranges.extend(offset.ranges)
         outside.extend(offset.outside)
+        claims.update(offset.claim_map())
     if not found:
         raise SinkError(
             f"{where}: batch {batch_id} has no kafka-group source offset: the delta-group "
             "sink only takes queries that read a kafka-group source"
         )
-    return BatchPlan.of(batch_id, ranges, outside)
+    return BatchPlan.of(batch_id, ranges, outside, claims)
 
 
 def read_batch_plan(

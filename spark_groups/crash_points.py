@@ -1,0 +1,90 @@
+"""Named crash points of a batch's life, for tests that stop a member exactly there.
+
+A batch of a ``kafka-group`` query goes through these points, in this order (some in the
+reader process on the driver, some in the sink's commit, some on executors):
+
+==========================  ==========================================================
+point                       reached
+==========================  ==========================================================
+``planned``                 the source planned the batch (``latestOffset`` returns it)
+``read``                    an executor task read its ranges
+``sink.files_written``      the ``delta-group`` sink's driver got every task's files
+``sink.commit_in_flight``   the sink decided and is about to commit to Delta
+``sink.committed``          the sink's Delta commit landed
+``spark.commit_log``        Spark wrote its commit log and asked for the next batch
+``kafka.committed``         the source committed the batch to Kafka
+``ledger.written``          the source wrote the batch's ledger rows
+``revocation``              the group takes partitions away (the barrier starts)
+``leave``                   the member committed what it could and is about to leave
+==========================  ==========================================================
+
+Every point is inert unless a test turns it on, in one of two ways:
+
+* in-process: :func:`installed` runs a function at every point reached;
+* across processes (a member started by a test): the environment variable
+  :data:`CRASH_ENV` = ``point:SIGKILL`` (or ``SIGTERM``) makes the first process of the
+  member that reaches ``point`` send that signal to its whole process group (the member's
+  driver, reader, sink and executor processes), once the *arm file* named by
+  :data:`ARM_ENV` exists (no arm file variable: armed from the start). The first process to
+  fire renames the arm file to ``<arm>.fired`` (atomic: one firing) and writes the point
+  and its pid into it. A test arms a member when it has seen what it waits for (say, two
+  committed batches): no sleep decides which batch is hit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Callable, Iterator
+
+#: Every point, in the order of a batch's life.
+POINTS = (
+    "planned",
+    "read",
+    "sink.files_written",
+    "sink.commit_in_flight",
+    "sink.committed",
+    "spark.commit_log",
+    "kafka.committed",
+    "ledger.written",
+    "revocation",
+    "leave",
+)
+#: ``point:SIGNAL``: the point where a member started by a test stops, and how.
+CRASH_ENV = "SPARK_GROUPS_CRASH_AT"
+#: The arm file: the crash point fires only once it exists.
+ARM_ENV = "SPARK_GROUPS_CRASH_ARM"
+
+_hook: Callable[[str], None] | None = None
+
+
+def reached(point: str) -> None:
+    """The caller is at ``point`` (one of :data:`POINTS`): stop here if a test asked to."""
+    if _hook is not None:
+        _hook(point)
+        return
+    wanted = os.environ.get(CRASH_ENV)
+    if not wanted or not wanted.startswith(point + ":"):
+        return
+    sig = getattr(signal, wanted.split(":", 1)[1])
+    arm = os.environ.get(ARM_ENV)
+    if arm:
+        try:
+            os.rename(arm, arm + ".fired")
+        except OSError:
+            return  # not armed yet, or another process fired
+        with open(arm + ".fired", "w") as f:
+            f.write(f"{point} {os.getpid()}\n")
+    os.killpg(os.getpgrp(), sig)
+
+
+@contextlib.contextmanager
+def installed(hook: Callable[[str], None]) -> Iterator[None]:
+    """Run ``hook(point)`` at every point reached in this process while in the block."""
+    global _hook
+    before, _hook = _hook, hook
+    try:
+        yield
+    finally:
+        _hook = before

@@ -1,0 +1,207 @@
+"""This member's claims on its partitions in the sink's table, and giving them back.
+
+With the source option ``sink.table`` (the ``delta-group`` sink's table) a member *claims*
+each partition it resumes in the table (``spark_groups.sink.claims``): the table then writes
+that partition only from batches carrying the member's token. That is what makes a graceful
+stop exact by construction instead of by timing:
+
+1. **Claim** (``group.arrivals``, at resume): one Delta commit sets the new partitions'
+   claims to a fresh token and reads their positions in the same snapshot. A table that does
+   not exist yet is claimed later, once a batch has created it (:meth:`Claims.claim_late`).
+2. **Release** (:meth:`Claims.release`, when the member leaves the group, or a revocation's
+   barrier timed out): under the committer's lock, so no safe-point commit runs beside it,
+
+   a. the partitions stop being planned, and no batch planned until now may commit them to
+      Kafka any more (``PartitionTable.released``);
+   b. one Delta commit sets their claims to ``RELEASED``, compare-and-set on this member's
+      tokens. A batch of them still in flight in the sink now cannot land them: its commit
+      conflicts, or its decision sees the claim moved on, and leaves them out;
+   c. the positions read in that commit's snapshot are therefore final: they are committed
+      to Kafka (and the ledger) exactly, where they are past what is known committed.
+
+   A partition whose claim is no longer this member's was claimed by its next owner
+   already (this member was fenced): nothing of it is committed. The release is bounded
+   (:data:`RELEASE_TIMEOUT_S`); when it does not land in time nothing is committed for
+   those partitions and their next owner reads from the group's last commit (at least once,
+   never twice in the table: the sink's per-partition positions still hold).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from spark_groups.errors import CommitError, SinkClaimError
+from spark_groups.group.bookkeeping import Bookkeeping
+from spark_groups.group.commit import BatchCommitter
+from spark_groups.group.member import GroupMember
+from spark_groups.metrics import StreamMetrics
+from spark_groups.offsets import OffsetRange, TopicPartition
+from spark_groups.options import SourceOptions
+from spark_groups.sink import claims
+
+log = logging.getLogger(__name__)
+
+#: How long a release keeps trying against concurrent commits before the member leaves
+#: without committing the partitions (a stop never hangs on the table).
+RELEASE_TIMEOUT_S = 10.0
+#: How often an unclaimed partition (the table did not exist at its resume) is claimed again.
+LATE_CLAIM_INTERVAL_S = 5.0
+
+
+class Claims:
+    """The claims of one stream (see the module doc); inert without ``sink.table``."""
+
+    def __init__(
+        self,
+        options: SourceOptions,
+        books: Bookkeeping,
+        committer: BatchCommitter,
+        metrics: StreamMetrics,
+    ) -> None:
+        self.options = options
+        self.books = books
+        self.committer = committer
+        self.metrics = metrics
+        self._late_tried = 0.0
+
+    @property
+    def enabled(self) -> bool:
+        """True with the source option ``sink.table``."""
+        return self.options.sink_path is not None
+
+    def claim(
+        self, member: GroupMember, partitions: list[TopicPartition]
+    ) -> tuple[int | None, dict[TopicPartition, int]]:
+        """Step 1: claim ``partitions`` under a fresh token; return the token (None: not
+        claimed: no table yet, or the claim failed) and the table's positions."""
+        assert self.options.sink_path is not None
+        token = claims.new_token()
+        try:
+            claimed = claims.claim(
+                self.options.sink_path,
+                self.options.group_id,
+                partitions,
+                token,
+                storage_options=self.options.storage_options,
+                member=member.member_id,
+            )
+        except SinkClaimError as exc:
+            log.warning("%s; reading them without a claim", exc)
+            return None, self._positions(partitions)
+        if claimed is None:
+            return None, {}
+        return token, claimed.positions
+
+    def claim_late(self, member: GroupMember) -> None:
+        """Step 1 for partitions resumed before the table existed, at most every
+        :data:`LATE_CLAIM_INTERVAL_S`."""
+        if not self.enabled or time.monotonic() - self._late_tried < LATE_CLAIM_INTERVAL_S:
+            return
+        with self.books.lock:
+            unclaimed = self.books.partitions.unclaimed(member.assignment)
+        if not unclaimed:
+            return
+        self._late_tried = time.monotonic()
+        token, _ = self.claim(member, unclaimed)
+        if token is None:
+            return
+        with self.books.lock:
+            for tp in unclaimed:
+                self.books.partitions.set_claim(tp, token)
+
+    def release(
+        self, member: GroupMember, partitions: Iterable[TopicPartition], why: str
+    ) -> set[TopicPartition]:
+        """Step 2 for the claimed ones of ``partitions``; return those it settled (released,
+        or found claimed by another owner). The caller holds the committer's lock."""
+        if not self.enabled:
+            return set()
+        books = self.books
+        with books.lock:
+            tokens = {}
+            for tp in partitions:
+                state = books.partitions.get(tp)
+                if state is not None and state.claim is not None:
+                    tokens[tp] = state.claim
+            books.partitions.released(tokens, books.batches.highest)  # 2a
+            known = books.partitions.committed_offsets()
+        if not tokens:
+            return set()
+        assert self.options.sink_path is not None
+        try:
+            released = claims.release(  # 2b
+                self.options.sink_path,
+                self.options.group_id,
+                tokens,
+                storage_options=self.options.storage_options,
+                member=member.member_id,
+                timeout_s=RELEASE_TIMEOUT_S,
+            )
+        except SinkClaimError as exc:
+            log.error(
+                "%s; %s: nothing committed for them, their next owner reads from the group's "
+                "last commit",
+                exc,
+                why,
+            )
+            return set()
+        if released is None:
+            return set()
+        offsets = {tp: v for tp, v in released.positions.items() if v > known.get(tp, -1)}
+        self._commit(member, offsets, known, why)  # 2c
+        return set(tokens)
+
+    def _commit(
+        self,
+        member: GroupMember,
+        offsets: dict[TopicPartition, int],
+        known: dict[TopicPartition, int],
+        why: str,
+    ) -> None:
+        """Step 2c: the released positions to Kafka, then the ledger."""
+        if not offsets:
+            log.info("%s: the sink's table holds nothing past the group's commits", why)
+            return
+        try:
+            done = member.commit(
+                offsets,
+                owned_only=True,
+                metadata=self.committer.metadata(member, f"release ({why})"),
+            )
+        except CommitError as exc:
+            self.metrics.failed_commits += 1
+            log.error(
+                "%s: could not commit the sink table's positions %s to Kafka: %s",
+                why,
+                _text(offsets),
+                exc,
+            )
+            return
+        ranges = [
+            OffsetRange(tp.topic, tp.partition, known.get(tp, v), v)
+            for tp, v in sorted(offsets.items())
+            if tp in done
+        ]
+        with self.books.lock:
+            self.books.partitions.record_commit({tp: v for tp, v in offsets.items() if tp in done})
+            last = self.books.batches.highest
+        self.committer.record_in_ledger(member, ranges, max(last, 0))
+        log.info("%s: committed the sink table's positions %s", why, _text(offsets))
+
+    def _positions(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """The table's positions without a claim (the claim failed)."""
+        from spark_groups.group.resume import sink_positions
+
+        assert self.options.sink_path is not None
+        return sink_positions(
+            self.options.sink_path,
+            self.options.group_id,
+            partitions,
+            self.options.storage_options,
+        )
+
+
+def _text(offsets: dict[TopicPartition, int]) -> str:
+    return ", ".join(f"{tp} {v}" for tp, v in sorted(offsets.items()))

@@ -1,0 +1,228 @@
+"""Claims: which member may still write a partition into the sink's table (a fencing token).
+
+The sink's table already says, per Kafka partition, up to where a group's rows are complete
+(its position, ``spark_groups.sink.table``). A *claim* says who may add to it: one more Delta
+transaction id per partition and group,
+
+    app id  = spark_groups.claim:<Delta table id>:<topic>:<partition>:<group id>
+    version = the claim token of the member that owns the partition (0: released)
+
+1. **Claim.** A member that resumes a partition (``group.arrivals``) sets the claim to a
+   fresh token of its own (:func:`new_token`) in one Delta commit, and reads the partition's
+   position in the same snapshot. Every batch it plans carries the token
+   (``BatchOffset.claims``).
+2. **Write.** The sink writes a partition only while the table's claim is the batch's token,
+   and its commit sets the claim again (to the same token): a claim or release committed
+   after the sink's snapshot makes the sink's commit conflict, and its new decision then sees
+   the new claim and leaves the partition out (``sink.decision``: ``fenced``).
+3. **Release.** A member that gives partitions up while a batch of them may still be in
+   flight (leaving the group, a revocation whose barrier timed out) sets their claims to
+   :data:`RELEASED`, compare-and-set on its own tokens, in one commit. From that commit on,
+   no batch planned under those tokens can land: the position read in the release's snapshot
+   is final, and the member commits exactly that to Kafka before it leaves. A partition whose
+   claim is no longer the member's token was claimed by its next owner already: the member
+   commits nothing of it.
+
+Plain consumers of the group can claim too (``spark_groups.handover``): a service that takes
+a partition over from a killed Spark member fences the member's last batch out of the table
+and starts exactly where the table ends.
+
+A table whose claim for a partition is absent (written before claims existed, or never
+claimed) accepts any batch, as before. Nothing here imports Spark.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import secrets
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from spark_groups.errors import SinkClaimError
+from spark_groups.offsets import TopicPartition
+from spark_groups.sink.table import load, versions
+from spark_groups.storage.files import table_uri
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+log = logging.getLogger(__name__)
+
+#: Prefix of the claims' Delta transaction app ids.
+CLAIM_PREFIX = "spark_groups.claim"
+#: The claim of a partition its last owner gave up.
+RELEASED = 0
+#: How long a claim or release keeps trying against concurrent commits, by default.
+DEFAULT_TIMEOUT_S = 15.0
+
+
+def claim_app_id(table_id: str, group_id: str, tp: TopicPartition) -> str:
+    """The Delta transaction app id of the claim on one partition of one group."""
+    return f"{CLAIM_PREFIX}:{table_id}:{tp.topic}:{tp.partition}:{group_id}"
+
+
+def new_token() -> int:
+    """A fresh claim token: positive, random, never :data:`RELEASED`."""
+    return secrets.randbits(62) + 1
+
+
+def claims_of(
+    table: DeltaTable, group_id: str, partitions: Iterable[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """The claim token of ``group_id`` on each partition in the snapshot ``table``;
+    partitions never claimed are absent."""
+    table_id = str(table.metadata().id)
+    out: dict[TopicPartition, int] = {}
+    for tp in partitions:
+        token = table.transaction_version(claim_app_id(table_id, group_id, tp))
+        if token is not None:
+            out[tp] = int(token)
+    return out
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A claim or release that landed: the table ``version`` it was made on and, per
+    partition it covered, the table's position there (absent: never written)."""
+
+    version: int
+    positions: dict[TopicPartition, int] = field(default_factory=dict)
+    #: Release only: partitions whose claim was no longer this member's (claimed anew).
+    not_mine: tuple[TopicPartition, ...] = ()
+
+
+def claim(
+    path: str,
+    group_id: str,
+    partitions: Iterable[TopicPartition],
+    token: int,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    member: str = "",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Claimed | None:
+    """Step 1: set the claim of every partition in ``partitions`` to ``token``, whoever held
+    it (the group gave them to this member). None when the table does not exist yet.
+
+    Raises :class:`~spark_groups.errors.SinkClaimError` when it could not commit in
+    ``timeout_s``."""
+    wanted = sorted(set(partitions))
+    return _change(
+        path,
+        group_id,
+        {tp: token for tp in wanted},
+        expect=None,
+        what="claim",
+        storage_options=storage_options,
+        member=member,
+        timeout_s=timeout_s,
+    )
+
+
+def release(
+    path: str,
+    group_id: str,
+    tokens: Mapping[TopicPartition, int],
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    member: str = "",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Claimed | None:
+    """Step 3: set the claim of each partition still held with its token in ``tokens`` to
+    :data:`RELEASED`; return the positions the table holds for them, final for every batch
+    planned under those tokens. None when the table does not exist.
+
+    Raises :class:`~spark_groups.errors.SinkClaimError` when it could not commit in
+    ``timeout_s``."""
+    return _change(
+        path,
+        group_id,
+        {tp: RELEASED for tp in tokens},
+        expect=dict(tokens),
+        what="release",
+        storage_options=storage_options,
+        member=member,
+        timeout_s=timeout_s,
+    )
+
+
+def _change(
+    path: str,
+    group_id: str,
+    new: Mapping[TopicPartition, int],
+    *,
+    expect: Mapping[TopicPartition, int] | None,
+    what: str,
+    storage_options: Mapping[str, str] | None,
+    member: str,
+    timeout_s: float,
+) -> Claimed | None:
+    """One commit setting the claims ``new`` (only where the table holds ``expect``'s token,
+    when given), on the snapshot whose positions it returns; again on a conflict."""
+    from deltalake import CommitProperties, Transaction
+    from deltalake.exceptions import CommitFailedError
+
+    uri = table_uri(path)
+    options = dict(storage_options) if storage_options else None
+    deadline = time.monotonic() + timeout_s
+    attempt = 0
+    last_error: Exception | None = None
+    while True:
+        attempt += 1
+        try:
+            snapshot = load(uri, options)
+            if snapshot is None:
+                return None
+            held = claims_of(snapshot, group_id, new)
+            mine = {
+                tp: token
+                for tp, token in new.items()
+                if expect is None or held.get(tp) == expect[tp]
+            }
+            not_mine = tuple(sorted(tp for tp in new if tp not in mine))
+            positions = versions(snapshot, group_id, mine)
+            if not mine:
+                return Claimed(snapshot.version(), positions, not_mine)
+            table_id = str(snapshot.metadata().id)
+            txns = [Transaction(claim_app_id(table_id, group_id, tp), t) for tp, t in mine.items()]
+            info = {
+                "spark_groups.group": group_id,
+                "spark_groups.member": member,
+                f"spark_groups.{what}": ",".join(str(tp) for tp in sorted(mine)),
+            }
+            snapshot.create_write_transaction(
+                [],
+                "append",
+                snapshot.schema(),
+                partition_by=list(snapshot.metadata().partition_columns) or None,
+                commit_properties=CommitProperties(app_transactions=txns, custom_metadata=info),
+            )
+            version = snapshot.version()
+            log.info(
+                "sink %s: %s of %d partition(s) after version %s (positions %s)%s",
+                path,
+                what,
+                len(mine),
+                version,
+                {str(tp): v for tp, v in sorted(positions.items())},
+                f"; claimed by another owner meanwhile: {[str(tp) for tp in not_mine]}"
+                if not_mine
+                else "",
+            )
+            return Claimed(version, positions, not_mine)
+        except CommitFailedError as exc:  # a concurrent commit of the same claims or positions
+            last_error = exc
+        except Exception as exc:  # the table could not be read or written: try again
+            last_error = exc
+        if time.monotonic() >= deadline:
+            raise SinkClaimError(
+                f"sink {path}: could not {what} partitions {[str(tp) for tp in sorted(new)]} of "
+                f"group {group_id} in {timeout_s:.0f} s ({attempt} attempts; last: "
+                f"{type(last_error).__name__}: {last_error})",
+                path=path,
+                partitions=new,
+            )
+        time.sleep(random.uniform(0.0, min(0.5, 0.01 * 2**attempt)))
