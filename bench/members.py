@@ -104,7 +104,7 @@ def sink_commits(table: Path | str, storage_options: Mapping[str, str] | None = 
             except (OSError, ValueError, IndexError):
                 continue  # being written
             info = first.get("commitInfo", {})
-            _COMMIT_INFOS[key] = info if "spark_groups.member" in info else None
+            _COMMIT_INFOS[key] = info if "spark_groups.ranges" in info else None
         if _COMMIT_INFOS[key] is not None:
             out.append(_COMMIT_INFOS[key])
     return out
@@ -149,12 +149,13 @@ class Member:
         self.proc: subprocess.Popen | None = None
         self.runs = 0
 
-    def start(self) -> None:
+    def start(self, env: Mapping[str, str] | None = None) -> None:
+        """Start the member (again); ``env`` adds to its environment (the crash points')."""
         self.runs += 1
         log = (self.logs / f"{self.name}-{self.runs}.log").open("w")
         # This checkout's spark_groups, also in the member's Spark workers.
         path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
-        env = dict(os.environ, SPARK_GROUPS_LOG_LEVEL="INFO", PYTHONPATH=path)
+        env = dict(os.environ, SPARK_GROUPS_LOG_LEVEL="INFO", PYTHONPATH=path, **(env or {}))
         self.proc = subprocess.Popen(
             [sys.executable, str(MEMBER_SCRIPT), json.dumps({**self.spec, "member": self.name})],
             stdout=log,

@@ -29,7 +29,6 @@ stop exact by construction instead of by timing:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
 
 from spark_groups.errors import CommitError, SinkClaimError
@@ -46,8 +45,6 @@ log = logging.getLogger(__name__)
 #: How long a release keeps trying against concurrent commits before the member leaves
 #: without committing the partitions (a stop never hangs on the table).
 RELEASE_TIMEOUT_S = 10.0
-#: How often an unclaimed partition (the table did not exist at its resume) is claimed again.
-LATE_CLAIM_INTERVAL_S = 5.0
 
 
 class Claims:
@@ -64,7 +61,7 @@ class Claims:
         self.books = books
         self.committer = committer
         self.metrics = metrics
-        self._late_tried = 0.0
+        self._late_tried = -2  # the last safe point's batch that tried a late claim
 
     @property
     def enabled(self) -> bool:
@@ -94,16 +91,17 @@ class Claims:
             return None, {}
         return token, claimed.positions
 
-    def claim_late(self, member: GroupMember) -> None:
-        """Step 1 for partitions resumed before the table existed, at most every
-        :data:`LATE_CLAIM_INTERVAL_S`."""
-        if not self.enabled or time.monotonic() - self._late_tried < LATE_CLAIM_INTERVAL_S:
+    def claim_late(self, member: GroupMember, committed_batch: int) -> None:
+        """Step 1 for partitions resumed before the table existed: tried once after each
+        batch committed (``committed_batch``, the safe point's): the batch that created the
+        table is the last one planned without a claim."""
+        if not self.enabled or committed_batch <= self._late_tried:
             return
         with self.books.lock:
             unclaimed = self.books.partitions.unclaimed(member.assignment)
         if not unclaimed:
             return
-        self._late_tried = time.monotonic()
+        self._late_tried = committed_batch
         token, _ = self.claim(member, unclaimed)
         if token is None:
             return

@@ -218,7 +218,7 @@ class GroupStream:
             log.warning("log ends unknown before the commit of batch %d: %s", start.batch, exc)
             ends = None
         self.commit_durable(start)  # 4
-        self._claims.claim_late(member)
+        self._claims.claim_late(member, start.batch)
         self._barrier.warn_if_slow(start.batch, self._books.batches.took(start.batch))
         if self._history is not None:
             self._history.flush()

@@ -188,10 +188,12 @@ def _change(
                 return Claimed(snapshot.version(), positions, not_mine)
             table_id = str(snapshot.metadata().id)
             txns = [Transaction(claim_app_id(table_id, group_id, tp), t) for tp, t in mine.items()]
+            # Keys of its own (not the sink's ``spark_groups.member``): readers of the sink's
+            # commits (history, describe) must not take a claim for a batch.
             info = {
-                "spark_groups.group": group_id,
-                "spark_groups.member": member,
-                f"spark_groups.{what}": ",".join(str(tp) for tp in sorted(mine)),
+                "spark_groups.claims.group": group_id,
+                "spark_groups.claims.by": member,
+                f"spark_groups.claims.{what}": ",".join(str(tp) for tp in sorted(mine)),
             }
             snapshot.create_write_transaction(
                 [],

@@ -94,7 +94,7 @@ def log_commits(table: Path, operation: str | None = None) -> list[tuple[int, di
 
 def concurrent_optimizes(table: Path) -> list[int]:
     """Versions of the OPTIMIZE commits that a sink commit landed inside (read < sink < own)."""
-    sink_versions = [v for v, c in log_commits(table) if "spark_groups.member" in c]
+    sink_versions = [v for v, c in log_commits(table) if "spark_groups.ranges" in c]
     return [
         version
         for version, info in log_commits(table, "OPTIMIZE")

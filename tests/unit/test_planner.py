@@ -59,6 +59,15 @@ def test_batch_offset_json_round_trip_is_canonical() -> None:
     assert batch.ends() == {A0: 3, A1: 9, B0: 2}
 
 
+def test_claims_ride_in_the_json_only_for_partitions_read() -> None:
+    ranges = [OffsetRange("a", 0, 0, 3), OffsetRange("a", 1, 5, 9)]
+    batch = BatchOffset.of(4, ranges, (), {A0: 7, A1: 8, B0: 9})  # b-0 is not read
+    assert batch.to_json()["claims"] == {"a": {"0": 7, "1": 8}}
+    assert BatchOffset.from_json(batch.to_json()) == batch
+    assert batch.claim_map() == {A0: 7, A1: 8}
+    assert "claims" not in BatchOffset.of(4, ranges).to_json()  # as before claims existed
+
+
 @pytest.mark.parametrize(
     "bad",
     [

@@ -78,6 +78,24 @@ def test_nothing_moved_reads_the_batch_as_logged() -> None:
     assert d.read == logged_batch()
 
 
+def test_a_range_read_under_an_old_claim_is_left_out_with_or_without_a_notice() -> None:
+    """With sink.table the restarted member claimed its partitions anew: what the batch
+    read under the old token the sink leaves out, so the replay reads none of it, and the
+    batch read as logged (no notice) drops it too; the rest keeps its (current) claim."""
+    logged = BatchOffset.of(
+        7, [OffsetRange(T, p, 100, 200) for p in range(3)], (), {P0: 11, P1: 11, P2: 12}
+    )
+    d = decide(logged, frozenset({P0, P1, P2}), {}, no_handover, {P0: 99, P1: 99, P2: 12})
+    assert d.left_out == {
+        P0: "claimed anew since it was planned",
+        P1: "claimed anew since it was planned",
+    }
+    assert d.fenced == {P0, P1} and not d.changed  # nothing another consumer did
+    assert d.read.ranges == (OffsetRange(T, 2, 100, 200),) and d.read.claim_map() == {P2: 12}
+    assert d.as_logged().ranges == d.read.ranges
+    assert decide(logged, frozenset({P0, P1, P2}), {}, no_handover, {}).read.ranges == ()
+
+
 # ---------------------------------------------------------------- GroupStream, real broker
 
 

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from sink_support import SCHEMA, TOPIC, offsets_in, parquet_files, rows, write_task
 
 from spark_groups import crash_points
 from spark_groups.offsets import OffsetRange, TopicPartition
 from spark_groups.sink import claims
 from spark_groups.sink.commit import DeltaSink
 from spark_groups.sink.plan import BatchPlan
+
+from sink_support import SCHEMA, TOPIC, offsets_in, parquet_files, rows, write_task
 
 TP0 = TopicPartition(TOPIC, 0)
 TP1 = TopicPartition(TOPIC, 1)

@@ -1,0 +1,149 @@
+"""A member of a kafka-group -> delta-group pipeline with every piece of the product but Spark.
+
+    python sim_member.py SPEC_JSON
+
+It runs what Spark would run, in Spark's order, in one small process: the source's driver
+(``GroupStream``: the group protocol, planning, safe points, the barrier, leaving, SIGTERM),
+the executors' read (``read_ranges`` against the real broker), the sink's task files
+(``TaskFileWriter``) and the sink's driver commit (``DeltaSink``, real Delta tables), with
+Spark's checkpoint as Spark writes it (``offsets/<id>`` before a batch runs, ``commits/<id>``
+after its sink committed, a replay of the last logged batch after a restart). Spark adds
+nothing to what the crash-point matrix checks, and without its JVM a member starts in a
+second, so the matrix runs every cell.
+
+SPEC keys: ``servers``, ``topic``, ``group``, ``table``, ``checkpoint``, ``name``,
+``stop_file``, ``kafka`` (librdkafka settings of the member), ``max_records``. The crash
+points (``spark_groups.crash_points``) fire from the environment the test sets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_groups.group.stream import GroupStream
+from spark_groups.offsets import BatchOffset
+from spark_groups.options import parse_options
+from spark_groups.read.reader import read_ranges
+from spark_groups.sink.commit import DeltaSink
+from spark_groups.sink.plan import read_batch_plan
+from spark_groups.sink.writer import TaskFileWriter
+from spark_groups.storage.checkpoint import is_committed, latest_logged, spark_batch_id
+
+SCHEMA = pa.schema(
+    [("id", pa.int64()), ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())]
+)
+#: Spark's trigger: how long an empty plan waits before the next.
+TRIGGER_S = 0.05
+
+
+class Checkpoint:
+    """Spark's offset and commit logs, as Spark writes them."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        Path(path, "offsets").mkdir(parents=True, exist_ok=True)
+        Path(path, "commits").mkdir(parents=True, exist_ok=True)
+
+    def log(self, spark_id: int, batch: BatchOffset) -> None:
+        text = "v1\n" + json.dumps({"batchWatermarkMs": 0}) + "\n" + json.dumps(batch.to_json())
+        _atomic(Path(self.path, "offsets", str(spark_id)), text)
+
+    def commit(self, spark_id: int) -> None:
+        _atomic(Path(self.path, "commits", str(spark_id)), 'v1\n{"nextBatchWatermarkMs":0}')
+
+    def last(self) -> tuple[int, BatchOffset] | None:
+        """The newest logged batch and its Spark id."""
+        logged = latest_logged(self.path)
+        if logged is None:
+            return None
+        spark_id = spark_batch_id(self.path, logged)
+        assert spark_id is not None
+        return spark_id, logged
+
+
+def _atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def run_batch(
+    spec: dict, stream: GroupStream, sink: DeltaSink, spark_id: int, read: BatchOffset
+) -> None:
+    """The batch's task (every range in one, as Spark packs small ranges: read, write the
+    sink's files), then the sink's commit on the driver, planned from the checkpoint as the
+    real sink plans it."""
+    options = stream.options
+    files = []
+    batches = list(read_ranges(options.reader_config(), read.ranges, include_headers=False))
+    if batches:
+        table = pa.Table.from_batches(batches)
+        rows = pa.table(
+            {
+                "id": pc.cast(pc.cast(table["value"], pa.string()), pa.int64()),
+                "topic": table["topic"],
+                "partition": table["partition"],
+                "offset": table["offset"],
+            }
+        ).cast(SCHEMA)
+        files = TaskFileWriter(spec["table"], SCHEMA, ()).write(rows.to_batches())
+    plan = read_batch_plan(spec["checkpoint"], spark_id, group_id=spec["group"])
+    sink.commit(plan, files, SCHEMA)
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s {spec['name']} %(name)s %(message)s"
+    )
+    options = parse_options(
+        {
+            "kafka.bootstrap.servers": spec["servers"],
+            "subscribe": spec["topic"],
+            "group.id": spec["group"],
+            "startingOffsets": "earliest",
+            "sink.table": spec["table"],
+            "checkpointLocation": spec["checkpoint"],
+            "maxOffsetsPerTrigger": str(spec.get("max_records", 20)),
+            **{f"kafka.{k}": v for k, v in spec.get("kafka", {}).items()},
+        }
+    )
+    stream = GroupStream(options)
+    sink = DeltaSink(spec["table"], spec["group"], member=spec["name"])
+    checkpoint = Checkpoint(spec["checkpoint"])
+    start, spark_id = BatchOffset.initial(), -1
+    last = checkpoint.last()
+    if last is not None:
+        spark_id, start = last
+        if not is_committed(spec["checkpoint"], spark_id):  # a replay, as Spark runs it
+            read = stream.batch_to_read(start)
+            run_batch(spec, stream, sink, spark_id, read)
+            checkpoint.commit(spark_id)
+            stream.commit_durable(start)
+    stop_file = Path(spec["stop_file"])
+    while not stop_file.exists():
+        planned = stream.latest_offset(start.to_json(), options.max_offsets_per_trigger)
+        if planned == start.to_json():
+            time.sleep(TRIGGER_S)
+            continue
+        batch = BatchOffset.from_json(planned)
+        spark_id += 1
+        checkpoint.log(spark_id, batch)
+        run_batch(spec, stream, sink, spark_id, stream.batch_to_read(batch))
+        checkpoint.commit(spark_id)
+        stream.commit_durable(batch)  # Spark's commit() of 4.2+
+        start = batch
+    stream.stop()
+    print("STOPPED", flush=True)
+
+
+if __name__ == "__main__":
+    main()

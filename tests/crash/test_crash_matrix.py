@@ -1,0 +1,307 @@
+"""Every crash point of a batch x {SIGTERM, SIGKILL} x every kind of next owner.
+
+One member (``A``, a :mod:`sim_member` process: the product's driver, read path and sink
+without Spark, see its doc) reads a topic that a producer keeps writing to, into a
+``delta-group`` table. Once ``A`` has committed two batches the test arms the crash point
+(``spark_groups.crash_points``): the next time any of ``A``'s code reaches it, ``A``'s whole
+process group gets the signal. No sleep picks the moment: the point does. Then the next owner
+takes ``A``'s partitions over:
+
+* ``restart``: ``A`` itself, started again from its checkpoint (its last batch replayed);
+* ``spark``: another member of the group (its own checkpoint, the same table);
+* ``plain``: a confluent-kafka service with :class:`spark_groups.handover.SinkTableHandover`;
+* ``plain-unaided``: the same service without it (Kafka's committed offsets only);
+* ``kip848``: the group on ``group.protocol=consumer``: ``A`` and a service with the helper.
+
+``revocation`` is reached when the next owner (for ``restart``, a member that joins and
+leaves) joins the group; ``leave`` when ``A`` is asked to stop. Each cell checks: nothing
+lost (every acknowledged id is in the table or the service's output), nothing twice in the
+table, and nothing in both the table and the service's output, except for the unaided
+service after a SIGKILL, which may repeat at most the one batch that was in the table but
+not yet in Kafka. The table of outcomes is docs/guarantees.md's ("Crash points"), and the
+test fails when the docs say otherwise (``SPARK_GROUPS_WRITE_DOCS=1`` rewrites it).
+
+Cells run a few at a time (each is mostly waiting: for sessions to expire after a SIGKILL,
+for records to be produced); one Spark end-to-end cell per point lives in
+``test_crash_points_spark.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from crash_support import Service, join_and_leave
+
+from bench.members import IdProducer, sink_commits, table_ids
+from spark_groups.crash_points import ARM_ENV, CRASH_ENV, POINTS
+from spark_groups.handover import SinkTableHandover
+
+from broker_support import broker_kind, wait_until
+from helpers import unique
+
+REPO = Path(__file__).resolve().parents[2]
+SIM = Path(__file__).with_name("sim_member.py")
+DOC = REPO / "docs" / "guarantees.md"
+SIGNALS = ("SIGTERM", "SIGKILL")
+OWNERS = ("restart", "spark", "plain", "plain-unaided", "kip848")
+PARTITIONS = 2
+MAX_RECORDS = 20  # per batch: the most an unaided service may repeat
+RATE = 50  # ids per second: far below what a member reads (~200/s)
+CLASSIC = {
+    "session.timeout.ms": "3000",
+    "heartbeat.interval.ms": "300",
+    "partition.assignment.strategy": "range",
+}
+KIP848 = {"group.protocol": "consumer"}
+PARALLEL = int(os.environ.get("CRASH_MATRIX_PARALLEL", "6"))
+
+pytestmark = pytest.mark.skipif(
+    broker_kind() != "kafka", reason="KIP-848 and plain consumers in the group (Apache Kafka)"
+)
+
+
+@dataclass
+class Sim:
+    """One sim_member process."""
+
+    spec: dict
+    logs: Path
+    env: dict = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+    runs: int = 0
+
+    def start(self, **env: str) -> None:
+        self.runs += 1
+        log = (self.logs / f"{self.spec['name']}-{self.runs}.log").open("w")
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SIM), json.dumps(self.spec)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONPATH=path, **env),
+            start_new_session=True,
+        )
+        log.close()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            Path(self.spec["stop_file"]).touch()
+            try:
+                self.proc.wait(60)
+            finally:
+                self.kill()
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+
+    def log_text(self) -> str:
+        return "".join(
+            p.read_text(errors="replace")
+            for p in sorted(self.logs.glob(f"{self.spec['name']}-*.log"))
+        )
+
+
+#: Where an unaided service can find a batch in the table that Kafka does not have yet: a
+#: SIGKILL after the sink's commit and before the source's Kafka commit.
+WINDOW = ("sink.committed", "spark.commit_log")
+
+
+def promise(point: str, sig: str, owner: str) -> str:
+    """What docs/guarantees.md promises for a cell: ``exact`` (nothing lost, nothing twice
+    in the table, nothing in both the table and a service's output), or for the unaided
+    service after a SIGKILL, ``1 batch twice`` (in the window, where the batch is in the
+    table and not in Kafka) or ``<= 1 batch twice`` (a revocation, on the member's own
+    thread, may meet the main thread inside that window or not)."""
+    if owner != "plain-unaided" or sig != "SIGKILL":
+        return "exact"
+    if point in WINDOW:
+        return "1 batch twice"
+    return "<= 1 batch twice" if point == "revocation" else "exact"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one cell found."""
+
+    lost: int
+    twice_in_table: int
+    in_both: int
+    service_twice: int
+
+    def keeps(self, promised: str) -> bool:
+        """Whether this outcome keeps ``promised`` (see :func:`promise`)."""
+        if self.lost or self.twice_in_table or self.service_twice:
+            return False
+        if promised == "exact":
+            return self.in_both == 0
+        if promised == "1 batch twice":
+            return 0 < self.in_both <= MAX_RECORDS
+        return self.in_both <= MAX_RECORDS
+
+
+def commits_by(table: str, member: str) -> int:
+    try:
+        return sum(1 for c in sink_commits(table) if c["spark_groups.member"] == member)
+    except Exception:
+        return 0
+
+
+def run_cell(servers: str, topic: str, point: str, sig: str, owner: str, root: Path) -> Outcome:
+    """One cell of the matrix (see the module doc)."""
+    root.mkdir(parents=True)
+    (root / "logs").mkdir()
+    group = unique(f"crash-{owner}")
+    settings = KIP848 if owner == "kip848" else CLASSIC
+    table = str(root / "table")
+
+    def spec(name: str) -> dict:
+        return {
+            "servers": servers, "topic": topic, "group": group, "table": table,
+            "checkpoint": str(root / f"cp-{name}"), "name": name,
+            "stop_file": str(root / f"stop-{name}"), "kafka": settings, "max_records": MAX_RECORDS,
+        }  # fmt: skip
+
+    arm = root / "arm"
+    steps: list[tuple[str, float]] = [("start", time.monotonic())]
+
+    def step(name: str) -> None:
+        steps.append((name, time.monotonic()))
+        (root / "steps.txt").write_text("\n".join(f"{n} {t - steps[0][1]:.2f}" for n, t in steps))
+
+    a = Sim(spec("A"), root / "logs")
+    others: list[Sim] = []
+    services: list[Service] = []
+    producer = IdProducer(servers, topic, PARTITIONS, per_second=RATE)
+    producer.start()
+    try:
+        a.start(**{CRASH_ENV: f"{point}:{sig}", ARM_ENV: str(arm)})
+        wait_until(
+            lambda: commits_by(table, "A") >= 2,
+            60,
+            f"A to commit two batches\n{a.log_text()[-3000:]}",
+        )
+        step("two commits")
+        arm.touch()
+        if owner in ("spark",):
+            others.append(Sim(spec("B"), root / "logs"))
+            others[-1].start()
+        elif owner in ("plain", "plain-unaided", "kip848"):
+            helper = None if owner == "plain-unaided" else SinkTableHandover(table, group)
+            services.append(Service(servers, topic, group, settings, helper))
+            services[-1].start()
+        elif point == "revocation":  # restart: a member joins and leaves, so A revokes
+            fired = root / "arm.fired"
+            join_and_leave(servers, topic, group, settings, fired.exists)
+        if point == "leave":
+            Path(a.spec["stop_file"]).touch()
+        wait_until(
+            lambda: (root / "arm.fired").exists(),
+            60,
+            f"the crash point {point}\n{a.log_text()[-3000:]}",
+        )
+        assert a.proc is not None
+        a.proc.wait(60)
+        step("crashed")
+        a.kill()  # whatever is left of its process group
+        if owner == "restart":
+            Path(a.spec["stop_file"]).unlink(missing_ok=True)
+            a.start()
+        after = len(producer.acked)
+        wait_until(lambda: len(producer.acked) >= after + RATE, 30, "more records")
+        producer.stop_event.set()
+        producer.join(30)
+        step("produced")
+        produced = set(producer.acked)
+
+        def handled() -> set[int]:
+            got = set(table_ids(table)) if Path(table, "_delta_log").exists() else set()
+            return got.union(*(s.ids for s in services))
+
+        wait_until(
+            lambda: handled() >= produced,
+            90,
+            f"every id handled ({point} {sig} {owner})\n{a.log_text()[-4000:]}",
+        )
+        step("handled")
+        for s in services:
+            s.stop_event.set()
+            s.join(30)
+            assert s.error is None, s.error
+    finally:
+        producer.stop_event.set()
+        for s in services:
+            s.stop_event.set()
+        for sim in [a, *others]:
+            sim.stop() if sim.proc is not None and sim.proc.poll() is None else sim.kill()
+        step("stopped")
+    in_table = Counter(table_ids(table))
+    served = Counter(i for s in services for i in s.ids)
+    return Outcome(
+        lost=len(produced - set(in_table) - set(served)),
+        twice_in_table=sum(1 for n in in_table.values() if n > 1),
+        in_both=len(set(in_table) & set(served)),
+        service_twice=sum(1 for n in served.values() if n > 1),
+    )
+
+
+def render(results: dict[tuple[str, str, str], Outcome]) -> str:
+    """The docs table of a run whose every cell kept its promise: one row per point and
+    signal, one column per next owner."""
+    lines = [
+        "| crash point | signal | " + " | ".join(OWNERS) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in OWNERS) + " |",
+    ]
+    for point in POINTS:
+        for sig in SIGNALS:
+            cells = [
+                promise(point, sig, owner) for owner in OWNERS if (point, sig, owner) in results
+            ]
+            lines.append(f"| `{point}` | {sig} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+START, END = "<!-- crash-matrix:start -->", "<!-- crash-matrix:end -->"
+
+
+def test_every_crash_point_every_signal_every_next_owner(
+    bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    cells = [(p, s, o) for p in POINTS for s in SIGNALS for o in OWNERS]
+    only = os.environ.get("CRASH_MATRIX_ONLY")  # e.g. "sink.committed" while debugging
+    if only:
+        cells = [c for c in cells if c[0] in only.split(",")]
+    topics = {c: make_topic(PARTITIONS) for c in cells}
+    started = time.monotonic()
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        futures = {
+            c: pool.submit(run_cell, bootstrap_servers, topics[c], *c, tmp_path / "-".join(c))
+            for c in cells
+        }
+        results = {c: f.result() for c, f in futures.items()}
+    took = time.monotonic() - started
+    broken = {c: (promise(*c), o) for c, o in results.items() if not o.keeps(promise(*c))}
+    assert not broken, broken
+    if only:
+        return
+    table = render(results)
+    text = DOC.read_text()
+    documented = text[text.index(START) + len(START) : text.index(END)].strip()
+    if os.environ.get("SPARK_GROUPS_WRITE_DOCS") == "1":
+        DOC.write_text(text.replace(documented, table))
+    else:
+        assert documented == table, f"docs/guarantees.md's crash matrix is not this run's:\n{table}"
+    print(f"{len(cells)} cells in {took:.0f} s")
