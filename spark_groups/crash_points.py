@@ -21,11 +21,14 @@ point                       reached
 Every point is inert unless a test turns it on, in one of two ways:
 
 * in-process: :func:`installed` runs a function at every point reached;
-* across processes (a member started by a test): the environment variable
-  :data:`CRASH_ENV` = ``point:SIGKILL`` (or ``SIGTERM``) makes the first process of the
-  member that reaches ``point`` send that signal to its whole process group (the member's
-  driver, reader, sink and executor processes), once the *arm file* named by
-  :data:`ARM_ENV` exists (no arm file variable: armed from the start). The first process to
+* across processes (a member started by a test in a session of its own): the environment
+  variable :data:`CRASH_ENV` = ``point:SIGKILL`` (or ``SIGTERM``) makes the first process
+  of the member that reaches ``point`` stop the member, once the *arm file* named by
+  :data:`ARM_ENV` exists (no arm file variable: armed from the start). SIGKILL goes to every
+  process of the session (the driver, the JVM, the reader process and pyspark's daemon and
+  workers, which sit in a process group of their own): the member dies at once, whole.
+  SIGTERM goes to the session leader's process group, as a deployment stops a member (the
+  driver and the JVM, whose shutdown then ends the Python workers). The first process to
   fire renames the arm file to ``<arm>.fired`` (atomic: one firing) and writes the point
   and its pid into it. A test arms a member when it has seen what it waits for (say, two
   committed batches): no sleep decides which batch is hit.
@@ -76,7 +79,32 @@ def reached(point: str) -> None:
             return  # not armed yet, or another process fired
         with open(arm + ".fired", "w") as f:
             f.write(f"{point} {os.getpid()}\n")
-    os.killpg(os.getpgrp(), sig)
+    session = os.getsid(0)
+    if sig != signal.SIGKILL:
+        os.killpg(session, sig)
+        return
+    me = os.getpid()
+    for pid in _session_pids(session):
+        if pid != me:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+    os.kill(me, sig)
+
+
+def _session_pids(session: int) -> list[int]:
+    """Every process of ``session`` (Linux: from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[3]) == session:  # state, ppid, pgrp, session
+            out.append(int(entry))
+    return out
 
 
 @contextlib.contextmanager

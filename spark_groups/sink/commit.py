@@ -167,11 +167,39 @@ class DeltaSink:
         return committed_positions(self.uri, self.group_id, partitions, self.storage_options)
 
     def abort(self, files: Iterable[DataFile]) -> None:
-        """Delete the files of a batch that will not be committed."""
+        """Delete the files of a batch Spark aborted, except those the table references.
+
+        Spark also aborts a batch whose commit *call* failed, and that call can fail after
+        the Delta commit landed (the Python worker running it died right after, say): those
+        files are the table's now and must stay. When the table cannot be read to tell, the
+        files are kept (an orphan file costs storage until ``vacuum``; a deleted one that the
+        table references breaks every reader)."""
         paths = [f.path for f in files]
-        if paths:
-            deleted = remove_files(self.uri, paths, self.storage_options)
-            log.info("sink %s: deleted %d file(s) of an aborted batch", self.path, deleted)
+        if not paths:
+            return
+        try:
+            table = self._table.load()
+            uris = table.file_uris() if table is not None else []
+        except Exception as exc:
+            log.warning(
+                "sink %s: cannot read the table to tell whether the aborted batch landed (%s); "
+                "its %d file(s) are kept (vacuum removes them if they are not in the table)",
+                self.path,
+                exc,
+                len(paths),
+            )
+            return
+        committed = [p for p in paths if any(u.endswith("/" + p) for u in uris)]
+        doomed = [p for p in paths if p not in committed]
+        deleted = remove_files(self.uri, doomed, self.storage_options) if doomed else 0
+        log.info(
+            "sink %s: deleted %d file(s) of an aborted batch%s",
+            self.path,
+            deleted,
+            f"; kept {len(committed)} the table references (its commit had landed)"
+            if committed
+            else "",
+        )
 
     def commit(self, plan: BatchPlan, files: Sequence[DataFile], schema: pa.Schema) -> CommitResult:
         """Commit one batch: ``files`` (written by its tasks) under ``plan``, in one Delta

@@ -175,6 +175,19 @@ def test_abort_deletes_the_batch_files(tmp_path: Path) -> None:
     assert parquet_files(table) == set()
 
 
+def test_abort_after_a_commit_that_landed_keeps_the_tables_files(tmp_path: Path) -> None:
+    """Spark aborts a batch whose commit call failed, also when the call failed after the
+    Delta commit landed (the worker died at the crash point ``sink.committed``): the files
+    the table references stay, so the table stays readable and complete."""
+    table = tmp_path / "t"
+    files = write_task(table, [rows(0, range(5)), rows(1, range(5))])
+    sink(table).commit(plan(0, {0: (0, 5), 1: (0, 5)}), files, SCHEMA)
+    stray = write_task(table, [rows(0, range(5, 8))])  # a task file that never committed
+    sink(table).abort([*files, *stray])
+    assert parquet_files(table) == {f.path for f in files}
+    assert offsets_in(table, 0) == list(range(5)) and offsets_in(table, 1) == list(range(5))
+
+
 class RacingSink(DeltaSink):
     """A sink that lets ``rival`` commit between its decision and its commit, once."""
 
