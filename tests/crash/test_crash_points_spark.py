@@ -116,6 +116,8 @@ def test_each_crash_point_with_spark_members_loses_and_duplicates_nothing(
             return set(table_ids(table)) | set(service.ids)
 
         wait_until(lambda: handled() >= produced, 300, "every produced id to be handled")
+        for member in members:
+            Path(member.spec["stop_file"]).touch()
         stop_all(members, stop_file)
     finally:
         producer.stop_event.set()
