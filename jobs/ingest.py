@@ -17,7 +17,9 @@ partition that moves to this job resumes from the sink when the sink is ahead.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import re
 import sys
 import tomllib
@@ -147,11 +149,34 @@ def storage_options(source: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in source.items() if k.lower().startswith("storage.")}
 
 
-def metrics_line(metrics: dict[str, Any]) -> str:
-    """The coordinator metrics as ``name=value`` pairs, without Spark's ``description`` (the
-    stream's Java object name). Spark reports a batch's metrics before it commits that batch,
-    so ``batches_committed`` counts the batches before it."""
-    return ", ".join(f"{k}={v}" for k, v in metrics.items() if k != "description")
+@dataclass
+class RunTotals:
+    """What a run did, added up batch by batch (Spark keeps only its last progresses)."""
+
+    records: int = 0
+    batches: int = 0
+
+
+def summary_line(totals: RunTotals, last: Any | None) -> str:
+    """The end of a run in one short sentence: records and batches, the lag left, and the
+    figures an operator checks (rebalances, revocations that waited at the barrier, barrier
+    timeouts, failed commits) from the coordinator metrics of the last batch."""
+    from spark_groups.metrics import coordinator_metrics
+
+    line = f"run summary: {totals.records:,} records in {totals.batches} batches"
+    for source in last["sources"] if last is not None else []:
+        for m in coordinator_metrics({"sources": [source]}):
+            line += (
+                f", lag {_lag_after(source, m['lag'])}; {_n(m['rebalances'], 'rebalance')}, "
+                f"{_n(m['revocations'], 'barrier wait')}, "
+                f"{_n(m['barrier_timeouts'], 'barrier timeout')}, "
+                f"{_n(m['failed_commits'], 'failed commit')}"
+            )
+    return line
+
+
+def _n(count: int, what: str) -> str:
+    return f"{count} {what}{'' if count == 1 else 's'}"
 
 
 def batch_line(progress: Any) -> str:
@@ -174,8 +199,6 @@ def batch_line(progress: Any) -> str:
 def _lag_after(source: Any, at_plan: int) -> int:
     """Records left after the batch of ``source`` (its ranges' ends against the log ends it
     reported); ``at_plan``, the coordinator's lag when it was planned, if that cannot be read."""
-    import json
-
     from spark_groups.errors import SparkGroupsError
     from spark_groups.metrics import log_end_offsets
     from spark_groups.offsets import BatchOffset
@@ -191,13 +214,16 @@ def _lag_after(source: Any, at_plan: int) -> int:
         return at_plan
 
 
-def log_new_batches(progresses: list[Any], last: int) -> int:
+def log_new_batches(progresses: list[Any], last: int, totals: RunTotals) -> int:
     """Log :func:`batch_line` for every batch after ``last`` that ran (idle triggers report a
-    progress too, without ``addBatch``); return the last batch id logged."""
+    progress too, without ``addBatch``) and add it to ``totals``; return the last batch id
+    logged."""
     for progress in progresses:
         if progress["batchId"] > last and "addBatch" in (progress["durationMs"] or {}):
             log.info("%s", batch_line(progress))
             last = progress["batchId"]
+            totals.records += progress["numInputRows"]
+            totals.batches += 1
     return last
 
 
@@ -237,22 +263,21 @@ def run(config: JobConfig) -> None:
     else:
         writer = writer.trigger(processingTime=config.trigger)
     query = writer.start()
-    last = -1
+    last, totals = -1, RunTotals()
     # One line per batch (records, lag, assignment) in place of Spark's INFO lines; the wait
     # raises when the query fails, as awaitTermination() does.
     while not query.awaitTermination(1):
-        last = log_new_batches(query.recentProgress, last)
-    log_new_batches(query.recentProgress, last)
+        last = log_new_batches(query.recentProgress, last, totals)
+    log_new_batches(query.recentProgress, last, totals)
     progress = query.recentProgress
-    log.info("query ended after %d batches", len(progress))
-    if progress:
+    log.info("%s", summary_line(totals, progress[-1] if progress else None))
+    if progress and log.isEnabledFor(logging.DEBUG):
         from spark_groups.metrics import coordinator_metrics
 
         for metrics in coordinator_metrics(progress[-1]):
-            log.info(
-                "coordinator metrics at the last batch (reported before its commit): %s",
-                metrics_line(metrics),
-            )
+            # Every counter, for machines; Spark reports a batch's metrics before it commits
+            # that batch, so batches_committed counts the batches before it.
+            log.debug("coordinator metrics at the last batch: %s", json.dumps(metrics))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,7 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    logging.getLogger("spark_groups").setLevel(logging.INFO)
+    # The driver's spark_groups lines at SPARK_GROUPS_LOG_LEVEL, as in Spark's Python workers.
+    logging.getLogger("spark_groups").setLevel(
+        os.environ.get("SPARK_GROUPS_LOG_LEVEL", "INFO").upper()
+    )
     try:
         config = load_config(args.conf, args.bootstrap_servers, args.group_instance_id, overrides)
     except (JobConfigError, ValueError) as exc:

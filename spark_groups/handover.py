@@ -109,9 +109,7 @@ class SinkTableHandover:
             TopicPartition(p.topic, p.partition): p.offset
             for p in consumer.committed(asked, timeout=self.kafka_timeout_s)
         }
-        ahead = {
-            tp: v for tp, v in claimed.positions.items() if v > max(committed.get(tp, -1), -1)
-        }
+        ahead = {tp: v for tp, v in claimed.positions.items() if v > max(committed.get(tp, -1), -1)}
         if not ahead:
             return
         consumer.commit(

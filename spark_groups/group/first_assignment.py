@@ -99,10 +99,11 @@ def describe_group(config: Mapping[str, Any], group_id: str, timeout_s: float = 
     """The group's state and members as one line (DescribeGroups through an AdminClient of
     ``config``'s connection settings); secrets never appear in it."""
     from spark_groups.kafka.client import AdminClient
+    from spark_groups.kafka.logs import with_logger
 
     connection = {k: v for k, v in config.items() if k.startswith(_CONNECTION_PREFIXES)}
     try:
-        admin = AdminClient(connection)
+        admin = AdminClient(with_logger(connection))
         group = admin.describe_consumer_groups([group_id])[group_id].result(timeout_s)
         cluster_id = str(admin.list_topics(timeout=timeout_s).cluster_id or "")
     except Exception as exc:

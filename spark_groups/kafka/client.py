@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from spark_groups.errors import SparkGroupsError
 from spark_groups.kafka.config import bootstrap_servers_of
 from spark_groups.kafka.errors import config_error
+from spark_groups.kafka.logs import with_logger
 from spark_groups.kafka.secrets import scrub
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "Producer",
     "create_consumer",
     "librdkafka_path",
+    "librdkafka_version",
     "validate_config",
 ]
 
@@ -47,7 +49,7 @@ def create_consumer(config: Mapping[str, Any]) -> Consumer:
     """A ``Consumer`` for ``config``; a setting librdkafka rejects raises
     :class:`SparkGroupsError` naming the bootstrap servers, with secrets scrubbed."""
     try:
-        return Consumer(dict(config))
+        return Consumer(with_logger(config))
     except KafkaException as exc:
         raise SparkGroupsError(
             f"cannot create a Kafka consumer for {bootstrap_servers_of(config)}: "
@@ -64,6 +66,14 @@ def validate_config(config: Mapping[str, Any]) -> None:
         Consumer(checked).close()
     except KafkaException as exc:
         raise config_error(exc) from None
+
+
+def librdkafka_version() -> tuple[str, str]:
+    """The versions of confluent-kafka and of the librdkafka it runs on."""
+    import confluent_kafka
+
+    client = confluent_kafka.version()
+    return str(client[0] if isinstance(client, tuple) else client), confluent_kafka.libversion()[0]
 
 
 def librdkafka_path() -> str | None:

@@ -57,6 +57,7 @@ typedef struct rd_kafka_topic_partition_s {
     void *_private;
 } rd_kafka_topic_partition_t;
 typedef void(error_cb_t)(rd_kafka_t *, int, const char *, void *);
+typedef void(log_cb_t)(const rd_kafka_t *, int, const char *, const char *);
 #define RD_KAFKA_CONSUMER 1
 #define ERR__PARTITION_EOF (-191)
 #define ERR__AUTO_OFFSET_RESET (-140)
@@ -67,6 +68,9 @@ typedef void(error_cb_t)(rd_kafka_t *, int, const char *, void *);
     X(rd_kafka_conf_t *, rd_kafka_conf_new, (void))                                               \
     X(int, rd_kafka_conf_set, (rd_kafka_conf_t *, const char *, const char *, char *, size_t))   \
     X(void, rd_kafka_conf_set_error_cb, (rd_kafka_conf_t *, error_cb_t *))                        \
+    X(void, rd_kafka_conf_set_log_cb, (rd_kafka_conf_t *, log_cb_t *))                            \
+    X(rd_kafka_resp_err_t, rd_kafka_set_log_queue, (rd_kafka_t *, rd_kafka_queue_t *))            \
+    X(void *, rd_kafka_opaque, (const rd_kafka_t *))                                              \
     X(void, rd_kafka_conf_set_opaque, (rd_kafka_conf_t *, void *))                                \
     X(void, rd_kafka_conf_destroy, (rd_kafka_conf_t *))                                           \
     X(rd_kafka_t *, rd_kafka_new, (int, rd_kafka_conf_t *, char *, size_t))                       \
@@ -341,13 +345,16 @@ typedef struct {
 /* What Python must decide on: a client error (error_cb) or a fetch error (`index`: the range,
  * or -1). Out-of-range errors are flagged on their ranges instead (events() adds one
  * EV_OUT_OF_RANGE when there are new ones), so that no number of them can overflow. */
-enum { EV_CLIENT, EV_FETCH, EV_OUT_OF_RANGE };
+enum { EV_CLIENT, EV_FETCH, EV_OUT_OF_RANGE, EV_LOG };
 typedef struct {
     int kind, code;
     Py_ssize_t index;
     char reason[256], topic[256];
 } Event;
 #define MAX_EVENTS 32
+/* librdkafka's log lines (EV_LOG, `code` its syslog level) never take the last slots, which
+ * errors may need: a flood of log lines in one fill() is cut there instead. */
+#define MAX_LOG_EVENTS (MAX_EVENTS - 8)
 
 /* Finished partitions are unassigned a few at a time (each call costs about as much as reading
  * a hundred records), at once when records past a range's end arrive: spark_groups.read.loop's
@@ -393,6 +400,16 @@ static void add_event(NConsumer *self, int kind, Py_ssize_t index, int code, con
 /* librdkafka's error_cb, served inside consume on the reading thread (no GIL needed). */
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
     add_event(opaque, EV_CLIENT, -1, err, reason, reason ? strlen(reason) : 0, NULL);
+}
+
+/* librdkafka's log_cb: with log.queue=true and the log queue forwarded to the consumer's,
+ * served inside consume on the reading thread, like on_error. */
+static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
+    NConsumer *self = p_rd_kafka_opaque(rk);
+    char line[256];
+    if (!self || self->n_events >= MAX_LOG_EVENTS) return;
+    int n = snprintf(line, sizeof line, "%s %s", fac ? fac : "", buf ? buf : "");
+    add_event(self, EV_LOG, -1, level, line, n < 0 ? 0 : (size_t)n, NULL);
 }
 
 static void batch_free(Batch *b) {
@@ -474,7 +491,13 @@ static int NConsumer_init(NConsumer *self, PyObject *args, PyObject *kwds) {
             return -1;
         }
     }
+    if (p_rd_kafka_conf_set(conf, "log.queue", "true", err, sizeof err) != 0) {
+        PyErr_SetString(PyExc_ValueError, err);
+        p_rd_kafka_conf_destroy(conf);
+        return -1;
+    }
     p_rd_kafka_conf_set_error_cb(conf, on_error);
+    p_rd_kafka_conf_set_log_cb(conf, on_log);
     p_rd_kafka_conf_set_opaque(conf, self);
     self->rk = p_rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
     if (!self->rk) {
@@ -483,6 +506,7 @@ static int NConsumer_init(NConsumer *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     p_rd_kafka_poll_set_consumer(self->rk);
+    p_rd_kafka_set_log_queue(self->rk, NULL); /* the main queue, forwarded to the consumer's */
     self->queue = p_rd_kafka_queue_get_consumer(self->rk);
     return 0;
 }

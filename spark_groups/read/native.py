@@ -63,7 +63,7 @@ READ_PATHS = ("auto", "python", "native")
 #: Longest time the C loop runs before Python looks at stalls (and signals) again.
 _MAX_WAIT_S = 1.0
 # The kinds of the events the extension hands back (_native.c: EV_*).
-_CLIENT, _FETCH, _OUT_OF_RANGE = 0, 1, 2
+_CLIENT, _FETCH, _OUT_OF_RANGE, _LOG = 0, 1, 2, 3
 
 _load_error: str | None = None  # None: not tried yet; "": loaded
 _told: set[str] = set()
@@ -235,6 +235,9 @@ class NativeTaskRead:
         for kind, _, code, text, _ in events:
             if kind == _CLIENT:
                 self.entry.on_error(KafkaError(code, text))
+            elif kind == _LOG:  # librdkafka's own line: its syslog level, "FACILITY text"
+                facility, _, message = text.partition(" ")
+                self.entry.log.syslog(code, facility, message)
         if self.entry.last_error is not None:
             self.faults.client_error()
         for kind, index, code, text, topic in events:

@@ -21,6 +21,7 @@ from typing import Any
 
 from spark_groups.kafka.client import KafkaError, KafkaException, create_consumer
 from spark_groups.kafka.config import bootstrap_servers_of, layered
+from spark_groups.kafka.logs import LibrdkafkaLog
 
 # The read path logs under the logger it has always used (spark_groups.read.reader).
 log = logging.getLogger("spark_groups.read.reader")
@@ -72,6 +73,8 @@ class PooledConsumer:
     key: PoolKey
     consumer: Any = None
     last_error: KafkaError | None = field(default=None)
+    #: Where the native consumer's librdkafka lines go (the Python one's has its own).
+    log: LibrdkafkaLog = field(default_factory=LibrdkafkaLog)
 
     @property
     def pid(self) -> int:
@@ -123,7 +126,7 @@ def checkout(config: dict[str, str], path: str = "python") -> PooledConsumer:
         idle = _POOL.get(key)
         if idle:
             return idle.pop()
-    entry = PooledConsumer(key=key)
+    entry = PooledConsumer(key=key, log=LibrdkafkaLog(config))
     if path == "native":
         from spark_groups.read import native
 

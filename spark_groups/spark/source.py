@@ -153,7 +153,9 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """Executor side: read exactly the task's ranges as Arrow record batches."""
         from spark_groups.read.reader import read_ranges
+        from spark_groups.spark.worker_logging import log_to_stderr
 
+        log_to_stderr()  # an executor's worker: librdkafka's lines and ours to its stderr
         assert isinstance(partition, RangesPartition)
         return read_ranges(
             self.options.reader_config(),

@@ -136,7 +136,24 @@ partition_option = click.option(
 )
 
 
+def _print_versions(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from spark_groups.tools.versions import versions_text
+
+    click.echo(versions_text())
+    ctx.exit()
+
+
 @click.group()
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_versions,
+    help="Show the versions of spark-groups, pyspark, confluent-kafka/librdkafka and deltalake.",
+)
 def main() -> None:
     """Inspect and manage consumer groups read by spark_groups queries."""
 

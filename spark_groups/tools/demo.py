@@ -36,6 +36,7 @@ from spark_groups.kafka.client import (
     Producer,
 )
 from spark_groups.kafka.client import KafkaTopicPartition as TopicPartition
+from spark_groups.kafka.logs import with_logger
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition as TP
 from spark_groups.sink.commit import committed_positions
@@ -71,14 +72,14 @@ def serve_broker(port: int, topic: str, partitions: int, rate: int) -> None:
     with EmbeddedBroker(port=port) as broker:
         servers = broker.bootstrap_servers
         if topic:
-            admin = AdminClient({"bootstrap.servers": servers})
+            admin = AdminClient(with_logger({"bootstrap.servers": servers}))
             admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
             del admin  # released now, not after the broker is gone
         click.echo(
             f"broker on {servers}; topic {topic!r} ({partitions} partitions); "
             f"{rate} sample orders/s; Ctrl-C stops it (its data is gone then)"
         )
-        producer = Producer({"bootstrap.servers": servers, "linger.ms": "5"})
+        producer = Producer(with_logger({"bootstrap.servers": servers, "linger.ms": "5"}))
         sent = 0
         try:
             while True:
@@ -99,10 +100,10 @@ def serve_broker(port: int, topic: str, partitions: int, rate: int) -> None:
 
 def produce_orders(servers: str) -> dict[int, int]:
     """Create the topic and produce sample orders; return records per partition."""
-    admin = AdminClient({"bootstrap.servers": servers})
+    admin = AdminClient(with_logger({"bootstrap.servers": servers}))
     for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values():
         future.result(30)
-    producer = Producer({"bootstrap.servers": servers, "linger.ms": "5"})
+    producer = Producer(with_logger({"bootstrap.servers": servers, "linger.ms": "5"}))
     counts = dict.fromkeys(range(PARTITIONS), 0)
 
     def delivered(error: object, message: object) -> None:
@@ -188,7 +189,7 @@ def report(servers: str, produced: dict[int, int], work: Path = WORK) -> None:
             f"  {row['topic']}-{row['partition']}@{row['offset']}: {bytes(row['value']).decode()}"
         )
 
-    admin = AdminClient({"bootstrap.servers": servers})
+    admin = AdminClient(with_logger({"bootstrap.servers": servers}))
     request = ConsumerGroupTopicPartitions(
         GROUP, [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
     )

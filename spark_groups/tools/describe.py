@@ -14,6 +14,7 @@ from typing import Any
 
 from spark_groups.errors import BrokerUnreachableError, OptionError, TopicNotFoundError
 from spark_groups.kafka.client import AdminClient, ConsumerGroupTopicPartitions, KafkaException
+from spark_groups.kafka.logs import with_logger
 from spark_groups.kafka.secrets import scrub
 from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.ledger import OffsetLedger
@@ -98,7 +99,7 @@ def admin_client(config: Mapping[str, Any]) -> AdminClient:
     """An AdminClient for ``config`` (librdkafka settings); :class:`OptionError` (secrets
     scrubbed) for a setting librdkafka rejects."""
     try:
-        return AdminClient(dict(config))
+        return AdminClient(with_logger(config))
     except (KafkaException, ValueError, TypeError) as exc:
         raise OptionError("-X", f"bad client setting: {scrub(str(exc), config)}") from None
 

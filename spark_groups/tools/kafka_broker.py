@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Self
 
 from spark_groups.errors import BrokerUnreachableError, SparkGroupsError
+from spark_groups.kafka.logs import with_logger
 from spark_groups.tools.processes import Launcher, ManagedProcess, free_ports, java, port_open
 
 log = logging.getLogger(__name__)
@@ -286,7 +287,9 @@ class KafkaBroker(Launcher):
             if not port_open(self.port):
                 return False
             try:
-                admin = admin or AdminClient({"bootstrap.servers": self.bootstrap_servers})
+                admin = admin or AdminClient(
+                    with_logger({"bootstrap.servers": self.bootstrap_servers})
+                )
                 return bool(admin.list_topics(timeout=1).brokers)
             except Exception:
                 return False

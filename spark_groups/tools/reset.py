@@ -42,6 +42,7 @@ from spark_groups.kafka.client import (
     KafkaException,
     KafkaTopicPartition,
 )
+from spark_groups.kafka.logs import with_logger
 from spark_groups.kafka.secrets import scrub
 from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.ledger import OffsetLedger
@@ -173,7 +174,9 @@ def plan_reset(
 def _offsets_for_time(
     config: Mapping[str, Any], partitions: list[TopicPartition], ms: int, rows: Mapping
 ) -> dict[TopicPartition, int]:
-    consumer = Consumer({**config, "group.id": "spark-groups-reset", "enable.auto.commit": False})
+    consumer = Consumer(
+        with_logger({**config, "group.id": "spark-groups-reset", "enable.auto.commit": False})
+    )
     try:
         found = consumer.offsets_for_times(
             [KafkaTopicPartition(tp.topic, tp.partition, ms) for tp in partitions], timeout=15

@@ -130,3 +130,26 @@ def test_broker_runs_in_the_foreground_producing_orders_until_ctrl_c() -> None:
     assert process.returncode == 0, output
     assert f"broker on 127.0.0.1:{port}" in output
     assert "stopped after producing" in output
+
+
+def test_version_names_every_library_a_support_case_needs() -> None:
+    """``spark-groups --version``: the package (one version, kept in spark_groups/__init__.py
+    and read by the build) and what it runs with."""
+    from importlib import metadata
+
+    import confluent_kafka
+
+    import spark_groups
+
+    done = subprocess.run(
+        [sys.executable, "-c", "from spark_groups.tools.cli import main; main()", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows = dict(line.split(None, 1) for line in done.stdout.splitlines())
+    assert rows["spark-groups"] == spark_groups.__version__ == metadata.version("spark-groups")
+    assert rows["librdkafka"] == confluent_kafka.libversion()[0]
+    assert rows["deltalake"] == metadata.version("deltalake")
+    assert rows["pyspark"] == metadata.version("pyspark")
+    assert {"confluent-kafka", "python", "read", "pyarrow"} <= set(rows)

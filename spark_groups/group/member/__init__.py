@@ -43,6 +43,7 @@ from spark_groups.group.member.owner import OwnerThread
 from spark_groups.group.member.topics import Subscription
 from spark_groups.kafka.client import Consumer, KafkaException
 from spark_groups.kafka.errors import config_error
+from spark_groups.kafka.logs import with_logger
 from spark_groups.offsets import TopicPartition
 
 __all__ = ["GroupMember", "RebalanceListener", "parse_generation"]
@@ -229,7 +230,7 @@ class GroupMember:
         config: dict[str, Any] = dict(self._config)
         config["error_cb"] = self._callbacks.on_error
         try:
-            return Consumer(config)
+            return Consumer(with_logger(config))
         except KafkaException as exc:
             raise config_error(exc) from None
 

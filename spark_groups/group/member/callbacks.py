@@ -30,10 +30,12 @@ from typing import Protocol
 from spark_groups.errors import GroupMembershipError
 from spark_groups.kafka import auth
 from spark_groups.kafka.client import Consumer, KafkaError, KafkaException, KafkaTopicPartition
+from spark_groups.kafka.logs import FoldedLog
 from spark_groups.offsets import TopicPartition
 
 #: The member's logger: its assignment events are documented under this name (groups.md).
 log = logging.getLogger("spark_groups.group.member")
+_folded = FoldedLog(log)
 
 
 class RebalanceListener(Protocol):
@@ -168,11 +170,11 @@ class Callbacks:
             # librdkafka retries refused credentials forever; they will not start working.
             self._fail(auth.authentication_error(error, self._config))
         elif error.code() == KafkaError._ALL_BROKERS_DOWN:
-            log.warning("group member: all brokers are down (%s)", error.str())
+            _folded.log(logging.WARNING, f"group member: all brokers are down ({error.str()})")
         elif error.fatal():
             self._fail(self._membership_error(f"fatal consumer error: {error.str()}"))
-        else:
-            log.info("group member: %s", error.str())
+        else:  # librdkafka logs the same through spark_groups.kafka.librdkafka
+            log.debug("group member: %s", error.str())
 
     def on_assign(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
         """Assign and pause ``partitions``, then tell the listener (``on_assigned``)."""
