@@ -159,7 +159,9 @@ class BatchCommitter:
         while True:
             owned = member.assignment
             with self.books.lock:
-                ranges = self.books.partitions.committable(batch.batch, batch.ranges, owned)
+                ranges = self.books.partitions.committable(
+                    batch.batch, batch.ranges, owned, batch.claim_map()
+                )
             if not ranges:
                 return [], {}
             offsets = {r.topic_partition: r.until_offset for r in ranges}

@@ -151,21 +151,31 @@ class PartitionTable:
         return {tp: s.committed for tp, s in self._states.items() if s.committed is not None}
 
     def committable(
-        self, batch: int, ranges: Sequence[OffsetRange], owned: frozenset[TopicPartition]
+        self,
+        batch: int,
+        ranges: Sequence[OffsetRange],
+        owned: frozenset[TopicPartition],
+        claims: Mapping[TopicPartition, int] | None = None,
     ) -> list[OffsetRange]:
         """The ranges of ``batch`` that may be committed: their partition is in ``owned``, was
-        not given up after ``batch`` was planned, and the range ends past what is committed.
+        not given up after ``batch`` was planned, was read under the partition's current
+        claim when ``claims`` (the batch's tokens) names one (the sink leaves out what was
+        read under another: a batch of this member's before a restart, say), and the range
+        ends past what is committed.
 
         Caller: ``BatchCommitter`` (``group.commit``), before committing. Affects: nothing.
         """
         kept = []
+        claims = claims or {}
         for r in ranges:
             tp = r.topic_partition
             state = self._states.get(tp)
             committed = state.committed if state is not None and state.committed is not None else -1
+            token = claims.get(tp)
             if (
                 tp in owned
                 and batch > self._gave_up_through.get(tp, -1)
+                and (token is None or (state is not None and state.claim == token))
                 and r.until_offset > committed
             ):
                 kept.append(r)

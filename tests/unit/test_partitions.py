@@ -126,3 +126,18 @@ def test_start_rule_new_partitions_default_to_earliest() -> None:
     assert start_rule(starting, T0, discovered_later=False) == LATEST
     assert start_rule(starting, T0, discovered_later=True) == EARLIEST
     assert start_rule(starting, T1, discovered_later=True) == 42
+
+
+def test_a_range_read_under_another_claim_is_never_committed() -> None:
+    """A batch logged before a restart carries the old process's claim token; the sink left
+    those partitions out of it, so the restarted member's safe point must not commit them:
+    the next batch reads them from where the table stands."""
+    table = PartitionTable()
+    table.resume(T0, 20, committed=20)
+    table.set_claim(T0, 7)
+    logged = [rng(T0, 20, 30)]
+    assert table.committable(2, logged, OWNED, {T0: 3}) == []  # read under the old claim
+    assert table.committable(2, logged, OWNED, {T0: 7}) == logged  # under this one
+    assert table.committable(2, logged, OWNED) == logged  # no claim: as before claims
+    table.released([T0], through_batch=2)
+    assert table.committable(3, [rng(T0, 30, 40)], OWNED, {T0: 7}) == []
