@@ -163,7 +163,7 @@ def summary_line(totals: RunTotals, last: Any | None) -> str:
     timeouts, failed commits) from the coordinator metrics of the last batch."""
     from spark_groups.metrics import coordinator_metrics
 
-    line = f"run summary: {totals.records:,} records in {totals.batches} batches"
+    line = f"run summary: {totals.records:,} records in {_n(totals.batches, 'batch')}"
     for source in last["sources"] if last is not None else []:
         for m in coordinator_metrics({"sources": [source]}):
             line += (
@@ -176,7 +176,7 @@ def summary_line(totals: RunTotals, last: Any | None) -> str:
 
 
 def _n(count: int, what: str) -> str:
-    return f"{count} {what}{'' if count == 1 else 's'}"
+    return f"{count} {what}{'' if count == 1 else 'es' if what.endswith('ch') else 's'}"
 
 
 def batch_line(progress: Any) -> str:

@@ -97,7 +97,7 @@ def test_scheduled_runs_land_every_record_once_and_commit(
     # The end of the run as one short sentence (the full metrics only at DEBUG).
     (summary,) = [ln for ln in log.splitlines() if "run summary:" in ln]
     assert re.search(
-        r"run summary: 300 records in \d+ batches, lag 0; \d+ rebalances?, \d+ barrier waits?, "
+        r"run summary: 300 records in \d+ batch(es)?, lag 0; \d+ rebalances?, \d+ barrier waits?, "
         r"0 barrier timeouts, 0 failed commits$",
         summary,
     ), summary
