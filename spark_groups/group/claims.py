@@ -109,6 +109,14 @@ class Claims:
             for tp in unclaimed:
                 self.books.partitions.set_claim(tp, token)
 
+    def release_all(self, member: GroupMember) -> set[TopicPartition]:
+        """Step 2 for every claimed partition, as the member leaves the group: what
+        :meth:`release` settled. Takes the committer's lock (no safe point runs beside it)."""
+        with self.committer.lock:
+            with self.books.lock:
+                claimed = list(self.books.partitions.claims())
+            return self.release(member, claimed, "leaving the group")
+
     def release(
         self, member: GroupMember, partitions: Iterable[TopicPartition], why: str
     ) -> set[TopicPartition]:

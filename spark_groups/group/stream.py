@@ -44,7 +44,6 @@ from datetime import timedelta
 from typing import Any
 
 from spark_groups import crash_points
-from spark_groups import metrics as coordinator_metrics
 from spark_groups.errors import BrokerUnreachableError
 from spark_groups.group import first_assignment
 from spark_groups.group.arrivals import Arrivals
@@ -61,6 +60,7 @@ from spark_groups.group.member import GroupMember
 from spark_groups.group.partitions import PartitionTable
 from spark_groups.group.planner import plan_ranges, wait_for_more
 from spark_groups.group.replay import Replays
+from spark_groups.group.report import latest_report
 from spark_groups.group.sigterm import leave_on_sigterm
 from spark_groups.ledger import OffsetLedger
 from spark_groups.metrics import StreamMetrics
@@ -167,10 +167,7 @@ class GroupStream:
                 return
             member = self._member
             if member is not None and not member.closed:
-                with self._committer.lock:
-                    with self._books.lock:
-                        claimed = list(self._books.partitions.claims())
-                    settled = self._claims.release(member, claimed, "leaving the group")
+                settled = self._claims.release_all(member)
                 self._committer.what_finished(member, settled)
             with self._books.lock:
                 self._books.stopped = True
@@ -308,22 +305,7 @@ class GroupStream:
         """The log ends seen by the last plan, in the JSON shape of Spark's kafka source, and
         the coordinator metrics under ``metrics.METRICS_KEY`` (docs/metrics.md)."""
         member = self._member
-        if member is None:
-            return None
-        with self._books.lock:
-            committed = self._books.partitions.committed_offsets()
-            planned = self._books.partitions.plannable(member.assignment)
-        counters = coordinator_metrics.snapshot(
-            self.metrics,
-            member_id=member.member_id,
-            generation=member.generation,
-            assignment=member.assignment,
-            rebalances=member.rebalances,
-            log_ends=self._books.log_ends,
-            committed=committed,
-            planned=planned,
-        )
-        return coordinator_metrics.latest_offset_json(self._books.log_ends, counters)
+        return None if member is None else latest_report(member, self._books, self.metrics)
 
     # ------------------------------------------------------------------ internals
     def _wait_for_first_assignment(self, member: GroupMember) -> None:
