@@ -167,10 +167,11 @@ def summary_line(totals: RunTotals, last: Any | None) -> str:
     for source in last["sources"] if last is not None else []:
         for m in coordinator_metrics({"sources": [source]}):
             line += (
-                f", lag {_lag_after(source, m['lag'])}; {_n(m['rebalances'], 'rebalance')}, "
-                f"{_n(m['revocations'], 'barrier wait')}, "
-                f"{_n(m['barrier_timeouts'], 'barrier timeout')}, "
-                f"{_n(m['failed_commits'], 'failed commit')}"
+                f", lag {_lag_after(source, m['lag'])}; "
+                f"{_n(m.get('rebalances', 0), 'rebalance')}, "
+                f"{_n(m.get('revocations', 0), 'barrier wait')}, "
+                f"{_n(m.get('barrier_timeouts', 0), 'barrier timeout')}, "
+                f"{_n(m.get('failed_commits', 0), 'failed commit')}"
             )
     return line
 

@@ -132,8 +132,15 @@ def test_one_line_per_batch_with_records_lag_and_assignment(
     caplog.set_level("INFO", logger="spark_groups.jobs.ingest")
     # Batch 0 again, and an idle trigger's progress (no addBatch), are not repeated.
     progresses = [_progress(0, 5), _progress(1, 6), _progress(2, 0, ran=False)]
-    assert ingest.log_new_batches(progresses, 0) == 1
+    totals = ingest.RunTotals()
+    assert ingest.log_new_batches(progresses, 0, totals) == 1
     assert [r.getMessage() for r in caplog.records] == [ingest.batch_line(_progress(1, 6))]
+    assert (totals.records, totals.batches) == (6, 1)
+    # The end of the run: one short sentence.
+    assert ingest.summary_line(totals, _progress(1, 6)) == (
+        "run summary: 6 records in 1 batch, lag 2; 1 rebalance, 0 barrier waits, "
+        "0 barrier timeouts, 0 failed commits"
+    )
 
 
 def test_storage_options_and_shared_mount_reach_the_sink(tmp_path: Path) -> None:
