@@ -26,7 +26,7 @@ from spark_groups.offsets import TopicPartition
 from spark_groups.sink.claims import claim_app_id
 from spark_groups.sink.decision import BatchDecision
 from spark_groups.sink.plan import BatchPlan
-from spark_groups.sink.table import SinkTable, app_id, versions
+from spark_groups.sink.table import SinkTable, app_id, referenced, versions
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -162,9 +162,7 @@ class CommitAttempt:
             if table is None:
                 return False
             if decision.keep:
-                uris = table.file_uris()
-                wanted = decision.keep[0].path
-                return any(u.endswith("/" + wanted) for u in uris)
+                return bool(referenced(table, [decision.keep[0].path]))
             found = versions(table, self.group_id, decision.txns)
             return all(found.get(tp) == until for tp, until in decision.txns.items())
         except Exception as exc:

@@ -74,6 +74,7 @@ from spark_groups.sink.table import (
     SinkTable,
     app_id,
     committed_positions,
+    referenced,
     versions,
 )
 from spark_groups.sink.writer import DataFile, check_schema, remove_files
@@ -178,8 +179,7 @@ class DeltaSink:
         if not paths:
             return
         try:
-            table = self._table.load()
-            uris = table.file_uris() if table is not None else []
+            committed = referenced(self._table.load(), paths)
         except Exception as exc:
             log.warning(
                 "sink %s: cannot read the table to tell whether the aborted batch landed (%s); "
@@ -189,7 +189,6 @@ class DeltaSink:
                 len(paths),
             )
             return
-        committed = [p for p in paths if any(u.endswith("/" + p) for u in uris)]
         doomed = [p for p in paths if p not in committed]
         deleted = remove_files(self.uri, doomed, self.storage_options) if doomed else 0
         log.info(

@@ -59,6 +59,15 @@ def load(uri: str, storage_options: dict[str, str] | None) -> DeltaTable | None:
         raise SinkError(f"sink table {uri}: cannot open it: {type(exc).__name__}: {exc}") from exc
 
 
+def referenced(table: DeltaTable | None, paths: Iterable[str]) -> set[str]:
+    """The ``paths`` (relative to the table, as the sink's writers name files) that the
+    snapshot ``table`` references (none when there is no table)."""
+    if table is None:
+        return set()
+    uris = table.file_uris()
+    return {p for p in paths if any(u.endswith("/" + p) for u in uris)}
+
+
 def versions(
     table: DeltaTable, group_id: str, partitions: Iterable[TopicPartition]
 ) -> dict[TopicPartition, int]:
