@@ -1,13 +1,18 @@
 """The optional C accelerator of the executor read path (``spark_groups.read._native``).
 
 Everything else is in ``pyproject.toml``. ``optional=True``: without a C compiler or Python's
-headers the install still succeeds, without the extension, and the pure-Python read path runs.
-librdkafka is not linked: the extension loads confluent-kafka's own at run time.
+headers the install still succeeds, without the extension, and the pure-Python read path runs
+(``spark-groups --version`` says which path a machine has). The extension is built against
+Python's limited API of 3.11, so one ``abi3`` wheel serves CPython 3.11 and later. librdkafka
+is not linked: the extension loads confluent-kafka's own at run time (it links libc and libdl
+only; ``auditwheel show`` on the wheel says so).
 """
 
 import sys
 
 from setuptools import Extension, setup
+
+LIMITED_API = "cp311"  # the oldest CPython the wheel loads on (requires-python)
 
 setup(
     ext_modules=[
@@ -15,7 +20,10 @@ setup(
             "spark_groups.read._native",
             ["spark_groups/read/_native.c"],
             libraries=["dl"] if sys.platform.startswith("linux") else [],
+            define_macros=[("Py_LIMITED_API", "0x030B0000")],
+            py_limited_api=True,
             optional=True,
         )
-    ]
+    ],
+    options={"bdist_wheel": {"py_limited_api": LIMITED_API}},
 )

@@ -17,7 +17,17 @@ from spark_groups.embedded import EmbeddedBroker
 from spark_groups.tools.kafka_broker import KafkaBroker
 from spark_groups.tools.s3_server import S3Server
 
+import installed_package
 from broker_support import TEST_BROKER, broker_kind, create_topic
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the lanes of ``.ci/run`` (``SPARK_GROUPS_TEST_INSTALLED=1``), refuse to run tests
+    of anything but the installed wheel (:mod:`installed_package`)."""
+    if os.environ.get(installed_package.INSTALLED_ENV):
+        found = installed_package.problems()
+        if found:
+            raise pytest.UsageError("; ".join(found))
 
 
 @pytest.fixture(scope="session")

@@ -18,10 +18,13 @@
  * exported array with pyarrow.RecordBatch._import_from_c(address, schema), without a copy.
  */
 #define PY_SSIZE_T_CLEAN
+/* Python's limited API of 3.11 (setup.py sets Py_LIMITED_API): one abi3 wheel loads on 3.11
+ * and every later CPython. */
 #include <Python.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -467,8 +470,10 @@ static void close_consumer(NConsumer *self) {
 }
 
 static void NConsumer_dealloc(NConsumer *self) {
+    PyTypeObject *type = Py_TYPE((PyObject *)self); /* a heap type: its instances hold a reference */
     close_consumer(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    ((freefunc)PyType_GetSlot(type, Py_tp_free))(self);
+    Py_DECREF(type);
 }
 
 /* Consumer(config: dict[str, str]); a setting librdkafka refuses raises ValueError. */
@@ -484,7 +489,8 @@ static int NConsumer_init(NConsumer *self, PyObject *args, PyObject *kwds) {
     if (self->rk) close_consumer(self);
     rd_kafka_conf_t *conf = p_rd_kafka_conf_new();
     while (PyDict_Next(config, &pos, &k, &v)) {
-        const char *ks = PyUnicode_AsUTF8(k), *vs = ks ? PyUnicode_AsUTF8(v) : NULL;
+        const char *ks = PyUnicode_AsUTF8AndSize(k, NULL),
+                   *vs = ks ? PyUnicode_AsUTF8AndSize(v, NULL) : NULL;
         if (!vs || p_rd_kafka_conf_set(conf, ks, vs, err, sizeof err) != 0) {
             if (vs) PyErr_SetString(PyExc_ValueError, err);
             p_rd_kafka_conf_destroy(conf);
@@ -537,9 +543,9 @@ static int assign_one(NConsumer *self, Range *r, int64_t offset) {
  * every partition is assigned at its range's start. */
 static PyObject *NConsumer_assign(NConsumer *self, PyObject *arg) {
     if (!self->rk) return PyErr_Format(PyExc_RuntimeError, "closed");
-    PyObject *seq = PySequence_Fast(arg, "ranges must be a sequence");
+    PyObject *seq = PySequence_Tuple(arg);
     if (!seq) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_Size(seq);
     reset(self);
     self->ranges = calloc(n ? n : 1, sizeof(Range));
     if (!self->ranges) {
@@ -553,7 +559,7 @@ static PyObject *NConsumer_assign(NConsumer *self, PyObject *arg) {
         Py_ssize_t len;
         int partition;
         long long from, until;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "s#iLL", &topic, &len,
+        if (!PyArg_ParseTuple(PyTuple_GetItem(seq, i), "s#iLL", &topic, &len,
                               &partition, &from, &until)) {
             p_rd_kafka_topic_partition_list_destroy(list);
             Py_DECREF(seq);
@@ -818,8 +824,7 @@ static PyObject *NConsumer_progress(NConsumer *self, PyObject *unused) {
         Range *r = &self->ranges[i];
         PyObject *t = Py_BuildValue("(Lidi)", (long long)r->next, r->done,
                                     now - r->last_progress, r->out_of_range);
-        if (!t) Py_CLEAR(list);
-        else PyList_SET_ITEM(list, i, t);
+        if (!t || PyList_SetItem(list, i, t)) Py_CLEAR(list); /* SetItem steals t */
     }
     return list;
 }
@@ -906,21 +911,21 @@ static PyMethodDef NConsumer_methods[] = {
     {"close", (PyCFunction)NConsumer_close, METH_NOARGS, "close the consumer"},
     {NULL}};
 
-static PyTypeObject NConsumerType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "spark_groups.read._native.Consumer",
-    .tp_doc = "A librdkafka consumer reading a task's ranges into Arrow batches.",
-    .tp_basicsize = sizeof(NConsumer),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)NConsumer_init,
-    .tp_dealloc = (destructor)NConsumer_dealloc,
-    .tp_methods = NConsumer_methods,
-};
+static PyType_Slot NConsumer_slots[] = {
+    {Py_tp_doc, "A librdkafka consumer reading a task's ranges into Arrow batches."},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_init, NConsumer_init},
+    {Py_tp_dealloc, NConsumer_dealloc},
+    {Py_tp_methods, NConsumer_methods},
+    {0, NULL}};
+
+static PyType_Spec NConsumer_spec = {"spark_groups.read._native.Consumer", sizeof(NConsumer), 0,
+                                     Py_TPFLAGS_DEFAULT, NConsumer_slots};
 
 /* load(path): resolve librdkafka's functions from the shared library at `path`. */
 static PyObject *native_load(PyObject *mod, PyObject *arg) {
     if (loaded) Py_RETURN_NONE;
-    const char *path = PyUnicode_AsUTF8(arg);
+    const char *path = PyUnicode_AsUTF8AndSize(arg, NULL);
     if (!path) return NULL;
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) return PyErr_Format(PyExc_ImportError, "%s", dlerror());
@@ -940,12 +945,11 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native",
                                     module_methods};
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&NConsumerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    Py_INCREF(&NConsumerType);
-    if (PyModule_AddObject(m, "Consumer", (PyObject *)&NConsumerType) < 0) {
-        Py_DECREF(&NConsumerType);
+    PyObject *type = PyType_FromSpec(&NConsumer_spec);
+    if (!type || PyModule_AddObject(m, "Consumer", type) < 0) { /* steals type on success */
+        Py_XDECREF(type);
         Py_DECREF(m);
         return NULL;
     }

@@ -12,8 +12,9 @@ Which path runs (:func:`use_native`): the ``readPath`` option (``read_path``) an
 ``SPARK_GROUPS_READ_PATH`` environment variable, each ``auto`` (the default), ``python`` or
 ``native``. ``python`` on either side forces the Python path. ``native`` requires the native
 path: :class:`~spark_groups.errors.SparkGroupsError` when it cannot load. ``auto`` uses it when
-the extension was built (``pip install`` with a C compiler) and librdkafka loads; otherwise the
-Python path runs, said once at DEBUG. A task whose consumer configuration holds values other
+the extension was built (a wheel from PyPI carries it; an sdist builds it where a C compiler
+is) and librdkafka loads; otherwise the Python path runs. Each process says once, at INFO,
+which path it reads with and why. A task whose consumer configuration holds values other
 than text, numbers and booleans (confluent-kafka's Python callbacks) is read by the Python path.
 
 librdkafka is not linked: :func:`available` loads the one confluent-kafka ships (the same build
@@ -97,7 +98,7 @@ def load_error() -> str:
 def _once(text: str) -> None:
     if text not in _told:
         _told.add(text)
-        log.debug("%s", text)
+        log.info("%s", text)
 
 
 def use_native(read_path: str, config: Mapping[str, Any]) -> bool:
@@ -110,18 +111,24 @@ def use_native(read_path: str, config: Mapping[str, Any]) -> bool:
         if value not in READ_PATHS:
             raise ValueError(f"{name} must be one of {', '.join(READ_PATHS)}, got {value!r}")
     if "python" in (read_path, env):
+        source = "readPath=python" if read_path == "python" else f"{READ_PATH_ENV}=python"
+        _once(f"the Python read path reads this process's tasks ({source})")
         return False
     why = load_error()
     if why:
         if "native" in (read_path, env):
             source = "readPath=native" if read_path == "native" else f"{READ_PATH_ENV}=native"
             raise SparkGroupsError(f"{source} requires the native read path, but {why}")
-        _once(f"native read path unavailable ({why}): the Python read path runs")
+        _once(
+            f"the Python read path reads this process's tasks: the native one is not available"
+            f" ({why})"
+        )
         return False
     python_only = sorted(k for k, v in config.items() if not isinstance(v, str | int | float))
     if python_only:
         _once(f"the Python read path reads tasks configured with {', '.join(python_only)}")
         return False
+    _once("the native read path reads this process's tasks (spark_groups.read._native)")
     return True
 
 

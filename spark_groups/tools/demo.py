@@ -41,12 +41,13 @@ from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition as TP
 from spark_groups.sink.commit import committed_positions
 from spark_groups.storage.delta import open_table, query
+from spark_groups.tools.checkout import checkout_root
 from spark_groups.tools.embedded import EmbeddedBroker
 
 
 def source_root() -> Path:
-    """Where ``jobs/`` and ``conf/`` are: ``$SPARK_GROUPS_HOME``, else beside this package."""
-    return Path(os.environ.get("SPARK_GROUPS_HOME") or Path(__file__).resolve().parents[2])
+    """Where ``jobs/`` and ``conf/`` are (:func:`~spark_groups.tools.checkout.checkout_root`)."""
+    return checkout_root()
 
 
 WORK = Path("/tmp/spark-groups-demo")

@@ -30,6 +30,7 @@ from typing import Self
 
 from spark_groups.errors import BrokerUnreachableError, SparkGroupsError
 from spark_groups.kafka.logs import with_logger
+from spark_groups.tools.checkout import jars_root
 from spark_groups.tools.processes import Launcher, ManagedProcess, free_ports, java, port_open
 
 log = logging.getLogger(__name__)
@@ -90,12 +91,12 @@ rootLogger.appenderRef.err.ref = err
 
 
 def kafka_jars_dir() -> Path:
-    """Where the Kafka jars are: ``$SPARK_GROUPS_KAFKA_JARS``, else ``.cache/jars/kafka`` of
-    the source checkout this package runs from."""
+    """Where the Kafka jars are: ``$SPARK_GROUPS_KAFKA_JARS``, else ``kafka`` under
+    :func:`~spark_groups.tools.checkout.jars_root`."""
     configured = os.environ.get("SPARK_GROUPS_KAFKA_JARS")
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[2] / ".cache" / "jars" / "kafka"
+    return jars_root() / "kafka"
 
 
 def _classpath() -> str:

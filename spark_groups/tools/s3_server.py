@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from spark_groups.errors import SparkGroupsError
+from spark_groups.tools.checkout import jars_root
 from spark_groups.tools.processes import Launcher, ManagedProcess, free_ports, java, port_open
 
 if TYPE_CHECKING:
@@ -50,12 +51,12 @@ _LOGBACK = """\
 
 
 def s3proxy_jars_dir() -> Path:
-    """Where the S3Proxy jars are: ``$SPARK_GROUPS_S3PROXY_JARS``, else
-    ``.cache/jars/s3proxy`` of the source checkout this package runs from."""
+    """Where the S3Proxy jars are: ``$SPARK_GROUPS_S3PROXY_JARS``, else ``s3proxy`` under
+    :func:`~spark_groups.tools.checkout.jars_root`."""
     configured = os.environ.get("SPARK_GROUPS_S3PROXY_JARS")
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[2] / ".cache" / "jars" / "s3proxy"
+    return jars_root() / "s3proxy"
 
 
 def _classpath() -> str:

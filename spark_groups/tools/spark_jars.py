@@ -17,10 +17,10 @@ Nothing here imports Spark.
 from __future__ import annotations
 
 import importlib.metadata
-import os
 from pathlib import Path
 
 from spark_groups.errors import SparkGroupsError
+from spark_groups.tools.checkout import checkout_root, jars_root
 
 #: The jar sets that have a pom in ``jars/`` and are meant for Spark.
 SPARK_JAR_SETS = ("delta-spark", "spark-kafka", "hadoop-aws")
@@ -31,8 +31,6 @@ DELTA_SQL_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
-
-_ROOT = Path(__file__).resolve().parents[2]
 
 
 class JarsMissingError(SparkGroupsError):
@@ -58,12 +56,11 @@ def spark_line() -> str | None:
 
 
 def jars_dir(name: str, line: str | None = None) -> Path:
-    """The folder of jar set ``name`` under ``$SPARK_GROUPS_JARS`` when that is set, else
-    ``.cache/jars`` of the source checkout this package runs from: ``<name>@<line>`` for the
+    """The folder of jar set ``name`` under :func:`~spark_groups.tools.checkout.jars_root`
+    (``$SPARK_GROUPS_JARS`` or the checkout's ``.cache/jars``): ``<name>@<line>`` for the
     Spark line ``line`` (default: the running pyspark's) when fetched (``bash jars/fetch
     <name>@4.1``), else ``<name>``."""
-    base = os.environ.get("SPARK_GROUPS_JARS")
-    root = Path(base) if base else _ROOT / ".cache" / "jars"
+    root = jars_root()
     line = line or spark_line()
     if line is not None and (root / f"{name}@{line}").is_dir():
         return root / f"{name}@{line}"
@@ -91,7 +88,7 @@ def jar_conf(*names: str, line: str | None = None) -> dict[str, str]:
 def delta_spark_python() -> Path:
     """The Python of ``bash jars/spark-venv 4.2.0`` (pyspark 4.2 and delta-spark, for a Delta
     application beside pyspark 4.3); raises :class:`JarsMissingError` when it is not there."""
-    venv = _ROOT / ".cache" / "venv" / "spark-4.2"
+    venv = checkout_root() / ".cache" / "venv" / "spark-4.2"
     python = venv / "bin" / "python"
     if not python.exists():
         raise JarsMissingError("delta-spark Python", venv, "bash jars/spark-venv 4.2.0")

@@ -303,14 +303,16 @@ def test_which_read_path_runs(monkeypatch, caplog):
         native.use_native("c", config)
     assert native.READ_PATHS == READ_PATHS  # the option's values
 
-    # Where it cannot load: the Python path, said once at DEBUG; an error where required.
+    # Where it cannot load: the Python path, said once at INFO (with why); an error where
+    # required.
     monkeypatch.setattr(native, "_load_error", "the C extension is not built")
     monkeypatch.setattr(native, "_told", set())
-    with caplog.at_level(logging.DEBUG, logger="spark_groups"):
+    with caplog.at_level(logging.INFO, logger="spark_groups"):
         assert native.use_native("auto", config) is False
         assert native.use_native("auto", config) is False
     said = [r for r in caplog.records if "not built" in r.getMessage()]
-    assert len(said) == 1 and said[0].levelno == logging.DEBUG
+    assert len(said) == 1 and said[0].levelno == logging.INFO
+    assert "the Python read path reads this process's tasks" in said[0].getMessage()
     with pytest.raises(SparkGroupsError, match="readPath=native requires"):
         native.use_native("native", config)
     monkeypatch.setenv(native.READ_PATH_ENV, "native")
@@ -320,7 +322,12 @@ def test_which_read_path_runs(monkeypatch, caplog):
     # Where it loads: native, but not for a configuration holding a Python callback.
     monkeypatch.setattr(native, "_load_error", "")
     monkeypatch.delenv(native.READ_PATH_ENV)
-    assert native.use_native("auto", config) is True
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="spark_groups"):
+        assert native.use_native("auto", config) is True
+        assert native.use_native("auto", config) is True
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["the native read path reads this process's tasks (spark_groups.read._native)"]
     assert native.use_native("auto", {**config, "oauth_cb": print}) is False
 
 

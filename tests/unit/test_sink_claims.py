@@ -90,9 +90,12 @@ def test_a_release_during_the_sinks_commit_settles_it_one_way(tmp_path: Path, or
     assert offsets_in(table, 1) == list(range(20))  # the partition still claimed is written
     # Whatever the order, the table's position is what the next owner starts from, and the
     # fenced files are gone.
-    assert DeltaTable(str(table)).transaction_version(
-        f"spark_groups:{DeltaTable(str(table)).metadata().id}:{TOPIC}:0:g1"
-    ) == settled.positions[TP0]
+    assert (
+        DeltaTable(str(table)).transaction_version(
+            f"spark_groups:{DeltaTable(str(table)).metadata().id}:{TOPIC}:0:g1"
+        )
+        == settled.positions[TP0]
+    )
     kept = {f.path for f in files if f.partition == 0}
     assert (kept <= parquet_files(table)) == (order == "sink-first")
 
