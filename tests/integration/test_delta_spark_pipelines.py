@@ -28,6 +28,7 @@ from test_sink import IdProducer, Member, ids_source, member_spec, table_ids
 
 from bench.members import stop_all
 from bench.sink_member import DEFAULT_SQL
+from spark_groups.crash_points import ARM_ENV, CRASH_ENV
 from spark_groups.tools.spark_jars import DELTA_SQL_CONF, jar_conf
 
 from broker_support import committed_offsets, log_end_offsets, produce_ids, wait_until
@@ -193,7 +194,8 @@ def test_foreach_batch_merge_in_two_members_one_killed_every_id_exactly_once(
 ) -> None:
     """sink_member.py's ``merge_into`` (foreachBatch, MERGE ... WHEN NOT MATCHED INSERT on
     the Kafka position) in two members, a producer running, A killed right after a MERGE
-    (before its next trigger commits that batch's offsets) and restarted."""
+    (crash point ``spark.commit_log``: Spark logged the batch, the source has not committed
+    its offsets) and restarted."""
     topic = make_topic(4)
     group, table = unique("g"), tmp_path / "table"
     spark.sql(f"CREATE TABLE delta.`{table}` ({IDS_DDL}) USING delta PARTITIONED BY (partition)")
@@ -210,17 +212,21 @@ def test_foreach_batch_merge_in_two_members_one_killed_every_id_exactly_once(
         metrics = merge["operationMetrics"]
         return int(metrics["numSourceRows"]) - int(metrics["numTargetRowsInserted"])
 
-    a, b = member("A", "30 seconds"), member("B", "3 seconds")
+    a, b = member("A", "3 seconds"), member("B", "3 seconds")
+    arm = tmp_path / "arm-A"
     producer = IdProducer(bootstrap_servers, topic, 4, per_second=150)
     producer.start()
     try:
-        a.start()
+        a.start({CRASH_ENV: "spark.commit_log:SIGKILL", ARM_ENV: str(arm)})
         b.start()
         wait_until(lambda: merges(table, "A") and merges(table, "B"), 300,
                    "both members to MERGE batches")  # fmt: skip
-        seen = len(merges(table, "A"))
-        wait_until(lambda: len(merges(table, "A")) > seen, 90, "A's next MERGE")
-        a.kill()  # its next trigger, which would commit the batch's offsets, is ~30 s away
+        # A dies when Spark next commits a batch of A's: its MERGE landed, its offsets not.
+        arm.touch()
+        wait_until(lambda: arm.with_name("arm-A.fired").exists(), 120, "A's crash point")
+        assert a.proc is not None
+        a.proc.wait(60)
+        a.reap()
         killed_rows = int(merges(table, "A")[-1]["operationMetrics"]["numTargetRowsInserted"])
         b_seen = len(merges(table, "B"))
         # B takes A's partitions over from where the group's offsets stood: it reads A's last
@@ -230,8 +236,7 @@ def test_foreach_batch_merge_in_two_members_one_killed_every_id_exactly_once(
             120,
             "B to read A's last batch again",
         )
-        a.spec = {**a.spec, "trigger": "3 seconds"}  # restarted with its checkpoint
-        a.start()
+        a.start()  # restarted with its checkpoint
         restarted_from = len(merges(table, "A"))
         wait_until(lambda: len(merges(table, "A")) > restarted_from, 240,
                    "the restarted A to MERGE")  # fmt: skip
