@@ -556,18 +556,19 @@ static PyObject *NConsumer_assign(NConsumer *self, PyObject *arg) {
     double now = monotonic();
     for (Py_ssize_t i = 0; i < n; i++) {
         const char *topic;
-        Py_ssize_t len;
         int partition;
         long long from, until;
-        if (!PyArg_ParseTuple(PyTuple_GetItem(seq, i), "s#iLL", &topic, &len,
-                              &partition, &from, &until)) {
+        /* No "#" format: its length type follows PY_SSIZE_T_CLEAN, which an abi3 build made
+         * with 3.13's headers does not pass on to 3.11 (SystemError there). */
+        if (!PyArg_ParseTuple(PyTuple_GetItem(seq, i), "siLL", &topic, &partition, &from,
+                              &until)) {
             p_rd_kafka_topic_partition_list_destroy(list);
             Py_DECREF(seq);
             reset(self);
             return NULL;
         }
         Range *r = &self->ranges[self->n_ranges++];
-        *r = (Range){strdup(topic), (size_t)len, partition, from, until, 0, 0, now};
+        *r = (Range){strdup(topic), strlen(topic), partition, from, until, 0, 0, now};
         self->remaining += until - from;
         p_rd_kafka_topic_partition_list_add(list, topic, partition)->offset = from;
     }
