@@ -31,17 +31,13 @@ import pyarrow.fs as pafs
 from confluent_kafka import Producer
 from deltalake import DeltaTable, QueryBuilder
 
-import spark_groups
 from spark_groups.offsets import OffsetRange
 from spark_groups.sink.plan import read_batch_plan
 from spark_groups.storage.checkpoint import is_committed
 from spark_groups.storage.files import location
+from spark_groups.tools.checkout import package_checkout
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# Members import the spark_groups this process runs: this checkout's (an editable install), or
-# an installed wheel (the lanes of .ci/run, whose PYTHONPATH exposes bench/ and not the
-# checkout's package, which the repository root on PYTHONPATH would put first).
-_RUNS_THE_CHECKOUT = Path(spark_groups.__file__).resolve().parent == REPO_ROOT / "spark_groups"
 MEMBER_SCRIPT = Path(__file__).with_name("sink_member.py")
 
 
@@ -158,8 +154,11 @@ class Member:
         """Start the member (again); ``env`` adds to its environment (the crash points')."""
         self.runs += 1
         log = (self.logs / f"{self.name}-{self.runs}.log").open("w")
-        # bench/ and the same spark_groups as here, also in the member's Spark workers.
-        root = str(REPO_ROOT) if _RUNS_THE_CHECKOUT else None
+        # bench/ and the same spark_groups as here, also in the member's Spark workers: this
+        # checkout's (an editable install), or an installed wheel (the lanes of .ci/run, whose
+        # PYTHONPATH exposes bench/ and not the checkout's package, which the repository root
+        # on PYTHONPATH would put first).
+        root = str(REPO_ROOT) if package_checkout() else None
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         env = dict(os.environ, SPARK_GROUPS_LOG_LEVEL="INFO", PYTHONPATH=path, **(env or {}))
         self.proc = subprocess.Popen(

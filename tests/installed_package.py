@@ -9,7 +9,6 @@ native read path loads.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,29 +16,26 @@ from pathlib import Path
 #: Set by the lanes of ``.ci/run``: the tests must run an installed spark_groups.
 INSTALLED_ENV = "SPARK_GROUPS_TEST_INSTALLED"
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def _in_checkout(path: str) -> bool:
-    return Path(path).resolve().is_relative_to(REPO_ROOT / "spark_groups")
+# A child's spark_groups: prints where it is, exits 1 when that is a checkout.
+_CHILD = (
+    "import spark_groups; from spark_groups.tools.checkout import package_checkout; "
+    "print(spark_groups.__file__); raise SystemExit(package_checkout() is not None)"
+)
 
 
 def problems() -> list[str]:
     """Why these tests would not run the installed package (empty when they would)."""
     import spark_groups
     from spark_groups.read import native
+    from spark_groups.tools.checkout import package_checkout
 
     found = []
-    if _in_checkout(spark_groups.__file__):
+    if package_checkout() is not None:
         found.append(f"spark_groups imports from this checkout: {spark_groups.__file__}")
     child = subprocess.run(
-        [sys.executable, "-c", "import spark_groups; print(spark_groups.__file__)"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        env=os.environ,
-        timeout=60,
+        [sys.executable, "-c", _CHILD], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
     )
-    if child.returncode or _in_checkout(child.stdout.strip()):
+    if child.returncode:
         found.append(
             "a process started from the repository root imports spark_groups from "
             f"{child.stdout.strip() or child.stderr.strip()} (set PYTHONSAFEPATH=1)"

@@ -17,14 +17,19 @@ HOME_ENV = "SPARK_GROUPS_HOME"
 JARS_ENV = "SPARK_GROUPS_JARS"
 
 
+def package_checkout() -> Path | None:
+    """The checkout this package runs from (an editable install), None for an installed one."""
+    here = Path(__file__).resolve().parents[2]
+    return here if (here / "jars" / "fetch").is_file() else None
+
+
 def checkout_root() -> Path:
     """``$SPARK_GROUPS_HOME``; else the checkout this package runs from (an editable install);
     else the working directory."""
     configured = os.environ.get(HOME_ENV)
     if configured:
         return Path(configured)
-    here = Path(__file__).resolve().parents[2]
-    return here if (here / "jars" / "fetch").is_file() else Path.cwd()
+    return package_checkout() or Path.cwd()
 
 
 def jars_root() -> Path:
