@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spark_groups.kafka.client import KafkaTopicPartition
-from spark_groups.offsets import TopicPartition
+from spark_groups.offsets import TopicPartition, positions_text
 from spark_groups.sink import claims
 
 log = logging.getLogger(__name__)
@@ -120,5 +120,5 @@ class SinkTableHandover:
             "group %s: the sink table %s is ahead of Kafka's commits; starting there: %s",
             self.group_id,
             self.table,
-            ", ".join(f"{tp} {v}" for tp, v in sorted(ahead.items())),
+            positions_text(ahead),
         )

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping
 
 from spark_groups.kafka.watermarks import EndOffsetResolver
-from spark_groups.offsets import TopicPartition, positions_to_json
+from spark_groups.offsets import TopicPartition, positions_text
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,6 @@ class AvailableNowTargets:
         targets = self._targets
         return {tp: min(end, targets.get(tp, positions[tp])) for tp, end in ends.items()}
 
-    def describe(self) -> dict[str, dict[str, int]]:
-        """The targets in the JSON shape of Spark's kafka source's offsets."""
-        return positions_to_json(self._targets or {})
+    def describe(self) -> str:
+        """The targets, for the log (``t-0 50, t-1 40``)."""
+        return positions_text(self._targets or {})

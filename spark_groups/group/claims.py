@@ -36,7 +36,7 @@ from spark_groups.group.bookkeeping import Bookkeeping
 from spark_groups.group.commit import BatchCommitter
 from spark_groups.group.member import GroupMember
 from spark_groups.metrics import StreamMetrics
-from spark_groups.offsets import OffsetRange, TopicPartition
+from spark_groups.offsets import OffsetRange, TopicPartition, positions_text
 from spark_groups.options import SourceOptions
 from spark_groups.sink import claims
 
@@ -181,7 +181,7 @@ class Claims:
             log.error(
                 "%s: could not commit the sink table's positions %s to Kafka: %s",
                 why,
-                _text(offsets),
+                positions_text(offsets),
                 exc,
             )
             return
@@ -194,7 +194,7 @@ class Claims:
             self.books.partitions.record_commit({tp: v for tp, v in offsets.items() if tp in done})
             last = self.books.batches.highest
         self.committer.record_in_ledger(member, ranges, max(last, 0))
-        log.info("%s: committed the sink table's positions %s", why, _text(offsets))
+        log.info("%s: committed the sink table's positions %s", why, positions_text(offsets))
 
     def _positions(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """The table's positions without a claim (the claim failed)."""
@@ -207,7 +207,3 @@ class Claims:
             partitions,
             self.options.storage_options,
         )
-
-
-def _text(offsets: dict[TopicPartition, int]) -> str:
-    return ", ".join(f"{tp} {v}" for tp, v in sorted(offsets.items()))

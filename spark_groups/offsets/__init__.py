@@ -14,6 +14,7 @@ from spark_groups.offsets.ranges import (
     Handover,
     OffsetRange,
     TopicPartition,
+    positions_text,
     positions_to_json,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "Handover",
     "OffsetRange",
     "TopicPartition",
+    "positions_text",
     "positions_to_json",
 ]

@@ -205,6 +205,11 @@ def _handover_key(h: Handover) -> tuple[str, int, int, int, str]:
     return (h.topic, h.partition, -1 if h.since is None else h.since, h.until, h.by)
 
 
+def positions_text(positions: Mapping[TopicPartition, int]) -> str:
+    """Per-partition offsets for a log line or an error: ``orders-0 989, orders-1 1051``."""
+    return ", ".join(f"{tp} {offset}" for tp, offset in sorted(positions.items()))
+
+
 def positions_to_json(positions: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
     """Per-partition offsets in the JSON shape of Spark's kafka source: ``{topic: {p: off}}``."""
     out: dict[str, dict[str, int]] = {}

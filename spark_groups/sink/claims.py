@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from spark_groups.errors import SinkClaimError
-from spark_groups.offsets import TopicPartition
+from spark_groups.offsets import TopicPartition, positions_text
 from spark_groups.sink.table import load, versions
 from spark_groups.storage.files import table_uri
 
@@ -209,8 +209,9 @@ def _change(
                 what,
                 len(mine),
                 version,
-                {str(tp): v for tp, v in sorted(positions.items())},
-                f"; claimed by another owner meanwhile: {[str(tp) for tp in not_mine]}"
+                positions_text(positions) or "none",
+                "; claimed by another owner meanwhile: "
+                + ", ".join(str(tp) for tp in sorted(not_mine))
                 if not_mine
                 else "",
             )

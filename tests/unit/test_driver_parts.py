@@ -105,7 +105,7 @@ def test_available_now_cuts_the_ends_at_the_targets_fixed_at_the_start() -> None
     assert not targets.active
     assert targets.cut({T0: 100}, {T0: 0}) == {T0: 100}  # not an AvailableNow run
     targets.fix([T0], Ends({T0: 50}))  # type: ignore[arg-type]
-    assert targets.active and targets.describe() == {"t": {"0": 50}}
+    assert targets.active and targets.describe() == "t-0 50"
     # T1 appeared after the start: read no further than where it stands.
     assert targets.cut({T0: 100, T1: 30}, {T0: 0, T1: 10}) == {T0: 50, T1: 10}
 
