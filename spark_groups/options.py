@@ -78,6 +78,8 @@ SOURCE_OPTIONS: dict[str, str | None] = {
     "joinTimeoutMs": None,
     "arrowBatchRows": "10000",
     "recordsPerTask": str(DEFAULT_RECORDS_PER_TASK),
+    "minPartitions": None,
+    "maxRecordsPerPartition": None,
     "readPath": "auto",
 }
 
@@ -85,14 +87,6 @@ SOURCE_OPTIONS: dict[str, str | None] = {
 UNSUPPORTED_SPARK_OPTIONS: dict[str, str] = {
     "assign": "partitions are assigned by the consumer group; use subscribe or subscribePattern",
     "groupidprefix": "this source joins the group named by group.id",
-    "minpartitions": (
-        "a Kafka partition's range is never split between Spark tasks; small ranges share a "
-        "task, sized by recordsPerTask"
-    ),
-    "maxrecordsperpartition": (
-        "a Kafka partition's range is never split between Spark tasks; small ranges share a "
-        "task, sized by recordsPerTask"
-    ),
     "endingoffsets": "streaming queries read until stopped; use Trigger.AvailableNow to stop",
     "endingtimestamp": "streaming queries read until stopped; use Trigger.AvailableNow to stop",
     "endingoffsetsbytimestamp": (
@@ -148,6 +142,10 @@ class SourceOptions:
     arrow_batch_rows: int = 10_000
     #: Records per Spark task when small ranges are packed together; 0: one task per range.
     records_per_task: int = DEFAULT_RECORDS_PER_TASK
+    #: Split ranges so that a batch reads in about this many tasks (``minPartitions``).
+    min_partitions: int | None = None
+    #: Split ranges so that no task reads more records (``maxRecordsPerPartition``).
+    max_records_per_partition: int | None = None
     #: The executor read path: ``auto``, ``python`` or ``native`` (``readPath``).
     read_path: ReadPath = "auto"
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
@@ -217,6 +215,12 @@ def _positive_int(name: str, raw: str) -> int:
     if value <= 0:
         raise OptionError(name, f"must be greater than 0, got {value}")
     return value
+
+
+def _optional_positive_int(name: str, ours: Mapping[str, str]) -> int | None:
+    """``name`` as a whole number greater than 0, None when it is not given."""
+    raw = ours.get(name)
+    return None if raw is None else _positive_int(name, raw)
 
 
 def _non_negative_int(name: str, raw: str) -> int:
@@ -403,6 +407,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         records_per_task=_non_negative_int(
             "recordsPerTask", ours.get("recordsPerTask", str(DEFAULT_RECORDS_PER_TASK))
         ),
+        min_partitions=_optional_positive_int("minPartitions", ours),
+        max_records_per_partition=_optional_positive_int("maxRecordsPerPartition", ours),
         read_path=cast(ReadPath, _choice("readPath", ours, "auto", READ_PATHS)),
         kafka=kafka,
         storage_options=storage,

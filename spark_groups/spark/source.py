@@ -28,7 +28,7 @@ from spark_groups.errors import OptionNeedsSparkError
 from spark_groups.offsets import BatchOffset, OffsetRange
 from spark_groups.options import SourceOptions, parse_options, validate_client_config
 from spark_groups.read.schema import spark_ddl
-from spark_groups.read.tasks import pack_ranges
+from spark_groups.read.tasks import plan_tasks
 from spark_groups.spark.compat import (
     ADMISSION_CONTROL,
     SPARK_VERSION,
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 class RangesPartition(InputPartition):
     """One Spark task: read ``ranges``, at most one range per Kafka partition
-    (``spark_groups.read.tasks`` decides which ranges share a task)."""
+    (``spark_groups.read.tasks`` splits a batch's ranges and decides which share a task)."""
 
     def __init__(self, ranges: tuple[OffsetRange, ...]) -> None:
         super().__init__(ranges)
@@ -58,8 +58,8 @@ class RangesPartition(InputPartition):
 
 
 class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """The stream reader: tasks of packed ranges (``recordsPerTask``), offsets owned by the
-    group."""
+    """The stream reader: tasks of split and packed ranges (``minPartitions``,
+    ``maxRecordsPerPartition``, ``recordsPerTask``), offsets owned by the group."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
@@ -134,9 +134,10 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._driver().prepare_available_now()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """The ranges of ``end`` packed into tasks (``recordsPerTask``). A batch planned here
-        is read as planned; a batch Spark replays after a restart is read as far as it is
-        still this member's (``spark_groups.group.replay``)."""
+        """The ranges of ``end`` split and packed into tasks (``spark_groups.read.tasks``). A
+        batch planned here is read as planned; a batch Spark replays after a restart is read
+        as far as it is still this member's (``spark_groups.group.replay``), in the pieces of
+        its logged ranges."""
         log.debug("partitions(batch %s -> %s)", start.get("batch"), end.get("batch"))
         batch = BatchOffset.from_json(end)
         driver = self._driver()
@@ -145,9 +146,15 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             # at-most-once means not reading it again.
             log.warning("at-most-once: skipping the replay of batch %d", batch.batch)
             return []
-        batch = driver.batch_to_read(batch)  # a replay reads what is still this member's
-        tasks = pack_ranges(batch.ranges, self.options.records_per_task)
-        log.debug("batch %d: %d ranges in %d tasks", batch.batch, len(batch.ranges), len(tasks))
+        to_read = driver.batch_to_read(batch)  # a replay reads what is still this member's
+        tasks = plan_tasks(
+            batch.ranges,
+            to_read.ranges,
+            self.options.records_per_task,
+            self.options.min_partitions,
+            self.options.max_records_per_partition,
+        )
+        log.debug("batch %d: %d ranges in %d tasks", batch.batch, len(to_read.ranges), len(tasks))
         return [RangesPartition(task) for task in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

@@ -9,8 +9,11 @@ there, in whichever of the member's processes reaches it first (the reader proce
 sink's commit, an executor). The service and the members of the next round take their
 partitions over. Five rounds cover the ten points; then the service handles what is
 left. Nothing may be lost, nothing twice in the table, nothing in both the table
-and the service's output. The matrix of every point, signal and kind of next owner runs
-without Spark in ``test_crash_matrix.py``.
+and the service's output. The members split their partitions' ranges between tasks (A with
+``minPartitions``, B with ``maxRecordsPerPartition``: several tasks and sink files per
+partition and batch), so the crash points reached in an executor stop a member in the middle
+of a batch whose other pieces were read or are still being read. The matrix of every point,
+signal and kind of next owner runs without Spark in ``test_crash_matrix.py``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ GROUP = {
     "kafka.heartbeat.interval.ms": "500",
     "partition.assignment.strategy": "range",  # eager: every rebalance revokes, so
 }  # a member joining reaches the other's revocation point
+#: How A and B split a batch's ranges (~10 records per partition): 8 and 12 tasks a batch.
+SPLITS = ({"minPartitions": "6"}, {"maxRecordsPerPartition": "4"})
 
 
 pytestmark = pytest.mark.skipif(
@@ -55,11 +60,16 @@ def test_each_crash_point_with_spark_members_loses_and_duplicates_nothing(
                 **spec,
                 "checkpoint": str(tmp_path / f"cp-{name}"),
                 "stop_file": str(tmp_path / f"stop-{name}"),
-                "source_options": {**GROUP, "sink.table": table, "maxOffsetsPerTrigger": "40"},
+                "source_options": {
+                    **GROUP,
+                    **split,
+                    "sink.table": table,
+                    "maxOffsetsPerTrigger": "40",
+                },
             },
             logs,
         )
-        for name in "AB"
+        for name, split in zip("AB", SPLITS, strict=True)
     ]
     helper = SinkTableHandover(table, group)
     settings = {

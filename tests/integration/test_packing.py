@@ -79,3 +79,59 @@ def test_records_per_task_zero_is_one_task_per_partition(
     assert sorted(i for i, _, _ in rows) == list(range(PARTITIONS * PER_PARTITION))
     assert batches
     assert all(tasks == partitions for tasks, partitions in batches), batches
+
+
+def run_split_tasks(spark: Any, opts: dict, checkpoint: Path) -> list[dict[int, list[int]]]:
+    """Run a Trigger.AvailableNow query; per non-empty batch, each Spark task's offsets."""
+    batches: list[dict[int, list[int]]] = []
+
+    def each_batch(df: Any, batch_id: int) -> None:
+        tasks: dict[int, list[int]] = {}
+        for r in df.selectExpr("spark_partition_id() as task", "offset").collect():
+            tasks.setdefault(r.task, []).append(r.offset)
+        if tasks:
+            batches.append({t: sorted(offsets) for t, offsets in tasks.items()})
+
+    query = (
+        spark.readStream.format("kafka-group")
+        .options(**opts)
+        .load()
+        .writeStream.trigger(availableNow=True)
+        .option("checkpointLocation", str(checkpoint))
+        .foreachBatch(each_batch)
+        .start()
+    )
+    assert query.awaitTermination(300), "AvailableNow query did not end"
+    assert query.exception() is None
+    return batches
+
+
+@pytest.mark.parametrize(
+    "split, read_path",
+    [({"minPartitions": "4"}, "native"), ({"maxRecordsPerPartition": "300"}, "python")],
+    ids=["minPartitions-native", "maxRecordsPerPartition-python"],
+)
+def test_one_partition_is_read_by_several_tasks_each_record_once(
+    spark,
+    bootstrap_servers: str,
+    make_topic,
+    tmp_path: Path,
+    split: dict[str, str],
+    read_path: str,
+) -> None:
+    topic, total = make_topic(1), 2000
+    produce_ids(bootstrap_servers, topic, range(total), 1)
+    opts = group_options(bootstrap_servers, topic, unique("g"), None, readPath=read_path, **split)
+    batches = run_split_tasks(spark, opts, tmp_path / "checkpoint")
+
+    offsets = sorted(o for tasks in batches for offs in tasks.values() for o in offs)
+    assert offsets == list(range(total))  # every record once
+    for tasks in batches:
+        # Each task read one contiguous piece of the partition.
+        for offs in tasks.values():
+            assert offs == list(range(offs[0], offs[0] + len(offs)))
+        if "minPartitions" in split:
+            assert len(tasks) == 4 or sum(map(len, tasks.values())) < 4, batches
+        else:
+            assert all(len(offs) <= 300 for offs in tasks.values())
+            assert len(tasks) == -(-sum(map(len, tasks.values())) // 300)

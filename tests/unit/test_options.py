@@ -36,6 +36,13 @@ def test_minimal_options_and_defaults() -> None:
     assert o.kafka == {"bootstrap.servers": "127.0.0.1:9092"}
 
 
+def test_split_options_as_spark_names_them() -> None:
+    o = parse_options(BASE)
+    assert (o.min_partitions, o.max_records_per_partition) == (None, None)
+    o = parse_options({**BASE, "minpartitions": "64", "maxRecordsPerPartition": " 500000 "})
+    assert (o.min_partitions, o.max_records_per_partition) == (64, 500_000)
+
+
 def test_records_per_task() -> None:
     assert parse_options(with_(recordsPerTask="5000")).records_per_task == 5000
     assert parse_options(with_(recordsPerTask=" 0 ")).records_per_task == 0  # one per range
@@ -249,7 +256,10 @@ def test_plain_keys(key: str) -> None:
         ({"deliveryGuarantee": "exactly-once"}, "deliveryGuarantee", "at-least-once"),
         ({"endOffsets": "latest"}, "endOffsets", "listOffsets"),
         ({"readPath": "c"}, "readPath", "auto, python, native"),
-        ({"minPartitions": "4"}, "minPartitions", "not supported"),
+        ({"minPartitions": "0"}, "minPartitions", "greater than 0"),
+        ({"maxRecordsPerPartition": "-5"}, "maxRecordsPerPartition", "greater than 0"),
+        ({"maxRecordsPerPartition": "1e6"}, "maxRecordsPerPartition", "whole number"),
+        ({"groupIdPrefix": "x"}, "groupIdPrefix", "not supported"),
         ({"kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset", "startingOffsets"),
         # malformed JSON offsets
         ({"startingOffsets": '{"orders": {"0": 5}'}, "startingOffsets", "JSON"),
