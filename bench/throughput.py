@@ -118,12 +118,15 @@ def _phases(query: Any) -> dict[str, float]:
     return out
 
 
-def spark_read(spark: Any, servers: str, topics: Sequence[str], sink: str, scratch: Path) -> Run:
+def spark_read(
+    spark: Any, servers: str, topics: Sequence[str], sink: str, scratch: Path, **extra: str
+) -> Run:
     """Read everything in ``topics`` with a kafka-group query into ``sink`` ("noop" or
-    "delta-group"), Trigger.AvailableNow; return the warm time (see the module doc)."""
+    "delta-group"), Trigger.AvailableNow, with the source options ``extra``; return the warm
+    time (see the module doc)."""
     group = unique(f"bench-{sink}")
     work = scratch / group
-    opts = source_options(servers, topics, group)
+    opts = source_options(servers, topics, group, **extra)
     df = spark.readStream.format("kafka-group").options(**opts).load()
     writer = df.writeStream.trigger(availableNow=True).option(
         "checkpointLocation", str(work / "checkpoint")
@@ -156,15 +159,18 @@ def spark_read(spark: Any, servers: str, topics: Sequence[str], sink: str, scrat
     return Run(rows, seconds, excluded, written, phases=phases)
 
 
-def spark_kafka_read(spark: Any, servers: str, topics: Sequence[str], scratch: Path) -> Run:
+def spark_kafka_read(
+    spark: Any, servers: str, topics: Sequence[str], scratch: Path, **extra: str
+) -> Run:
     """Read everything in ``topics`` with Spark's own Kafka source into ``noop``,
-    Trigger.AvailableNow (see the module doc)."""
+    Trigger.AvailableNow, with the source options ``extra`` (see the module doc)."""
     work = scratch / unique("bench-spark-kafka")
     df = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", servers)
         .option("subscribe", ",".join(topics))
         .option("startingOffsets", "earliest")
+        .options(**extra)
         .load()
     )
     query = (
