@@ -51,6 +51,9 @@ class Run:
     #: Seconds by phase of Spark's micro-batches (the progress reports' ``durationMs``, the
     #: first batch's group join left out) and the number of batches (``batches``).
     phases: dict[str, float] | None = None
+    #: The measured time as wall-clock epoch seconds (start, end): from the first batch's
+    #: start (after the group join, for kafka-group) to the last batch's end.
+    window: tuple[float, float] | None = None
 
     @property
     def rate(self) -> float:
@@ -106,6 +109,23 @@ def _warm_time(query: Any) -> tuple[int, float, float]:
     return rows, (total_ms - join_ms) / 1000.0, join_ms / 1000.0
 
 
+def _window(query: Any, skip_join: bool) -> tuple[float, float] | None:
+    """The measured time of a finished query as epoch seconds (see :attr:`Run.window`)."""
+    from datetime import datetime
+
+    progress = [p for p in query.recentProgress if p is not None]
+    if not progress:
+        return None
+    bounds = []
+    for p in progress:
+        start = datetime.fromisoformat(p["timestamp"]).timestamp()
+        bounds.append((start, start + int(p["durationMs"].get("triggerExecution", 0)) / 1000))
+    first = bounds[0][0]
+    if skip_join:
+        first += int(progress[0]["durationMs"].get("latestOffset", 0)) / 1000
+    return first, bounds[-1][1]
+
+
 def _phases(query: Any) -> dict[str, float]:
     """Seconds by phase over a finished query's batches (see :attr:`Run.phases`)."""
     progress = [p for p in query.recentProgress if p is not None]
@@ -152,11 +172,12 @@ def spark_read(
             raise RuntimeError(f"the {sink} query failed: {query.exception()}")
         rows, seconds, excluded = _warm_time(query)
         phases = _phases(query)
+        window = _window(query, skip_join=True)
         written = delta_rows(str(work / "table")) if sink == "delta-group" else None
     finally:
         query.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return Run(rows, seconds, excluded, written, phases=phases)
+    return Run(rows, seconds, excluded, written, phases=phases, window=window)
 
 
 def spark_kafka_read(
@@ -188,10 +209,11 @@ def spark_kafka_read(
         progress = [p for p in query.recentProgress if p is not None]
         rows = sum(int(p["numInputRows"]) for p in progress)
         total_ms = sum(int(p["durationMs"].get("triggerExecution", 0)) for p in progress)
+        window = _window(query, skip_join=False)
     finally:
         query.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return Run(rows, total_ms / 1000.0)
+    return Run(rows, total_ms / 1000.0, window=window)
 
 
 def spark_delta_sink(

@@ -35,7 +35,7 @@ from spark_groups.group.claims import Claims
 from spark_groups.group.commit import BatchCommitter
 from spark_groups.group.member import GroupMember
 from spark_groups.metrics import StreamMetrics
-from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition
+from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition, partitions_text
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ class RevocationBarrier:
                         "the barrier could not commit batch %d's durable ranges of %s (%s); "
                         "waiting for Spark's next trigger to commit it",
                         batch.batch,
-                        sorted(str(tp) for tp in partitions),
+                        partitions_text(partitions),
                         exc,
                     )
                     return None
@@ -236,4 +236,4 @@ class RevocationBarrier:
 
 
 def _tps(partitions: frozenset[TopicPartition]) -> str:
-    return ", ".join(sorted(str(tp) for tp in partitions))
+    return partitions_text(partitions)

@@ -64,7 +64,7 @@ from spark_groups.group.report import latest_report
 from spark_groups.group.sigterm import leave_on_sigterm
 from spark_groups.ledger import OffsetLedger
 from spark_groups.metrics import StreamMetrics
-from spark_groups.offsets import BatchOffset, TopicPartition
+from spark_groups.offsets import BatchOffset, TopicPartition, partitions_text
 from spark_groups.options import SourceOptions
 from spark_groups.spark.worker_logging import log_to_stderr
 from spark_groups.storage.delta import bound_allocator
@@ -355,7 +355,7 @@ class GroupStream:
             )
         log.info(
             "revoked %s after a barrier wait of %.3f s (waited for batch %d: %s)",
-            sorted(str(tp) for tp in partitions),
+            partitions_text(partitions),
             outcome.waited_s,
             outcome.waited_for,
             "durable, committed by the barrier" if outcome.committed_by_barrier else "committed",

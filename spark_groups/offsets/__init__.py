@@ -14,6 +14,7 @@ from spark_groups.offsets.ranges import (
     Handover,
     OffsetRange,
     TopicPartition,
+    partitions_text,
     positions_text,
     positions_to_json,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "Handover",
     "OffsetRange",
     "TopicPartition",
+    "partitions_text",
     "positions_text",
     "positions_to_json",
 ]

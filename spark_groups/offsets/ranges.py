@@ -210,6 +210,29 @@ def positions_text(positions: Mapping[TopicPartition, int]) -> str:
     return ", ".join(f"{tp} {offset}" for tp, offset in sorted(positions.items()))
 
 
+def partitions_text(partitions: Iterable[TopicPartition]) -> str:
+    """Partitions for a log line, topic by topic, runs of numbers joined:
+    ``orders 0-3, 7; payments 0-999``. Bounded by the topics and runs, not the partitions, so
+    a member of a thousand partitions logs one short line."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    parts = []
+    for topic in sorted(by_topic):
+        numbers = sorted(set(by_topic[topic]))
+        runs: list[str] = []
+        start = prev = numbers[0]
+        for n in [*numbers[1:], None]:
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            runs.append(str(start) if start == prev else f"{start}-{prev}")
+            if n is not None:
+                start = prev = n
+        parts.append(f"{topic} {', '.join(runs)}")
+    return "; ".join(parts) or "none"
+
+
 def positions_to_json(positions: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
     """Per-partition offsets in the JSON shape of Spark's kafka source: ``{topic: {p: off}}``."""
     out: dict[str, dict[str, int]] = {}

@@ -145,7 +145,7 @@ def pack_ranges(
         return tuple((r,) for r in ranges)
     tasks: list[Task] = []
     open_task: list[OffsetRange] = []
-    open_partitions: set[TopicPartition] = set()
+    open_partitions: set[tuple[str, int]] = set()
     open_records = 0
     for rng in ranges:
         size = rng.size
@@ -157,12 +157,12 @@ def pack_ranges(
         if open_task and (
             open_records + size > records_per_task
             or len(open_task) >= max_ranges_per_task
-            or rng.topic_partition in open_partitions
+            or (rng.topic, rng.partition) in open_partitions
         ):
             tasks.append(tuple(open_task))
             open_task, open_partitions, open_records = [], set(), 0
         open_task.append(rng)
-        open_partitions.add(rng.topic_partition)
+        open_partitions.add((rng.topic, rng.partition))
         open_records += size
     if open_task:
         tasks.append(tuple(open_task))

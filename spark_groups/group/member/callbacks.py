@@ -31,7 +31,7 @@ from spark_groups.errors import GroupMembershipError
 from spark_groups.kafka import auth
 from spark_groups.kafka.client import Consumer, KafkaError, KafkaException, KafkaTopicPartition
 from spark_groups.kafka.logs import FoldedLog
-from spark_groups.offsets import TopicPartition
+from spark_groups.offsets import TopicPartition, partitions_text
 
 #: The member's logger: its assignment events are documented under this name (groups.md).
 log = logging.getLogger("spark_groups.group.member")
@@ -194,7 +194,7 @@ class Callbacks:
             len(added),
             self.generation,
             self.member_id,
-            sorted(str(p) for p in added),
+            partitions_text(added),
             len(self.assignment),
         )
         try:
@@ -207,7 +207,7 @@ class Callbacks:
         ``partitions`` from the assignment; librdkafka unassigns them after this returns."""
         revoked = _to_ours(partitions)
         self._refresh_identity(consumer)  # a cooperative revocation comes with a new generation
-        log.info("revoking %d partitions: %s", len(revoked), sorted(str(p) for p in revoked))
+        log.info("revoking %d partitions: %s", len(revoked), partitions_text(revoked))
         try:
             if not self._closing() and revoked:
                 self._listener.on_revoked(revoked, self._serve)
@@ -221,7 +221,7 @@ class Callbacks:
         log.warning(
             "lost %d partitions without a clean revocation (session expired or fenced): %s",
             len(lost),
-            sorted(str(p) for p in lost),
+            partitions_text(lost),
         )
         self._listener.on_lost(lost)
 
