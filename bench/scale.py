@@ -60,14 +60,15 @@ def planner(
 
 
 def ledger_commits(servers: str, batches: int, partitions: int, window: int) -> dict[str, Any]:
-    """Append ``batches`` batches to a maintained ledger (compact_every=200); interleaved, commit
+    """Append ``batches`` batches to a ledger maintained as the source's is (its default
+    ``compact_every``); interleaved, commit
     the same offsets to Kafka with a plain consumer (the baseline). Returns the p50/p95 of
     both over the last ``window`` batches."""
     from spark_groups.ledger import LedgerRow, OffsetLedger
 
     topic = create_topics(servers, partitions, prefix="ledger")[0]
     root = Path(tempfile.mkdtemp(prefix="ledger-", dir=os.environ.get("BENCH_SCRATCH")))
-    ledger = OffsetLedger(str(root / "ledger"), "bench-group", compact_every=200)
+    ledger = OffsetLedger(str(root / "ledger"), "bench-group")
     consumer = Consumer(
         {
             "bootstrap.servers": servers,
@@ -98,6 +99,7 @@ def ledger_commits(servers: str, batches: int, partitions: int, window: int) -> 
     last_l, last_k = ledger_s[-window:], kafka_s[-window:]
     return {
         "batches": batches,
+        "compact_every": ledger.compact_every,
         "partitions": partitions,
         "window": window,
         "ledger_p50_s": percentile(last_l, 0.5),

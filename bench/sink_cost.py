@@ -79,7 +79,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--compression", default="snappy")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--spark", action="store_true", help="the sides in Spark (see below)")
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
+    if args.spark:
+        sides = spark_sides(args.records, args.size, 4, args.rounds)
+        for sink, per in sides.items():
+            print(f"{sink:<14} best {min(per):.3f} µs/record")
+        return 0
     n = args.records
     prebuilt = list(batches(n, args.size))
     timed("arrow: build the batches", lambda: list(batches(n, args.size)), n)
@@ -116,6 +123,101 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+# --- In Spark: what the transfer to the sink's Python workers costs, beside the sink ---
+
+try:
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceStreamArrowWriter,
+        WriterCommitMessage,
+    )
+
+    class _Discarded(WriterCommitMessage):
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+    class DiscardArrowWriter(DataSourceStreamArrowWriter):
+        """A Python stream writer that takes a task's Arrow batches and drops them: what
+        moving the rows from Spark's JVM to a Python sink costs, with no sink work."""
+
+        def write(self, iterator: Iterator[pa.RecordBatch]) -> _Discarded:
+            return _Discarded(sum(b.num_rows for b in iterator))
+
+        def commit(self, messages: list, batchId: int) -> None:
+            """Nothing to commit."""
+
+        def abort(self, messages: list, batchId: int) -> None:
+            """Nothing to abort."""
+
+    class DiscardDataSource(DataSource):
+        """``format("discard-arrow")``: :class:`DiscardArrowWriter`."""
+
+        @classmethod
+        def name(cls) -> str:
+            return "discard-arrow"
+
+        def streamWriter(self, schema, overwrite):  # type: ignore[no-untyped-def]
+            return DiscardArrowWriter()
+
+except ImportError:  # pyspark 4.0: no Arrow stream writer
+    DiscardDataSource = None  # type: ignore[assignment,misc]
+
+
+def spark_sides(records: int, size: int, partitions: int, rounds: int) -> dict[str, list[float]]:
+    """µs per record of kafka-group -> noop, -> discard-arrow, -> delta-group, in one warm
+    session on a broker of its own, sides alternating."""
+    from bench import throughput
+    from bench.common import create_topics, produce
+    from bench.run import spark_session
+    from spark_groups.tools.kafka_broker import KafkaBroker
+
+    out: dict[str, list[float]] = {"noop": [], "discard-arrow": [], "delta-group": []}
+    with KafkaBroker() as broker:
+        servers = broker.bootstrap_servers
+        spark = spark_session()
+        spark.dataSource.register(DiscardDataSource)
+        topics = create_topics(servers, partitions)
+        produce(servers, topics, partitions, records, size)
+        warm = create_topics(servers, partitions, prefix="warm")
+        produce(servers, warm, partitions, 20_000, size)
+        scratch = Path(tempfile.mkdtemp(prefix="sink-cost-spark-"))
+        for round_ in range(rounds + 1):  # round 0 warms up
+            for sink in out:
+                used = warm if round_ == 0 else topics
+                if sink == "discard-arrow":
+                    run = _discard_run(spark, servers, used, scratch)
+                else:
+                    run = throughput.spark_read(spark, servers, used, sink, scratch)
+                if round_ > 0:
+                    out[sink].append(run.seconds / run.rows * 1e6)
+                    print(f"{sink:<14} {out[sink][-1]:.3f} µs/record ({run.rows:,} rows)")
+        spark.stop()
+    return out
+
+
+def _discard_run(spark, servers, topics, scratch):  # type: ignore[no-untyped-def]
+    """kafka-group -> discard-arrow with the columns the delta-group run writes."""
+    from bench import throughput
+    from bench.common import unique
+
+    group = unique("bench-discard")
+    opts = throughput.source_options(servers, topics, group)
+    query = (
+        spark.readStream.format("kafka-group")
+        .options(**opts)
+        .load()
+        .selectExpr("value", "topic", "partition", "offset")
+        .writeStream.trigger(availableNow=True)
+        .option("checkpointLocation", str(scratch / group))
+        .format("discard-arrow")
+        .start()
+    )
+    query.awaitTermination(900)
+    rows, seconds, excluded = throughput._warm_time(query)
+    query.stop()
+    return throughput.Run(rows, seconds, excluded)
 
 
 if __name__ == "__main__":
