@@ -145,7 +145,7 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         "## 1. Throughput",
         "",
         f"{t['records']:,} records x {t['size']} B, {t['partitions']} partitions, read from "
-        f"offset 0; best of {t['rounds']} round(s) (delta-group: 1 round).",
+        f"offset 0; best of {t['rounds']} round(s).",
         "",
         "| path | records/s | MB/s | vs Spark's kafka source | vs plain | CPU s per 1M records: "
         "bench process / Spark (JVM, Python workers) / broker |",
@@ -339,7 +339,8 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
     lines += ["", *_growth_notes(results), f"![cost growth]({plot.name})", ""]
     lines += _NOTES
     # Sections other benchmarks keep in this page (bench.end_offsets, bench.barrier_wait,
-    # bench.soak, bench.compaction, bench.whole_run, bench.scheduled, bench.reader_memory)
+    # bench.soak, bench.compaction, bench.whole_run, bench.scheduled, bench.reader_memory,
+    # bench.split, bench.sink_cost)
     # survive a rewrite.
     from bench import (
         barrier_wait,
@@ -347,7 +348,9 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
         end_offsets,
         reader_memory,
         scheduled,
+        sink_cost,
         soak,
+        split,
         whole_run,
     )
 
@@ -355,6 +358,7 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
     kept = ((end_offsets.START, end_offsets.END), barrier_wait.MARKERS, soak.MARKERS)
     native = ("<!-- native-read:start -->", "<!-- native-read:end -->")
     kept += (compaction.MARKERS, whole_run.MARKERS, scheduled.MARKERS, reader_memory.MARKERS)
+    kept += (split.MARKERS, sink_cost.MARKERS)
     for start, end in (*kept, native):
         if start in old and end in old:
             lines += ["", start + old.split(start, 1)[1].split(end, 1)[0] + end]
@@ -379,8 +383,9 @@ def _delta_sinks(t: dict[str, Any]) -> list[str]:
         "delta-rs, pyspark 4.3) and Spark's `format(\"kafka\")` -> Spark's own "
         '`format("delta")` sink (delta-spark 4.4.0, whose jars need pyspark 4.2: a Spark '
         "application of its own, `bench/spark_delta_proc.py`, local[2] on the same machine, "
-        "after a warm-up query of each kind). The sink's cost per record is the run into the "
-        "table less the same source into `noop`.",
+        "after a warm-up query of each kind), each the best of the section's rounds. The "
+        "sink's cost per record is the run into the table less the same source into `noop` "
+        "(the delta-group sink-cost section below takes it apart).",
         "",
         "| path | records/s | µs per record | of which the sink (µs) | rows in the table |",
         "| --- | ---: | ---: | ---: | ---: |",

@@ -132,10 +132,9 @@ def run_throughput(cfg: Config, spark: Any, servers: str, scratch: Path, say: Ca
             "spark_kafka": lambda: throughput.spark_kafka_read(spark, servers, topics, scratch),
             "noop": lambda: throughput.spark_read(spark, servers, topics, "noop", scratch),
         }
-        if round_no == 0:
-            measured["delta-group"] = lambda: throughput.spark_read(
-                spark, servers, topics, "delta-group", scratch
-            )
+        measured["delta-group"] = lambda: throughput.spark_read(
+            spark, servers, topics, "delta-group", scratch
+        )
         for name, fn in measured.items():
             before = cpu_seconds()
             run = fn()
@@ -143,7 +142,7 @@ def run_throughput(cfg: Config, spark: Any, servers: str, scratch: Path, say: Ca
             say(f"round {round_no + 1} {name}: {run.rows:,} rows, {run.rate:,.0f} rec/s")
             runs.setdefault(name, []).append(run)
     before = cpu_seconds()
-    delta = throughput.spark_delta_sink(servers, topics, scratch, warm)
+    delta = throughput.spark_delta_sink(servers, topics, scratch, warm, cfg.rounds)
     for name, run in delta.items():
         say(f"spark delta-spark process, kafka -> {name}: {run.rows:,} rows, {run.rate:,.0f} rec/s")
     best = {name: max(rs, key=lambda r: r.rate) for name, rs in runs.items()}

@@ -66,7 +66,13 @@ def main() -> int:
         if spec.get("warmup"):
             _run(spark, {**spec, "topics": spec["warmup"], "work": spec["work"] + "-w"}, "noop")
             _run(spark, {**spec, "topics": spec["warmup"], "work": spec["work"] + "-w"}, "delta")
-        out = {sink: _run(spark, spec, sink) for sink in ("noop", "delta")}
+        # Best of the rounds per sink (as the kafka-group runs beside it), fresh work each.
+        out: dict[str, dict] = {}
+        for round_ in range(int(spec.get("rounds", 1))):
+            for sink in ("noop", "delta"):
+                run = _run(spark, {**spec, "work": f"{spec['work']}-{round_}"}, sink)
+                if sink not in out or run["seconds"] < out[sink]["seconds"]:
+                    out[sink] = run
         Path(spec["out"]).write_text(json.dumps(out))
         return 0
     finally:

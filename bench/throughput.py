@@ -217,11 +217,15 @@ def spark_kafka_read(
 
 
 def spark_delta_sink(
-    servers: str, topics: Sequence[str], scratch: Path, warmup: Sequence[str] = ()
+    servers: str,
+    topics: Sequence[str],
+    scratch: Path,
+    warmup: Sequence[str] = (),
+    rounds: int = 1,
 ) -> dict[str, Run]:
     """Spark's own Delta sink: ``format("kafka")`` -> ``noop`` and -> ``format("delta")``, in a
-    separate pyspark-4.2 process with delta-spark (``bench/spark_delta_proc.py``); returns
-    ``{"noop": Run, "delta": Run}``."""
+    separate pyspark-4.2 process with delta-spark (``bench/spark_delta_proc.py``), best of
+    ``rounds``; returns ``{"noop": Run, "delta": Run}``."""
     import json
     import subprocess
 
@@ -235,6 +239,7 @@ def spark_delta_sink(
         "servers": servers,
         "topics": list(topics),
         "warmup": list(warmup),
+        "rounds": rounds,
         "work": str(work / "run"),
         "out": str(out),
     }

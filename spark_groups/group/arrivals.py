@@ -39,7 +39,15 @@ from spark_groups.group.member import GroupMember
 from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.ledger import CATCH_UP_BATCH, OUTSIDE_BATCH, LedgerRow
 from spark_groups.metrics import StreamMetrics
-from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition, commit_metadata
+from spark_groups.offsets import (
+    BatchOffset,
+    Handover,
+    OffsetRange,
+    TopicPartition,
+    commit_metadata,
+    partitions_text,
+    positions_text,
+)
 from spark_groups.offsets.starting import LATEST
 from spark_groups.options import SourceOptions
 
@@ -94,20 +102,20 @@ class Arrivals:
         starts = resume.starting_offsets(rules, resolver, options.starting_offsets) if rules else {}
         self._pin(member, {tp: v for tp, v in starts.items() if rules[tp] == LATEST})
         chosen = resume.choose(new, known, replayed, starts, discovered_later)
-        sources: dict[str, tuple[int | None, str]] = {}
+        sources: dict[str, dict[TopicPartition, int | None]] = {}
         resumed: dict[TopicPartition, int] = {}
         with books.lock:
             for tp, first in chosen.items():
                 position = books.partitions.resume(
                     tp, first.offset, first.offset if first.origin == "committed" else None
                 )
-                sources[str(tp)] = (position, first.origin)
+                sources.setdefault(first.origin, {})[tp] = position
                 if position is not None:
                     resumed[tp] = position
                     if token is not None:
                         books.partitions.set_claim(tp, token)
                 books.partitions.set_handover(tp, handovers.get(tp))
-        log.info("resuming %d partitions (offset, from): %s", len(new), sources)
+        log.info("resuming %d partitions: %s", len(new), _resumed_text(sources))
         if options.sink_path is not None:
             who = {tp: commit_metadata.read(md).text for tp, (_, md) in committed.kafka.items()}
             self._hold(gaps.unexplained(resumed, sink, handovers, who))
@@ -221,3 +229,20 @@ class Arrivals:
             member.commit(starts, metadata=self.committer.metadata(member, "starting offset"))
         except CommitError as exc:
             log.warning("could not commit the starting offsets %s: %s", dict(starts), exc)
+
+
+def _resumed_text(sources: dict[str, dict[TopicPartition, int | None]]) -> str:
+    """Where resumed partitions start, by origin: each partition's offset for a few, the
+    partitions alone for many (a line stays short at a thousand partitions)."""
+    parts = []
+    for origin, positions in sorted(sources.items()):
+        known = {tp: p for tp, p in positions.items() if p is not None}
+        if len(positions) <= 20 and known:
+            where = positions_text(known)
+            unknown = [tp for tp, p in positions.items() if p is None]
+            if unknown:
+                where += f" ({partitions_text(unknown)} being revoked)"
+        else:
+            where = partitions_text(positions)
+        parts.append(f"{where} from {origin}")
+    return "; ".join(parts)

@@ -21,3 +21,13 @@ def test_partitions_text_joins_runs_topic_by_topic() -> None:
 def test_positions_text_names_each_partition_and_offset() -> None:
     text = positions_text({TopicPartition("orders", 1): 1051, TopicPartition("orders", 0): 989})
     assert text == "orders-0 989, orders-1 1051"
+
+
+def test_the_resume_line_names_offsets_for_a_few_partitions_and_ranges_for_many() -> None:
+    from spark_groups.group.arrivals import _resumed_text
+
+    few = {TopicPartition("b", 0): 0, TopicPartition("b", 1): 5, TopicPartition("b", 2): None}
+    many = {TopicPartition("a", p): 10 for p in range(30)}
+    assert _resumed_text({"startingOffsets": few, "committed": many}) == (
+        "a 0-29 from committed; b-0 0, b-1 5 (b 2 being revoked) from startingOffsets"
+    )
