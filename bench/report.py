@@ -104,6 +104,10 @@ def write_plot(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+#: Hand-written notes kept between these markers (what issue 34 tried, with figures).
+NOTES_34 = ("<!-- issue-34-notes:start -->", "<!-- issue-34-notes:end -->")
+
+
 def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
     """Write the Markdown report."""
     cfg = results["config"]
@@ -358,7 +362,7 @@ def write_report(results: dict[str, Any], path: Path, plot: Path) -> None:
     kept = ((end_offsets.START, end_offsets.END), barrier_wait.MARKERS, soak.MARKERS)
     native = ("<!-- native-read:start -->", "<!-- native-read:end -->")
     kept += (compaction.MARKERS, whole_run.MARKERS, scheduled.MARKERS, reader_memory.MARKERS)
-    kept += (split.MARKERS, sink_cost.MARKERS)
+    kept += (split.MARKERS, sink_cost.MARKERS, NOTES_34)
     for start, end in (*kept, native):
         if start in old and end in old:
             lines += ["", start + old.split(start, 1)[1].split(end, 1)[0] + end]

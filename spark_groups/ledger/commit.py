@@ -24,10 +24,11 @@ logger = logging.getLogger("spark_groups.ledger.table")
 MAX_COMMIT_ATTEMPTS = 8
 #: An append refreshes its table snapshot first when it is older than this. Fresher
 #: snapshots are written on as they are (delta-rs rebases the commit); a snapshot older than
-#: the ledger's log retention (1 hour) could not be: the commits after it are deleted and
-#: delta-rs fails with "Invalid table version" (a query with an hour-long trigger beside a
-#: busy member of the same ledger).
-REFRESH_AFTER_S = 600.0
+#: the ledger's log retention (2 minutes, ``maintenance.LOG_RETENTION``) could not be: the
+#: commits after it are deleted and delta-rs fails with "Invalid table version" (a query
+#: with a slow trigger beside a busy member of the same ledger). Half the retention leaves a
+#: minute for clocks that disagree between the machines writing one ledger.
+REFRESH_AFTER_S = 60.0
 
 
 def commit(store: LedgerStore, data: pa.Table) -> int:

@@ -24,11 +24,14 @@ commit and before returning. It:
 3. writes a checkpoint of the compacted state, so that opening the table reads one small
    Parquet checkpoint instead of replaying thousands of JSON commits;
 4. deletes log entries older than ``delta.logRetentionDuration`` (:data:`LOG_RETENTION`,
-   1 hour: at one batch a second a day of log would be ~86,000 JSON files to list on object
-   storage, and no reader of a ledger needs old versions) that lie before a checkpoint
-   (Delta's own rule, so every kept version stays loadable). A writer whose snapshot is
-   older than that refreshes it before appending (``REFRESH_AFTER_S`` in
-   :mod:`spark_groups.ledger.commit`).
+   2 minutes) that lie before a checkpoint (Delta's own rule, so every kept version stays
+   loadable). delta-rs lists the log on every commit, so its length is paid by every
+   append: after 10,000 commits in a few minutes an append's p50 was 38 ms with an hour of
+   log and 26 ms with two minutes of it (docs/benchmarks.md, issue 34's notes). Nothing
+   reads a ledger's old versions: its history lives in its rows. A writer whose snapshot is
+   older than ``REFRESH_AFTER_S`` (:mod:`spark_groups.ledger.commit`, 60 s, half the
+   retention) refreshes it before appending, and a reader whose snapshot's next entries are
+   gone loads the table afresh (:meth:`~spark_groups.ledger.store.LedgerStore.load`).
 
 The steps are shared with the sink table's maintenance (:mod:`spark_groups.storage.maintenance`).
 Exactly one append holds a given version, so exactly one writer maintains per period. This
@@ -82,16 +85,17 @@ logger = logging.getLogger(__name__)
 
 #: How long files removed by compaction are kept before vacuum may delete them.
 DELETED_FILE_RETENTION = "interval 1 hours"
-#: How long Delta log entries are kept (only those before a checkpoint are ever deleted).
-LOG_RETENTION = "interval 1 hours"
+#: How long Delta log entries are kept (only those before a checkpoint are ever deleted);
+#: twice ``spark_groups.ledger.commit.REFRESH_AFTER_S``.
+LOG_RETENTION = "interval 2 minutes"
 #: Commits between two checkpoints of the ledger (Delta's default is 100; see the module doc).
 CHECKPOINT_INTERVAL = "10"
 CHECKPOINT_INTERVAL_KEY = "delta.checkpointInterval"
-#: Table properties a maintenance brings up to date: key -> (the value earlier versions of
+#: Table properties a maintenance brings up to date: key -> (the values earlier versions of
 #: spark_groups left, None for unset; the value now).
-UPGRADED_PROPERTIES: dict[str, tuple[str | None, str]] = {
-    CHECKPOINT_INTERVAL_KEY: (None, CHECKPOINT_INTERVAL),
-    "delta.logRetentionDuration": ("interval 1 days", LOG_RETENTION),
+UPGRADED_PROPERTIES: dict[str, tuple[tuple[str | None, ...], str]] = {
+    CHECKPOINT_INTERVAL_KEY: ((None,), CHECKPOINT_INTERVAL),
+    "delta.logRetentionDuration": (("interval 1 days", "interval 1 hours"), LOG_RETENTION),
 }
 #: Target size of compacted files; files this large are not rewritten again.
 COMPACT_TARGET_SIZE = 16 * 1024 * 1024
@@ -122,7 +126,7 @@ def _maintain_locked(table: DeltaTable, path: str, commit_info: dict[str, str]) 
     try:
         config = table.metadata().configuration
         upgrades = {
-            key: new for key, (old, new) in UPGRADED_PROPERTIES.items() if config.get(key) == old
+            key: new for key, (old, new) in UPGRADED_PROPERTIES.items() if config.get(key) in old
         }
         if upgrades:
             step = f"setting {', '.join(sorted(upgrades))}"

@@ -1,6 +1,8 @@
 """A batch Spark replays after a restart, in a group a plain consumer shares (real Spark,
 real broker, the delta-group sink): the replay reads only what is still this member's, and
-the sink's table claims no offset it did not get (``spark_groups.group.replay``)."""
+the sink's table claims no offset it did not get (``spark_groups.group.replay``). The query
+splits its ranges (``minPartitions``): the replay reads what is left of the logged pieces,
+several sink files per partition."""
 
 from __future__ import annotations
 
@@ -99,6 +101,7 @@ def test_a_replayed_batch_leaves_out_what_a_plain_consumer_processed_while_spark
         None,
         maxOffsetsPerTrigger="20",
         checkpointLocation=str(checkpoint),
+        minPartitions="6",  # [10, 20) of each partition in pieces [10, 13), [13, 16), [16, 20)
     )
 
     # 1. Batch 0 reads offsets [0, 10) of both partitions; batch 1 ([10, 20)) fails.

@@ -367,7 +367,7 @@ def test_short_checkpoint_interval_and_log_retention(tmp_path: Path) -> None:
     OffsetLedger(str(path), "g").append(rows_of(0, {("t", 0): (0, 1)}))
     config = DeltaTable(str(path)).metadata().configuration
     assert config["delta.checkpointInterval"] == CHECKPOINT_INTERVAL == "10"
-    assert config["delta.logRetentionDuration"] == LOG_RETENTION == "interval 1 hours"
+    assert config["delta.logRetentionDuration"] == LOG_RETENTION == "interval 2 minutes"
 
 
 def test_a_ledger_of_an_earlier_version_gets_them_at_its_next_maintenance(
@@ -393,10 +393,31 @@ def test_a_ledger_of_an_earlier_version_gets_them_at_its_next_maintenance(
     ledger.append(rows_of(1, {("t", 0): (1, 2)}))  # version 2: maintenance
     config = DeltaTable(str(path)).metadata().configuration
     assert config["delta.checkpointInterval"] == "10"
-    assert config["delta.logRetentionDuration"] == "interval 1 hours"
+    assert config["delta.logRetentionDuration"] == LOG_RETENTION
     assert config["delta.deletedFileRetentionDuration"] == "interval 2 hours"
     assert ledger.latest_positions() == {TopicPartition("t", 0): 2}
     assert ledger.history().num_rows == 2
+
+
+def test_a_ledger_with_an_hour_of_log_gets_two_minutes(tmp_path: Path) -> None:
+    """The retention the version before this one gave its ledgers is brought down too."""
+    path = tmp_path / "ledger"
+    create_table(
+        str(path),
+        LEDGER_SCHEMA,
+        description="a ledger of the previous version",
+        configuration={
+            GROUP_ID_KEY: "g",
+            ledger_module.FORMAT_KEY: ledger_module.LEDGER_FORMAT,
+            "delta.checkpointInterval": "10",
+            "delta.logRetentionDuration": "interval 1 hours",
+        },
+    )
+    ledger = OffsetLedger(str(path), "g", compact_every=2)
+    ledger.append(rows_of(0, {("t", 0): (0, 1)}))
+    ledger.append(rows_of(1, {("t", 0): (1, 2)}))  # version 2: maintenance
+    config = DeltaTable(str(path)).metadata().configuration
+    assert config["delta.logRetentionDuration"] == LOG_RETENTION
 
 
 def test_an_append_on_a_snapshot_older_than_the_log_refreshes_it_first(
