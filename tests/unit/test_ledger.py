@@ -370,12 +370,9 @@ def test_short_checkpoint_interval_and_log_retention(tmp_path: Path) -> None:
     assert config["delta.logRetentionDuration"] == LOG_RETENTION == "interval 2 minutes"
 
 
-def test_a_ledger_of_an_earlier_version_gets_them_at_its_next_maintenance(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "ledger"
-    # A ledger as earlier versions created it: no checkpoint interval (Delta's 100), a day
-    # of log; and a file retention an operator changed, which must be left alone.
+def earlier_ledger(path: Path, **configuration: str) -> OffsetLedger:
+    """A ledger as an earlier version created it, with these table properties; its
+    maintenance runs at version 2 (the second append)."""
     create_table(
         str(path),
         LEDGER_SCHEMA,
@@ -383,11 +380,25 @@ def test_a_ledger_of_an_earlier_version_gets_them_at_its_next_maintenance(
         configuration={
             GROUP_ID_KEY: "g",
             ledger_module.FORMAT_KEY: ledger_module.LEDGER_FORMAT,
+            **configuration,
+        },
+    )
+    return OffsetLedger(str(path), "g", compact_every=2)
+
+
+def test_a_ledger_of_an_earlier_version_gets_them_at_its_next_maintenance(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger"
+    # No checkpoint interval (Delta's 100), a day of log; and a file retention an operator
+    # changed, which must be left alone.
+    ledger = earlier_ledger(
+        path,
+        **{
             "delta.deletedFileRetentionDuration": "interval 2 hours",
             "delta.logRetentionDuration": "interval 1 days",
         },
     )
-    ledger = OffsetLedger(str(path), "g", compact_every=2)
     ledger.append(rows_of(0, {("t", 0): (0, 1)}))
     assert "delta.checkpointInterval" not in DeltaTable(str(path)).metadata().configuration
     ledger.append(rows_of(1, {("t", 0): (1, 2)}))  # version 2: maintenance
@@ -402,18 +413,10 @@ def test_a_ledger_of_an_earlier_version_gets_them_at_its_next_maintenance(
 def test_a_ledger_with_an_hour_of_log_gets_two_minutes(tmp_path: Path) -> None:
     """The retention the version before this one gave its ledgers is brought down too."""
     path = tmp_path / "ledger"
-    create_table(
-        str(path),
-        LEDGER_SCHEMA,
-        description="a ledger of the previous version",
-        configuration={
-            GROUP_ID_KEY: "g",
-            ledger_module.FORMAT_KEY: ledger_module.LEDGER_FORMAT,
-            "delta.checkpointInterval": "10",
-            "delta.logRetentionDuration": "interval 1 hours",
-        },
+    ledger = earlier_ledger(
+        path,
+        **{"delta.checkpointInterval": "10", "delta.logRetentionDuration": "interval 1 hours"},
     )
-    ledger = OffsetLedger(str(path), "g", compact_every=2)
     ledger.append(rows_of(0, {("t", 0): (0, 1)}))
     ledger.append(rows_of(1, {("t", 0): (1, 2)}))  # version 2: maintenance
     config = DeltaTable(str(path)).metadata().configuration
