@@ -250,10 +250,17 @@ def run_cell(servers: str, topic: str, point: str, sig: str, owner: str, root: P
         step("stopped")
     in_table = Counter(table_ids(table))
     served = Counter(i for s in services for i in s.ids)
+    lost = produced - set(in_table) - set(served)
+    both = set(in_table) & set(served)
+    # On disk too: a failed run's summary can be lost (a killed CI job), its cells are not.
+    (root / "outcome.txt").write_text(
+        f"lost {sorted(lost)}\ntwice in the table {[i for i, n in in_table.items() if n > 1]}"
+        f"\nin both {sorted(both)}\nserved twice {[i for i, n in served.items() if n > 1]}\n"
+    )
     return Outcome(
-        lost=len(produced - set(in_table) - set(served)),
+        lost=len(lost),
         twice_in_table=sum(1 for n in in_table.values() if n > 1),
-        in_both=len(set(in_table) & set(served)),
+        in_both=len(both),
         service_twice=sum(1 for n in served.values() if n > 1),
     )
 
