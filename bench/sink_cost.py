@@ -261,18 +261,21 @@ def spark_sides(records: int, size: int, partitions: int, rounds: int) -> dict[s
         warm = create_topics(servers, partitions, prefix="warm")
         produce(servers, warm, partitions, 20_000, size)
         scratch = Path(tempfile.mkdtemp(prefix="sink-cost-spark-"))
-        for round_ in range(rounds + 1):  # round 0 warms up
-            for sink in out:
-                used = warm if round_ == 0 else topics
-                if sink == "discard-arrow":
-                    run = _discard_run(spark, servers, used, scratch)
-                else:
-                    run = throughput.spark_read(spark, servers, used, sink, scratch)
-                if round_ > 0:
-                    out[sink].append(run.seconds / run.rows * 1e6)
-                    if run.rows != records:
-                        raise RuntimeError(f"{sink} read {run.rows:,} of {records:,} records")
-        spark.stop()
+        try:
+            for round_ in range(rounds + 1):  # round 0 warms up
+                for sink in out:
+                    used = warm if round_ == 0 else topics
+                    if sink == "discard-arrow":
+                        run = _discard_run(spark, servers, used, scratch)
+                    else:
+                        run = throughput.spark_read(spark, servers, used, sink, scratch)
+                    if round_ > 0:
+                        out[sink].append(run.seconds / run.rows * 1e6)
+                        if run.rows != records:
+                            raise RuntimeError(f"{sink} read {run.rows:,} of {records:,} records")
+        finally:
+            spark.stop()
+            shutil.rmtree(scratch, ignore_errors=True)
     return out
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -94,11 +95,14 @@ def read_once(spark: Any, servers: str, topics: list[str], source: str, extra: d
     """One side's read of ``topics`` into noop: rows, seconds, records/s, and how many cores
     the machine kept busy while it read (the measured window only)."""
     scratch = Path(tempfile.mkdtemp(prefix="bench-split-"))
-    with BusySampler() as sampler:
-        if source == "kafka-group":
-            run = throughput.spark_read(spark, servers, topics, "noop", scratch, **extra)
-        else:
-            run = throughput.spark_kafka_read(spark, servers, topics, scratch, **extra)
+    try:
+        with BusySampler() as sampler:
+            if source == "kafka-group":
+                run = throughput.spark_read(spark, servers, topics, "noop", scratch, **extra)
+            else:
+                run = throughput.spark_kafka_read(spark, servers, topics, scratch, **extra)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return {
         "rows": run.rows,
         "seconds": run.seconds,

@@ -109,6 +109,14 @@ class RevocationBarrier:
                     timed_out = True
                     self.metrics.barrier_timeouts += 1
                     released = self._release(member, partitions, serve)
+                    left = partitions - released
+                    what = (
+                        f"{partitions_text(released)} released at the sink table's positions"
+                        + (f"; {partitions_text(left)}" if left else "")
+                        if released
+                        else f"{partitions_text(partitions)} move to another member "
+                        "uncommitted and may be read twice"
+                    )
                     log.error(
                         "revocation barrier timed out after %.1f s waiting for batch %d "
                         "(committed: %d); %s. Raise max.poll.interval.ms above the longest "
@@ -116,11 +124,7 @@ class RevocationBarrier:
                         time.monotonic() - started,
                         wait_for,
                         books.batches.committed_through,
-                        f"{_tps(released)} released at the sink table's positions"
-                        + (f"; {_tps(partitions - released)}" if partitions - released else "")
-                        if released
-                        else f"{_tps(partitions)} move to another member uncommitted and may "
-                        "be read twice",
+                        what,
                     )
                     break
                 serve(0.05)
@@ -233,7 +237,3 @@ class RevocationBarrier:
                     ):
                         by_batch.setdefault(batch.batch, []).append(r)
             return [(found[b], ranges) for b, ranges in sorted(by_batch.items())]
-
-
-def _tps(partitions: frozenset[TopicPartition]) -> str:
-    return partitions_text(partitions)

@@ -65,16 +65,13 @@ def split_ranges(
     if min_partitions is None or len(pieces) >= min_partitions:
         return tuple(pieces)
     total = sum(r.size for r in pieces)
-    whole = [r for r in pieces if _share(r.size, total, min_partitions) == 1]
-    split_total = total - sum(r.size for r in whole)
-    split_parts = max(min_partitions - len(whole), 1)
-    whole_ids = {id(r) for r in whole}
+    is_whole = [_share(r.size, total, min_partitions) == 1 for r in pieces]
+    split_total = total - sum(r.size for r, w in zip(pieces, is_whole, strict=True) if w)
+    split_parts = max(min_partitions - sum(is_whole), 1)
     return tuple(
         p
-        for r in pieces
-        for p in (
-            (r,) if id(r) in whole_ids else _divide(r, _share(r.size, split_total, split_parts))
-        )
+        for r, w in zip(pieces, is_whole, strict=True)
+        for p in ((r,) if w else _divide(r, _share(r.size, split_total, split_parts)))
     )
 
 
