@@ -18,6 +18,14 @@ point                       reached
 ``leave``                   the member committed what it could and is about to leave
 ==========================  ==========================================================
 
+One point belongs to a partition's arrival rather than to a batch (:data:`GROUP_POINTS`):
+
+==========================  ==========================================================
+``resuming``                the source is about to find where newly assigned partitions
+                            resume (Kafka, the ledger, and with ``sink.table`` their
+                            claim in the sink's table); the group may revoke them meanwhile
+==========================  ==========================================================
+
 Every point is inert unless a test turns it on, in one of two ways:
 
 * in-process: :func:`installed` runs a function at every point reached;
@@ -54,6 +62,8 @@ POINTS = (
     "revocation",
     "leave",
 )
+#: Points of a partition's arrival, outside a batch's life.
+GROUP_POINTS = ("resuming",)
 #: ``point:SIGNAL``: the point where a member started by a test stops, and how.
 CRASH_ENV = "SPARK_GROUPS_CRASH_AT"
 #: The arm file: the crash point fires only once it exists.
@@ -63,7 +73,8 @@ _hook: Callable[[str], None] | None = None
 
 
 def reached(point: str) -> None:
-    """The caller is at ``point`` (one of :data:`POINTS`): stop here if a test asked to."""
+    """The caller is at ``point`` (one of :data:`POINTS` or :data:`GROUP_POINTS`): stop
+    here if a test asked to."""
     if _hook is not None:
         _hook(point)
         return

@@ -1,7 +1,7 @@
 """Newly assigned partitions: where each resumes, and what that implies before it is read.
 
 At every plan, before ranges are planned, :meth:`Arrivals.resolve` handles the partitions the
-group assigned since the last plan (``PartitionTable.needs_resume``):
+group assigned since the last plan (``PartitionTable.begin_resume``):
 
 1. Forget their cached log ends: a partition assigned anew may have a new log (a broker
    restarted, the topic was recreated), so a log that went backwards is seen.
@@ -19,6 +19,10 @@ group assigned since the last plan (``PartitionTable.needs_resume``):
 6. Give each its position and handover in its state; with ``sink.table``, hold the partitions
    the sink's table would get an unexplained gap in (``group.gaps``).
 
+The group may revoke (or lose) the partitions while 2-5 run: their states, created when the
+search began, go with the revocation, so step 6 leaves them out, and step 2's claim covers
+only partitions still owned when it commits (``group.claims``).
+
 Held partitions are checked again every ``gaps.RECHECK_S`` seconds
 (:meth:`Arrivals.recheck_held`) and released once the sink's table reaches their position.
 """
@@ -30,6 +34,7 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
+from spark_groups import crash_points
 from spark_groups.errors import CommitError
 from spark_groups.group import gaps, resume
 from spark_groups.group.bookkeeping import Bookkeeping
@@ -79,9 +84,10 @@ class Arrivals:
         """Steps 1-6 of the module doc, for the partitions that need a position."""
         books, options = self.books, self.options
         with books.lock:
-            new = books.partitions.needs_resume(member.assignment)
+            new = books.partitions.begin_resume(member.assignment)
         if not new:
             return
+        crash_points.reached("resuming")
         resolver.forget(new)
         committed = resume.committed(new, self.committer.ledger, member)
         known = committed.known()

@@ -4,7 +4,8 @@ When the group takes partitions away, the member's owner thread calls
 :meth:`RevocationBarrier.revoke` from the rebalance callback and the rebalance waits for it:
 
 1. The partitions become REVOKING: no batch planned from now on reads them; the barrier
-   waits for the last batch that did (``PartitionTable.begin_revoke``). Under
+   waits for the last batch that did (``PartitionTable.begin_revoke``). A claim of them in
+   the sink's table still in flight lands first (``Claims.settled``); none begins after. Under
    ``at-most-once`` there is nothing to wait for: offsets were committed at planning.
 2. While it waits it keeps the member alive (``serve``: heartbeats, the commits Spark's
    thread asks the owner thread to make).
@@ -24,6 +25,7 @@ When the group takes partitions away, the member's owner thread calls
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -87,7 +89,7 @@ class RevocationBarrier:
         books = self.books
         started = time.monotonic()
         crash_points.reached("revocation")
-        with books.lock:
+        with self._no_claim_in_flight(serve), books.lock:
             wait_for = books.partitions.begin_revoke(partitions)
         if self.at_most_once:
             wait_for = -1
@@ -132,6 +134,14 @@ class RevocationBarrier:
             with books.lock:
                 books.partitions.give_up(partitions, books.batches.highest)
         return BarrierOutcome(wait_for, time.monotonic() - started, by_barrier, timed_out)
+
+    def _no_claim_in_flight(
+        self, serve: Callable[[float], None]
+    ) -> contextlib.AbstractContextManager[None]:
+        """Step 1's wait for a claim in flight (none without ``sink.table``)."""
+        if self.claims is None:
+            return contextlib.nullcontext()
+        return self.claims.settled(serve)
 
     def _release(
         self,

@@ -8,6 +8,10 @@ stop exact by construction instead of by timing:
 1. **Claim** (``group.arrivals``, at resume): one Delta commit sets the new partitions'
    claims to a fresh token and reads their positions in the same snapshot. A table that does
    not exist yet is claimed later, once a batch has created it (:meth:`Claims.claim_late`).
+   A claim covers only partitions still owned, checked under :attr:`Claims.lock`, which a
+   revocation and a loss take before they begin (:meth:`Claims.settled`): a claim never
+   lands after this member gave a partition up, so it can never overwrite the claim of the
+   partition's next owner (who is assigned it only after this member's revocation ended).
 2. **Release** (:meth:`Claims.release`, when the member leaves the group, or a revocation's
    barrier timed out): under the committer's lock, so no safe-point commit runs beside it,
 
@@ -28,8 +32,10 @@ stop exact by construction instead of by timing:
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 
 from spark_groups.errors import CommitError, SinkClaimError
 from spark_groups.group.bookkeeping import Bookkeeping
@@ -62,17 +68,46 @@ class Claims:
         self.committer = committer
         self.metrics = metrics
         self._late_tried = -2  # the last safe point's batch that tried a late claim
+        #: Held by a claim from its ownership check to its Delta commit, and by a revocation
+        #: or a loss while it begins (:meth:`settled`): the two never interleave.
+        self.lock = threading.Lock()
 
     @property
     def enabled(self) -> bool:
         """True with the source option ``sink.table``."""
         return self.options.sink_path is not None
 
+    @contextlib.contextmanager
+    def settled(self, serve: Callable[[float], None] | None = None) -> Iterator[None]:
+        """No claim is in flight inside the block (a revocation or a loss begins in it).
+        With ``serve`` (the member's owner thread, which must keep serving) the lock is
+        waited for without blocking that thread; a claim holds it for one Delta commit."""
+        if serve is None:
+            self.lock.acquire()
+        else:
+            while not self.lock.acquire(blocking=False):
+                serve(0.05)
+        try:
+            yield
+        finally:
+            self.lock.release()
+
     def claim(
         self, member: GroupMember, partitions: list[TopicPartition]
     ) -> tuple[int | None, dict[TopicPartition, int]]:
-        """Step 1: claim ``partitions`` under a fresh token; return the token (None: not
-        claimed: no table yet, or the claim failed) and the table's positions."""
+        """Step 1: claim those of ``partitions`` still owned under a fresh token; return the
+        token (None: not claimed: none still owned, no table yet, or the claim failed) and
+        the table's positions."""
+        with self.lock:
+            with self.books.lock:
+                partitions = self.books.partitions.resuming(partitions)
+            if not partitions:
+                return None, {}
+            return self._claim(member, partitions)
+
+    def _claim(
+        self, member: GroupMember, partitions: list[TopicPartition]
+    ) -> tuple[int | None, dict[TopicPartition, int]]:
         assert self.options.sink_path is not None
         token = claims.new_token()
         try:

@@ -11,6 +11,8 @@ A batch is committed from one of three places, never two at once (:attr:`BatchCo
 
 The order of one commit (:meth:`BatchCommitter.commit_ranges`):
 
+0. At the safe point, with ``sink.table``: only the ranges the sink's table holds (the sink
+   leaves out a partition whose claim moved on; Kafka never gets past the table).
 1. Take the committable ranges (``PartitionTable.committable``: owned, not given up since the
    batch was planned, past what is known committed).
 2. Commit them to Kafka (OffsetCommit) on the member's thread, only partitions still owned
@@ -47,7 +49,13 @@ from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.member import GroupMember
 from spark_groups.ledger import LedgerRow, OffsetLedger
 from spark_groups.metrics import StreamMetrics
-from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition, commit_metadata
+from spark_groups.offsets import (
+    BatchOffset,
+    OffsetRange,
+    TopicPartition,
+    commit_metadata,
+    partitions_text,
+)
 from spark_groups.options import SourceOptions
 
 log = logging.getLogger(__name__)
@@ -87,7 +95,8 @@ class BatchCommitter:
             if batch.batch <= self.books.batches.committed_through:
                 return
             started = time.monotonic()
-            ranges = self.commit_ranges(member, batch, from_barrier=False)
+            held = self._held_by_sink(member, batch)
+            ranges = self.commit_ranges(member, held, from_barrier=False)
             with self.books.lock:
                 self.books.batches.committed(batch.batch)
                 self.books.lock.notify_all()
@@ -100,6 +109,47 @@ class BatchCommitter:
             len(ranges),
             self.metrics.last_commit_ms,
         )
+
+    def _held_by_sink(self, member: GroupMember, batch: BatchOffset) -> BatchOffset:
+        """Step 0 of the safe point, with ``sink.table``: ``batch`` without the ranges the
+        sink's table does not hold. The sink leaves a range out when the partition's claim
+        there moved on after the batch was planned (``sink.decision``: fenced); committing
+        it would put Kafka past the table, and the partition's next owner would find a gap
+        nothing explains. A partition the group still gives this member under the batch's
+        claim is searched again (``PartitionTable.fenced``): the next plan claims it anew and
+        reads it from the table's position."""
+        if self.durability.sink is None or self.options.at_most_once:
+            return batch
+        held = self.durability.in_sink(batch.ranges)
+        if held is None:
+            log.warning(
+                "batch %d: the sink table cannot be read; nothing of the batch is committed "
+                "now (later batches commit past it)",
+                batch.batch,
+            )
+            return BatchOffset.of(batch.batch, [])
+        tokens = batch.claim_map()
+        missing = [r for r in batch.ranges if r not in held]
+        if missing:
+            claimed = [r for r in missing if r.topic_partition in tokens]
+            with self.books.lock:
+                again = self.books.partitions.committable(
+                    batch.batch, claimed, member.assignment, tokens
+                )
+                for r in again:
+                    self.books.partitions.fenced(r.topic_partition)
+            log.warning(
+                "batch %d: the sink table %s does not hold %s (the sink left them out: their "
+                "claim moved on since the batch was planned); not committed%s",
+                batch.batch,
+                self.durability.sink,
+                ", ".join(map(str, missing)),
+                f"; {partitions_text([r.topic_partition for r in again])} resume again from the "
+                "table's position"
+                if again
+                else "",
+            )
+        return BatchOffset.of(batch.batch, held, batch.outside, tokens)
 
     def what_finished(
         self, member: GroupMember, settled: Collection[TopicPartition] = frozenset()

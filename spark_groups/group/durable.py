@@ -13,7 +13,9 @@ waiting at the barrier asks here instead, with one of two signals the user can t
   so a version at or past a range's end means its records are in the table.
 
 Either says "durable" only for what is: a commit-log entry of the Spark batch whose logged
-offsets are exactly this batch, or records already in the sink table. Anything it cannot
+offsets are exactly this batch, or records already in the sink table. With ``sink.table`` the
+table alone decides, and the safe point too commits only what it holds
+(``BatchCommitter.safe_point``). Anything it cannot
 read counts as not durable (the barrier then waits for Spark's next trigger, as without
 these options).
 """
@@ -98,11 +100,13 @@ class DurabilityWatch:
         self._logged[logged.batch] = logged
 
     def durable(self, batch: BatchOffset, ranges: Sequence[OffsetRange]) -> list[OffsetRange]:
-        """The ``ranges`` (of ``batch``, planned here) whose records are durable now."""
+        """The ``ranges`` (of ``batch``, planned here) whose records are durable now. With
+        ``sink.table`` the table decides, whatever the checkpoint says: a batch Spark
+        finished may still have ranges the sink left out (their claim moved on)."""
+        if self.sink is not None:
+            return self.in_sink(ranges) or []
         if self.checkpoint is not None and self._in_commit_log(batch):
             return list(ranges)
-        if self.sink is not None:
-            return self._in_sink(ranges)
         return []
 
     def _in_commit_log(self, batch: BatchOffset) -> bool:
@@ -120,7 +124,9 @@ class DurabilityWatch:
             self._warn_once("checkpoint", f"cannot read the checkpoint {self.checkpoint}: {exc}")
             return False
 
-    def _in_sink(self, ranges: Sequence[OffsetRange]) -> list[OffsetRange]:
+    def in_sink(self, ranges: Sequence[OffsetRange]) -> list[OffsetRange] | None:
+        """The ``ranges`` whose records the sink's table holds (``sink.table``); None when
+        the table cannot be read."""
         assert self.sink is not None
         from spark_groups.sink.commit import committed_positions
 
@@ -133,7 +139,7 @@ class DurabilityWatch:
             )
         except Exception as exc:
             self._warn_once("sink", f"cannot read the sink table {self.sink}: {exc}")
-            return []
+            return None
         return [r for r in ranges if versions.get(r.topic_partition, -1) >= r.until_offset]
 
     def _warn_once(self, signal: str, message: str) -> None:

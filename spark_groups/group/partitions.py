@@ -3,14 +3,19 @@
 A partition the group assigned to this member goes through these states (the model is
 aiokafka's ``consumer/subscription_state.py``)::
 
-    (not in the table) --resume--> ACTIVE --begin_revoke or released--> REVOKING --give_up--> (gone)
-           |   ^                    |  ^ planned / committed / moved_to_end
-           |   |                    +--+
-           |   +------------------- give_up (lost) -------------------------------+
-           +--committed--> AWAITING_RESUME --resume--> ACTIVE
+    (not in the table) --begin_resume or committed--> AWAITING_RESUME --resume--> ACTIVE
+                                                            ^                     |
+                                                            +------ fenced -------+
+    ACTIVE --begin_revoke or released--> REVOKING --give_up--> (gone)
+    ACTIVE: planned / committed / moved_to_end; any state --give_up (lost)--> (gone)
 
-* ``AWAITING_RESUME``: owned, no planning position yet, but a commit of a batch that read it
-  has been seen (a replay committed before the next plan resolved where it resumes).
+* ``AWAITING_RESUME``: owned, no planning position yet: the next plan finds where it resumes
+  (``group.arrivals``). The state exists from the moment that search begins
+  (:meth:`PartitionTable.begin_resume`), so a revocation during the search removes it, and
+  the search's answer, read for an assignment that is gone, is dropped (:meth:`resume`
+  refuses a partition without a state) instead of bringing the partition back. A commit of a
+  batch that read it (a replay committed before the next plan resolved where it resumes), or
+  a batch the sink's table fenced (:meth:`fenced`), also puts it here.
 * ``ACTIVE``: owned, with a *position* (the next offset to plan); planned in every batch.
 * ``REVOKING``: the group is taking it away; never planned again; the revocation barrier
   waits for :attr:`PartitionState.last_batch` to be committed.
@@ -90,15 +95,32 @@ class PartitionTable:
 
     # ------------------------------------------------------------------ queries
 
-    def needs_resume(self, assignment: Iterable[TopicPartition]) -> list[TopicPartition]:
+    def begin_resume(self, assignment: Iterable[TopicPartition]) -> list[TopicPartition]:
         """The partitions of ``assignment`` without a position that are not being revoked,
-        sorted: where they resume must be found before they are planned."""
+        sorted: where they resume must be found before they are planned. Each gets an
+        AWAITING_RESUME state now, so a revocation before :meth:`resume` is seen there.
+
+        Caller: ``Arrivals`` at every plan. Affects: absent -> AWAITING_RESUME.
+        """
         out = []
         for tp in assignment:
             state = self._states.get(tp)
-            if state is None or state.status is Status.AWAITING_RESUME:
+            if state is None:
+                state = self._states[tp] = PartitionState(Status.AWAITING_RESUME)
+            if state.status is Status.AWAITING_RESUME:
                 out.append(tp)
         return sorted(out)
+
+    def resuming(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """The ``partitions`` still owned, sorted: AWAITING_RESUME or ACTIVE (a partition
+        revoked or lost since :meth:`begin_resume` is neither). What a claim in the sink's
+        table may cover (``group.claims``)."""
+        return sorted(
+            tp
+            for tp in partitions
+            if (state := self._states.get(tp)) is not None
+            and state.status in (Status.AWAITING_RESUME, Status.ACTIVE)
+        )
 
     def plannable(
         self, assignment: frozenset[TopicPartition], *, held: bool = True
@@ -184,18 +206,15 @@ class PartitionTable:
     # ------------------------------------------------------------------ transitions
 
     def resume(self, tp: TopicPartition, position: int, committed: int | None = None) -> int | None:
-        """Give ``tp`` its first position; return it (None: ``tp`` is being revoked, and
-        keeps no position).
+        """Give ``tp`` its first position; return it (None: ``tp`` is being revoked, or was
+        given up since :meth:`begin_resume`, and keeps no position).
 
         With ``committed`` (where the ledger, Kafka or the sink say the group stands) the
         position is the furthest of it and any commit already seen here.
-        Caller: ``Arrivals`` resolving new partitions. Affects: absent or AWAITING_RESUME
-        -> ACTIVE.
+        Caller: ``Arrivals`` resolving new partitions. Affects: AWAITING_RESUME -> ACTIVE.
         """
         state = self._states.get(tp)
-        if state is None:
-            state = self._states[tp] = PartitionState(Status.AWAITING_RESUME)
-        elif state.status is not Status.AWAITING_RESUME:
+        if state is None or state.status is not Status.AWAITING_RESUME:
             return None
         if committed is not None:
             seen = state.committed
@@ -204,6 +223,21 @@ class PartitionTable:
         state.status = Status.ACTIVE
         state.position = position
         return position
+
+    def fenced(self, tp: TopicPartition) -> None:
+        """The sink's table left a batch of ``tp`` out because ``tp``'s claim there is no
+        longer this member's token while the group still gives ``tp`` to this member: find
+        where it resumes again (claim it anew, read the table's position) instead of planning
+        on past what the table holds.
+
+        Caller: ``BatchCommitter`` at the safe point. Affects: ACTIVE -> AWAITING_RESUME.
+        """
+        state = self._states.get(tp)
+        if state is not None and state.status is Status.ACTIVE:
+            state.status = Status.AWAITING_RESUME
+            state.position = None
+            state.claim = None
+            state.handover = None
 
     def set_handover(self, tp: TopicPartition, handover: Handover | None) -> None:
         """``tp`` resumed where ``handover`` ended (None: at a position of the group's own).

@@ -368,8 +368,9 @@ class GroupStream:
             )
 
     def on_lost(self, partitions: frozenset[TopicPartition]) -> None:
-        """Step 6: lost partitions are dropped and never committed (another member owns them)."""
-        with self._books.lock:
+        """Step 6: lost partitions are dropped and never committed (another member owns them);
+        a claim of them in flight lands first, none begins after (``group.claims``)."""
+        with self._claims.settled(), self._books.lock:
             self._books.partitions.give_up(partitions, self._books.batches.highest)
         self._arrivals.count_held()
         self.metrics.lost_partitions += len(partitions)

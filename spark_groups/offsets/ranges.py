@@ -62,6 +62,9 @@ class OffsetRange:
         """How many offsets the range spans (records, plus gaps from compaction/markers)."""
         return self.until_offset - self.from_offset
 
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition} [{self.from_offset}, {self.until_offset})"
+
 
 @dataclass(frozen=True, order=True)
 class Handover:

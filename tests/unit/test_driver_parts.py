@@ -60,6 +60,7 @@ def test_planned_batches_keep_what_is_not_committed_and_time_each_once() -> None
 
 def test_a_handover_rides_on_the_first_range_of_its_partition_only() -> None:
     table = PartitionTable()
+    table.begin_resume([T0])
     table.resume(T0, 40, committed=40)
     handover = Handover("t", 0, since=10, until=40, by="a plain consumer")
     table.set_handover(T0, handover)
@@ -70,6 +71,7 @@ def test_a_handover_rides_on_the_first_range_of_its_partition_only() -> None:
 
 def test_a_held_partition_is_owned_not_read_and_goes_with_its_state() -> None:
     table = PartitionTable()
+    table.begin_resume(OWNED)
     for tp in OWNED:
         table.resume(tp, 7)
     why = Held(T1, table_offset=3, position=7, committed_by="someone")
@@ -83,6 +85,7 @@ def test_a_held_partition_is_owned_not_read_and_goes_with_its_state() -> None:
     table.set_handover(T1, Handover("t", 1, since=None, until=7, by="x"))
     table.give_up([T1], through_batch=4)
     assert table.held() == {} and table.get(T1) is None
+    table.begin_resume([T1])
     table.resume(T1, 9)  # assigned again: no stale hold or handover
     assert table.held() == {} and table.handover_into(rng(T1, 7, 9)) is None
 
@@ -142,6 +145,7 @@ def committer(tmp_path: Path, *, ledger: bool = True) -> tuple[BatchCommitter, B
         {"kafka.bootstrap.servers": "unused:9092", "subscribe": "t", "group.id": "g"}
     )
     books = Bookkeeping()
+    books.partitions.begin_resume(OWNED)
     for tp in OWNED:
         books.partitions.resume(tp, 0)
     made = BatchCommitter(
@@ -255,6 +259,7 @@ def test_nothing_to_wait_for_passes_at_once(tmp_path: Path) -> None:
 def test_a_log_that_went_backwards_is_data_loss_or_with_the_option_the_new_start() -> None:
     base = {"kafka.bootstrap.servers": "unused:9092", "subscribe": "t", "group.id": "g"}
     books = Bookkeeping()
+    books.partitions.begin_resume([T0])
     books.partitions.resume(T0, 50)
     strict = LogEnds(parse_options(base), books, AvailableNowTargets())
     with pytest.raises(DataLossError) as lost:

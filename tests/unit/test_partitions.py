@@ -18,6 +18,7 @@ def rng(tp: TopicPartition, lo: int, hi: int) -> OffsetRange:
 
 def active(position: int = 0, committed: int | None = None) -> PartitionTable:
     table = PartitionTable()
+    table.begin_resume(OWNED)
     for tp in (T0, T1):
         table.resume(tp, position, committed)
     return table
@@ -25,9 +26,10 @@ def active(position: int = 0, committed: int | None = None) -> PartitionTable:
 
 def test_a_new_partition_needs_a_resume_then_is_planned_from_its_position() -> None:
     table = PartitionTable()
-    assert table.needs_resume(OWNED) == [T0, T1]
+    assert table.resume(T0, 5) is None  # not assigned (begin_resume) yet
+    assert table.begin_resume(OWNED) == [T0, T1]
     assert table.resume(T0, 5) == 5
-    assert table.needs_resume(OWNED) == [T1]
+    assert table.begin_resume(OWNED) == [T1]
     assert table.plannable(OWNED) == {T0: 5}
     table.planned(0, [rng(T0, 5, 9)])
     state = table.get(T0)
@@ -40,7 +42,7 @@ def test_resume_from_a_commit_takes_the_furthest_commit_seen() -> None:
     table = PartitionTable()
     table.record_commit({T0: 20})  # a replay committed before the partition was resumed
     assert table.get(T0).status is Status.AWAITING_RESUME  # type: ignore[union-attr]
-    assert table.needs_resume(OWNED) == [T0, T1]
+    assert table.begin_resume(OWNED) == [T0, T1]
     assert table.resume(T0, 10, committed=10) == 20
 
 
@@ -70,6 +72,7 @@ def test_never_commit_a_partition_given_up_by_a_batch_planned_before() -> None:
     batch4 = [rng(T0, 0, 10), rng(T1, 0, 10)]
     assert table.committable(4, batch4, OWNED) == [rng(T1, 0, 10)]
     # Assigned here again: a batch planned after that may commit it.
+    table.begin_resume([T0])
     table.resume(T0, 10)
     assert table.committable(5, [rng(T0, 10, 12)], OWNED) == [rng(T0, 10, 12)]
     assert table.committable(4, [rng(T0, 10, 12)], OWNED) == []
@@ -86,7 +89,7 @@ def test_revoking_stops_planning_and_waits_for_the_last_batch_that_read_it() -> 
     table.planned(3, [rng(T1, 0, 4)])
     assert table.begin_revoke([T0]) == 2
     assert table.plannable(OWNED) == {T1: 4}
-    assert table.needs_resume(OWNED) == []  # being revoked is not new
+    assert table.begin_resume(OWNED) == []  # being revoked is not new
     assert table.resume(T0, 0) is None  # and gets no position back
     table.record_commit({T0: 4})  # the barrier's batch commits during the revocation
     assert table.get(T0).committed == 4  # type: ignore[union-attr]
@@ -133,6 +136,7 @@ def test_a_range_read_under_another_claim_is_never_committed() -> None:
     those partitions out of it, so the restarted member's safe point must not commit them:
     the next batch reads them from where the table stands."""
     table = PartitionTable()
+    table.begin_resume([T0])
     table.resume(T0, 20, committed=20)
     table.set_claim(T0, 7)
     logged = [rng(T0, 20, 30)]
@@ -141,3 +145,31 @@ def test_a_range_read_under_another_claim_is_never_committed() -> None:
     assert table.committable(2, logged, OWNED) == logged  # no claim: as before claims
     table.released([T0], through_batch=2)
     assert table.committable(3, [rng(T0, 30, 40)], OWNED, {T0: 7}) == []
+
+
+def test_a_partition_revoked_while_its_resume_is_searched_does_not_come_back() -> None:
+    """Where a partition resumes is searched outside the lock (Kafka, the ledger, a claim in
+    the sink's table); a revocation that ends meanwhile must not be undone by the answer
+    (found in a mixed-group test: the stale answer brought the partition back, and a later
+    assignment planned it from an old position)."""
+    table = PartitionTable()
+    assert table.begin_resume(OWNED) == [T0, T1]
+    assert table.resuming(OWNED) == [T0, T1]
+    assert table.begin_revoke([T0]) == -1  # the search goes on outside the lock
+    assert table.resuming(OWNED) == [T1]  # no claim for T0 now
+    table.give_up([T0], through_batch=-1)
+    assert table.resume(T0, 5) is None and table.get(T0) is None
+    assert table.resume(T1, 5) == 5
+    assert table.begin_resume(OWNED) == [T0]  # assigned again later: searched afresh
+
+
+def test_a_fenced_partition_is_resumed_again() -> None:
+    table = active(position=10, committed=10)
+    table.set_claim(T0, 7)
+    table.planned(3, [rng(T0, 10, 20)])
+    table.fenced(T0)
+    state = table.get(T0)
+    assert state is not None and state.status is Status.AWAITING_RESUME
+    assert (state.position, state.claim, state.last_batch) == (None, None, 3)
+    assert table.begin_resume(OWNED) == [T0]
+    assert table.committable(3, [rng(T0, 10, 20)], OWNED, {T0: 7}) == []

@@ -1,0 +1,194 @@
+"""A revocation that lands while a member searches where its new partitions resume.
+
+The search (``group.arrivals``) reads Kafka and the ledger and, with ``sink.table``, claims
+the partitions in the sink's table, all outside the driver's lock. A mixed-group test once
+revoked a partition in that window: the search's answer brought the partition back into the
+member's state, its claim landed after the next owner's, and the next owner's batch was
+fenced out of the table while Kafka was committed past it.
+
+Here member B is stopped exactly at the crash point ``resuming`` while the group gives a
+partition to member A; A claims it and plans a batch before B goes on. Real broker, real
+sink table, no Spark.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from spark_groups import crash_points
+from spark_groups.group.stream import GroupStream
+from spark_groups.offsets import BatchOffset, TopicPartition
+from spark_groups.options import parse_options
+from spark_groups.sink import DeltaSink, claims
+from spark_groups.sink.claims import claims_of
+from spark_groups.sink.plan import BatchPlan
+
+from broker_support import produce_ids
+from sink_support import SCHEMA, offsets_in, plan, rows, write_task
+
+FAST = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "500"}
+
+
+@pytest.fixture
+def streams() -> Iterator[list[GroupStream]]:
+    made: list[GroupStream] = []
+    yield made
+    for s in made:
+        s.stop()
+
+
+def wait_until(what: str, done: Callable[[], bool], within: float = 60.0) -> None:
+    deadline = time.monotonic() + within
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_a_partition_revoked_during_its_resume_is_neither_claimed_nor_kept(
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    streams: list[GroupStream],
+    tmp_path: Path,
+    strategy: str,
+) -> None:
+    topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    produce_ids(bootstrap_servers, topic, range(10 * 2), 2)
+    table = tmp_path / "sink"
+    seed = write_task(table, [rows(0, range(5), topic=topic), rows(1, range(5), topic=topic)])
+    DeltaSink(str(table), group).commit(plan(0, {0: (0, 5), 1: (0, 5)}, topic=topic), seed, SCHEMA)
+    options = parse_options(
+        {
+            "kafka.bootstrap.servers": bootstrap_servers,
+            "subscribe": topic,
+            "group.id": group,
+            "startingOffsets": "earliest",
+            "partition.assignment.strategy": strategy,
+            "sink.table": str(table),
+            **FAST,
+        }
+    )
+    b, a = GroupStream(options), GroupStream(options)
+    streams.extend([b, a])
+    initial = BatchOffset.initial().to_json()
+    b_thread: list[threading.Thread] = []
+    b_first: list[dict] = []
+    a_batch: list[BatchOffset] = []
+
+    def a_plans() -> bool:
+        got = BatchOffset.from_json(a.latest_offset(initial, None))
+        if got.ranges:
+            a_batch.append(got)
+        return bool(got.ranges)
+
+    def at(point: str) -> None:
+        # B, at its first search: A joins, the group moves a partition to A, and A claims it
+        # and plans a batch of it, all before B's search goes on. (A's own search reaches
+        # the point too, on this thread: hence the flag.)
+        if point != "resuming" or threading.current_thread() is not b_thread[0] or fired:
+            return
+        fired.append(True)
+        wait_until("A's first batch", a_plans)
+
+    fired: list[bool] = []
+    with crash_points.installed(at):
+        b_thread.append(
+            threading.Thread(target=lambda: b_first.append(b.latest_offset(initial, None)))
+        )
+        b_thread[0].start()
+        b_thread[0].join(120)
+    assert not b_thread[0].is_alive() and a_batch and b_first, "B's first plan did not finish"
+    planned = a_batch[0]
+    moved = {r.topic_partition for r in planned.ranges}
+    assert moved <= a.ensure_started().assignment
+    assert not moved & b.ensure_started().assignment
+
+    # B neither kept the moved partitions nor claimed them over A's claim.
+    for tp in moved:
+        assert b._partitions.get(tp) is None
+    held = claims_of(DeltaTable(str(table)), group, moved)
+    assert held == planned.claim_map()
+
+    # A's batch lands in the table (not fenced), and A's safe point commits it to Kafka.
+    files = write_task(
+        table,
+        [rows(r.partition, range(r.from_offset, r.until_offset), topic) for r in planned.ranges],
+    )
+    landed = DeltaSink(str(table), group).commit(
+        BatchPlan.of(planned.batch, list(planned.ranges), planned.outside, planned.claim_map()),
+        files,
+        SCHEMA,
+    )
+    assert landed.fenced == ()
+    a.latest_offset(planned.to_json(), None)
+    assert a.ensure_started().committed(sorted(moved)) == {tp: 10 for tp in moved}
+    for tp in moved:
+        assert offsets_in(table, tp.partition) == list(range(10))
+
+    # B plans what is still its own, never the moved partitions. (Under ``range`` B gave up
+    # every partition and got its own back: its search for it starts again at its next plan.)
+    first = BatchOffset.from_json(b_first[0])
+    if not first.ranges:
+        first = BatchOffset.from_json(b.latest_offset(initial, None))
+    assert {r.topic_partition for r in first.ranges} == set(b.ensure_started().assignment)
+    assert not {r.topic_partition for r in first.ranges} & moved
+
+
+def test_a_range_the_sink_fenced_is_never_committed_and_is_read_again_from_the_table(
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    streams: list[GroupStream],
+    tmp_path: Path,
+) -> None:
+    """Kafka never gets past the sink's table: a zombie's late claim (a member whose session
+    ended mid-claim) fences this member's batch of a partition out of the table; the safe
+    point leaves that range out of the Kafka commit, and the partition is claimed again and
+    read from the table's position."""
+    topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    produce_ids(bootstrap_servers, topic, range(10 * 2), 2)
+    table = tmp_path / "sink"
+    seed = write_task(table, [rows(0, range(5), topic=topic), rows(1, range(5), topic=topic)])
+    DeltaSink(str(table), group).commit(plan(0, {0: (0, 5), 1: (0, 5)}, topic=topic), seed, SCHEMA)
+    stream = GroupStream(
+        parse_options(
+            {
+                "kafka.bootstrap.servers": bootstrap_servers,
+                "subscribe": topic,
+                "group.id": group,
+                "startingOffsets": "earliest",
+                "sink.table": str(table),
+                **FAST,
+            }
+        )
+    )
+    streams.append(stream)
+    batch = BatchOffset.from_json(stream.latest_offset(BatchOffset.initial().to_json(), None))
+    p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    assert batch.ends() == {p0: 10, p1: 10}
+    claims.claim(str(table), group, [p1], claims.new_token())  # the zombie's claim lands
+    files = write_task(table, [rows(p, range(5, 10), topic) for p in (0, 1)])
+    landed = DeltaSink(str(table), group).commit(
+        BatchPlan.of(batch.batch, list(batch.ranges), batch.outside, batch.claim_map()),
+        files,
+        SCHEMA,
+    )
+    assert landed.fenced == (p1,)
+
+    # The safe point (nothing new to plan: Spark gets batch 0 back), then the next plan.
+    assert stream.latest_offset(batch.to_json(), None) == batch.to_json()
+    again = BatchOffset.from_json(stream.latest_offset(batch.to_json(), None))
+    member = stream.ensure_started()
+    assert member.committed([p0, p1]) == {p0: 10, p1: 5}
+    assert offsets_in(table, 1) == list(range(5))
+    # p1 was claimed anew (the next plan's search) and is read again from the table's 5.
+    assert {r.topic_partition: (r.from_offset, r.until_offset) for r in again.ranges} == {
+        p1: (5, 10)
+    }
+    assert claims_of(DeltaTable(str(table)), group, [p1]) == again.claim_map()
