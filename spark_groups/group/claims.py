@@ -145,11 +145,12 @@ class Claims:
                 self.books.partitions.set_claim(tp, token)
 
     def release_all(self, member: GroupMember) -> set[TopicPartition]:
-        """Step 2 for every claimed partition, as the member leaves the group: what
+        """Step 2 for every claimed partition, as the member leaves the group (those being
+        revoked too: a SIGTERM may arrive while a revocation waits at its barrier): what
         :meth:`release` settled. Takes the committer's lock (no safe point runs beside it)."""
         with self.committer.lock:
             with self.books.lock:
-                claimed = list(self.books.partitions.claims())
+                claimed = list(self.books.partitions.claimed())
             return self.release(member, claimed, "leaving the group")
 
     def release(

@@ -151,6 +151,11 @@ class PartitionTable:
             if s.status is Status.ACTIVE and s.claim is not None
         }
 
+    def claimed(self) -> dict[TopicPartition, int]:
+        """The claim token of every owned partition that has one, ACTIVE or REVOKING (what a
+        member that leaves must release: a revocation in progress still holds its claim)."""
+        return {tp: s.claim for tp, s in self._states.items() if s.claim is not None}
+
     def unclaimed(self, assignment: frozenset[TopicPartition]) -> list[TopicPartition]:
         """The ACTIVE partitions of ``assignment`` without a claim, sorted."""
         return sorted(

@@ -1,4 +1,6 @@
-"""A revocation that lands while a member searches where its new partitions resume.
+"""Claims in the sink's table meeting the group's changes, each at a named point.
+
+First, a revocation that lands while a member searches where its new partitions resume.
 
 The search (``group.arrivals``) reads Kafka and the ledger and, with ``sink.table``, claims
 the partitions in the sink's table, all outside the driver's lock. A mixed-group test once
@@ -23,6 +25,8 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_groups import crash_points
+from spark_groups.group.member import GroupMember
+from spark_groups.group.partitions import Status
 from spark_groups.group.stream import GroupStream
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.options import parse_options
@@ -192,3 +196,70 @@ def test_a_range_the_sink_fenced_is_never_committed_and_is_read_again_from_the_t
         p1: (5, 10)
     }
     assert claims_of(DeltaTable(str(table)), group, [p1]) == again.claim_map()
+
+
+def test_a_stop_while_a_revocation_waits_releases_the_revoking_partitions_too(
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    streams: list[GroupStream],
+    tmp_path: Path,
+) -> None:
+    """SIGTERM (``stop``) while the barrier waits for a batch of the revoked partitions: the
+    member still holds their claims, so it releases them like any other (found by the crash
+    matrix, cell ``revocation``/SIGTERM: the in-flight batch landed after the member left,
+    and a plain service read it again from Kafka)."""
+    topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    produce_ids(bootstrap_servers, topic, range(10 * 2), 2)
+    table = tmp_path / "sink"
+    seed = write_task(table, [rows(0, range(5), topic=topic), rows(1, range(5), topic=topic)])
+    DeltaSink(str(table), group).commit(plan(0, {0: (0, 5), 1: (0, 5)}, topic=topic), seed, SCHEMA)
+    stream = GroupStream(
+        parse_options(
+            {
+                "kafka.bootstrap.servers": bootstrap_servers,
+                "subscribe": topic,
+                "group.id": group,
+                "startingOffsets": "earliest",
+                "sink.table": str(table),
+                **FAST,
+            }
+        )
+    )
+    streams.append(stream)
+    batch = BatchOffset.from_json(stream.latest_offset(BatchOffset.initial().to_json(), None))
+    revoked = frozenset(batch.ends())
+    barrier = threading.Thread(
+        target=stream.on_revoked, args=(revoked, lambda seconds: time.sleep(seconds)), daemon=True
+    )
+    barrier.start()  # waits for the batch, which is still "running"
+    wait_until(
+        "the revocation to begin",
+        lambda: all(
+            (s := stream._partitions.get(tp)) is not None and s.status is Status.REVOKING
+            for tp in revoked
+        ),
+    )
+    stream.stop()  # what SIGTERM runs
+    barrier.join(30)
+    assert not barrier.is_alive()
+    assert claims_of(DeltaTable(str(table)), group, revoked) == {
+        tp: claims.RELEASED for tp in revoked
+    }
+    # The batch can no longer land; the group resumes exactly where the table ends.
+    files = write_task(table, [rows(p, range(5, 10), topic) for p in (0, 1)])
+    landed = DeltaSink(str(table), group).commit(
+        BatchPlan.of(batch.batch, list(batch.ranges), batch.outside, batch.claim_map()),
+        files,
+        SCHEMA,
+    )
+    assert set(landed.fenced) == revoked
+    fresh = GroupMember(
+        parse_options(
+            {"kafka.bootstrap.servers": bootstrap_servers, "subscribe": topic, "group.id": group}
+        ).member_config(),
+        [topic],
+    ).start()
+    try:
+        assert fresh.committed(sorted(revoked)) == {tp: 5 for tp in revoked}
+    finally:
+        fresh.close()
