@@ -1,15 +1,16 @@
 """Member processes of a consumer group writing into delta-group, and what they wrote.
 
 Shared by the integration tests (tests/integration/test_sink.py and its neighbours) and the
-benchmarks that run whole groups (bench/rolling.py):
+scenarios that run whole groups (bench/scenarios/rolling.py):
 
 * :class:`Member`: one ``bench/sink_member.py`` process (its own Spark application) in its
   own process group: start, SIGTERM (:meth:`Member.terminate`, as a deployment stops it),
   SIGKILL, its log;
 * :class:`IdProducer`: a producer thread writing ids 0, 1, 2, ... at a rate;
+* :class:`PlainService`: a plain confluent-kafka consumer service in the same group;
 * :func:`member_spec`: the spec the member processes of one group share;
-* :func:`sink_commits`, :func:`partitions_written`, :func:`table_ids`: what the sink table
-  holds, read with delta-rs (cheap enough to poll).
+* :func:`sink_commits`, :func:`reading_commits`, :func:`partitions_written`,
+  :func:`table_ids`: what the sink table holds, read with delta-rs (cheap enough to poll).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 from deltalake import DeltaTable, QueryBuilder
 
 from spark_groups.offsets import OffsetRange
@@ -109,6 +111,16 @@ def sink_commits(table: Path | str, storage_options: Mapping[str, str] | None = 
         if _COMMIT_INFOS[key] is not None:
             out.append(_COMMIT_INFOS[key])
     return out
+
+
+def reading_commits(table: str, member: str) -> int:
+    """How many of ``member``'s sink commits wrote records."""
+    return sum(
+        1
+        for c in sink_commits(table)
+        if c["spark_groups.member"] == member
+        and any(json.loads(c.get("spark_groups.ranges", "{}")).values())
+    )
 
 
 def partitions_written(commits: list[dict], member: str) -> set[str]:
@@ -242,3 +254,106 @@ def unfinished_batch(checkpoint: str) -> list[OffsetRange]:
     if not ids or is_committed(checkpoint, ids[-1]):
         return []
     return list(read_batch_plan(checkpoint, ids[-1]).ranges.values())
+
+
+class PlainService(threading.Thread):
+    """A consumer service in the group (confluent-kafka): processes each record (notes its
+    id and when it was read), commits what it processed after every poll and, synchronously,
+    in its revocation callback, so the next owner starts right after it. Notes every
+    assignment change with its time and generation."""
+
+    def __init__(self, servers: str, topic: str, group: str, settings: dict[str, str]) -> None:
+        super().__init__(daemon=True, name="plain-service")
+        self.topic = topic
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": servers,
+                "group.id": group,
+                "client.id": "rolling-service",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                **settings,
+            }
+        )
+        #: (id, partition, offset, read at (epoch s), produced at (epoch s)) per record.
+        self.reads: list[tuple[int, int, int, float, float]] = []
+        self.events: list[dict[str, Any]] = []
+        self.commit_failures = 0
+        self._processed: dict[int, int] = {}
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+
+    def _generation(self) -> int:
+        from spark_groups.group.member import parse_generation
+
+        try:
+            return parse_generation(self.consumer.consumer_group_metadata())
+        except Exception:
+            return -1
+
+    def _note(self, event: str, partitions: list[KafkaTopicPartition]) -> None:
+        self.events.append(
+            {
+                "event": event,
+                "at": time.time(),
+                "partitions": sorted(p.partition for p in partitions),
+                "generation": self._generation(),
+            }
+        )
+
+    def _commit(self, partitions: Iterable[int]) -> None:
+        offsets = [
+            KafkaTopicPartition(self.topic, p, self._processed[p])
+            for p in partitions
+            if p in self._processed
+        ]
+        if not offsets:
+            return
+        try:
+            self.consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException:
+            self.commit_failures += 1  # the next owner reads those records again
+
+    def _on_assign(self, consumer: Any, partitions: list[KafkaTopicPartition]) -> None:
+        self._note("assigned", partitions)
+
+    def _on_revoke(self, consumer: Any, partitions: list[KafkaTopicPartition]) -> None:
+        self._commit(p.partition for p in partitions)
+        for p in partitions:
+            self._processed.pop(p.partition, None)
+        self._note("revoked", partitions)
+
+    def _on_lost(self, consumer: Any, partitions: list[KafkaTopicPartition]) -> None:
+        for p in partitions:
+            self._processed.pop(p.partition, None)
+        self._note("lost", partitions)
+
+    def run(self) -> None:
+        try:
+            self.consumer.subscribe(
+                [self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )  # fmt: skip
+            while not self.stop_event.is_set():
+                records = self.consumer.consume(500, 0.2)
+                now = time.time()
+                touched = set()
+                for r in records:
+                    if r.error() is not None:
+                        continue
+                    p, offset = r.partition(), r.offset()
+                    assert p is not None and offset is not None
+                    self.reads.append((int(r.value()), p, offset, now, r.timestamp()[1] / 1000))
+                    self._processed[p] = offset + 1
+                    touched.add(p)
+                self._commit(touched)
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.consumer.close()  # the revocation callback commits, then it leaves
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(60)
+        if self.error is not None:
+            raise RuntimeError(f"the plain consumer failed: {self.error}")

@@ -3,7 +3,7 @@
     python sink_member.py SPEC_JSON
 
 Run through :class:`bench.members.Member` by the integration tests (tests/integration/
-test_sink.py: two of these share one group and one table) and by bench/rolling.py. SPEC is
+test_sink.py: two of these share one group and one table) and by bench/scenarios/rolling.py. SPEC is
 a JSON object: servers, topic, group, table, ledger, checkpoint, member, and optionally
 ``sql`` (the pipeline, over the view ``source``), ``source_options`` (added to the source's),
 ``sink_options``, ``spark_conf`` (settings for the member's Spark session: jars, Hadoop's

@@ -24,8 +24,7 @@ from pathlib import Path
 import pytest
 from crash_support import Service, join_and_leave
 
-from bench.members import IdProducer, Member, member_spec, table_ids
-from bench.rolling import reading_commits
+from bench.members import IdProducer, Member, member_spec, reading_commits, table_ids
 from spark_groups.crash_points import ARM_ENV, CRASH_ENV, POINTS
 from spark_groups.handover import SinkTableHandover
 

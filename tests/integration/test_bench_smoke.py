@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.common import executor_read_path
-from bench.report import write_plot, write_report
-from bench.run import TINY, run_all
+from bench.harness.docs import with_markers
+from bench.harness.procfs import executor_read_path
+from bench.scenarios._core_report import render, write_plot
+from bench.scenarios.core import SECTION, TINY, run_all
 from spark_groups.tools.spark_jars import spark_jars
 
 pytestmark = pytest.mark.integration
@@ -66,7 +67,7 @@ def test_tiny_benchmark_run(spark, bootstrap_servers: str, tmp_path: Path) -> No
 
     results |= {"command": "test", "date": "today", "machine": {"cores": "2"}}
     write_plot(results, tmp_path / "b.png")
-    write_report(results, tmp_path / "b.md", tmp_path / "b.png")
+    (tmp_path / "b.md").write_text(with_markers(SECTION, render(results)))
     assert (tmp_path / "b.png").stat().st_size > 10_000
     text = (tmp_path / "b.md").read_text()
     assert "## 4. Cost growth" in text and "nan" not in text.lower()
@@ -75,9 +76,9 @@ def test_tiny_benchmark_run(spark, bootstrap_servers: str, tmp_path: Path) -> No
 
 
 def test_whole_run_sides_read_every_record(spark, bootstrap_servers: str, tmp_path: Path) -> None:
-    """bench.whole_run's kafka-group side and its Python streaming source floor, tiny."""
-    from bench.common import create_topics, produce
-    from bench.whole_run import spark_run
+    """The whole_run scenario's kafka-group side and its Python streaming source floor, tiny."""
+    from bench.harness.kafka import create_topics, produce
+    from bench.scenarios.whole_run import spark_run
 
     topic = create_topics(bootstrap_servers, 2, prefix="whole-smoke")[0]
     produce(bootstrap_servers, [topic], 2, 3000, 100)

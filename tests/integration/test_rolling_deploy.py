@@ -1,7 +1,7 @@
 """A rolling deploy on the suite's broker: each Spark member of a group restarted in turn
 (SIGTERM to its process group, started again) while a producer runs and a plain consumer
-shares the group. The short version of bench/rolling.py (issue 25), which measures the same
-on a broker with Kafka's default group settings.
+shares the group. The short version of ``python -m bench rolling`` (issue 25), which measures
+the same on a broker with Kafka's default group settings.
 """
 
 from __future__ import annotations
@@ -12,8 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from bench.members import IdProducer, Member, member_spec, stop_all, table_ids, unfinished_batch
-from bench.rolling import PlainService, reading_commits
+from bench.members import (
+    IdProducer,
+    Member,
+    PlainService,
+    member_spec,
+    reading_commits,
+    stop_all,
+    table_ids,
+    unfinished_batch,
+)
 from spark_groups.offsets import OffsetRange
 
 from broker_support import broker_kind, wait_until

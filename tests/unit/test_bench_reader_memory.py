@@ -1,9 +1,10 @@
-"""bench.reader_memory measures both ledger variants step by step in fresh processes (it
-backs docs/benchmarks.md's reader-memory section, so it must keep running)."""
+"""The reader_memory scenario measures both ledger variants step by step in fresh processes
+(it backs docs/benchmarks.md's reader-memory section, so it must keep running)."""
 
 from __future__ import annotations
 
-from bench.reader_memory import VARIANTS, measure, section
+from bench.harness.docs import with_markers
+from bench.scenarios.reader_memory import SECTION, VARIANTS, measure, render
 
 
 def test_both_variants_measure_every_step_and_the_section_names_them() -> None:
@@ -20,6 +21,7 @@ def test_both_variants_measure_every_step_and_the_section_names_them() -> None:
         assert total["+ first commit"] > total["+ spark_groups"], variant
         assert steps[-1]["deltalake_lib"] > 0, variant  # delta-rs' library was loaded
         assert steps[-1]["commit_p50_ms"] > 0, variant
-    text = section(results, 4)
+    found = {"variants": results, "commits": 4, "command": "test", "when": "today"}
+    text = with_markers(SECTION, render(found))
     assert text.startswith("<!-- reader-memory:start -->")
     assert "| + first commit |" in text and text.endswith("<!-- reader-memory:end -->")

@@ -1,0 +1,331 @@
+"""What the machine and its processes spend: CPU by process group, memory, machine facts."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+
+def rss_mb(pid: int | str = "self") -> tuple[float, float]:
+    """(current, peak) resident set size of a process in MB, from /proc."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields[key] = int(value.split()[0]) / 1024
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+def memory_breakdown_mb(pid: int | str = "self") -> dict[str, float]:
+    """Where a process's resident memory is, in MB, from /proc/<pid>/smaps: ``anonymous``
+    (its own heap, stacks and buffers), ``file`` (pages of mapped files, mostly shared
+    libraries' code: clean, shared with every process mapping them, dropped by the kernel
+    under pressure) and ``deltalake_lib`` (the part of ``file`` that is delta-rs' library)."""
+    out = {"anonymous": 0.0, "file": 0.0, "deltalake_lib": 0.0}
+    mapping = ""
+    with open(f"/proc/{pid}/smaps") as smaps:
+        for line in smaps:
+            head = line.split(None, 1)[0]
+            if not head.endswith(":"):  # a mapping's header line: range perms offset dev inode path
+                parts = line.split()
+                mapping = parts[5] if len(parts) > 5 else ""
+            elif head == "Rss:":
+                kb = int(line.split()[1]) / 1024
+                if mapping.startswith("/"):
+                    out["file"] += kb
+                    if "deltalake" in mapping:
+                        out["deltalake_lib"] += kb
+                else:
+                    out["anonymous"] += kb
+    return out
+
+
+def _package_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def machine_facts(broker: str) -> dict[str, str]:
+    """Cores, RAM, CPU model, OS, Python and library versions; ``broker`` describes the
+    broker."""
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(
+                (line.split(":", 1)[1].strip() for line in info if line.startswith("model name")),
+                cpu,
+            )
+    except OSError:
+        pass
+    return {
+        "cores": str(os.cpu_count()),
+        "RAM": f"{mem_gb:.1f} GB",
+        "CPU": cpu,
+        "OS": f"{platform.system()} {platform.release()}",
+        "Python": platform.python_version(),
+        "pyspark": _package_version("pyspark"),
+        "confluent-kafka": _package_version("confluent-kafka"),
+        "librdkafka": __import__("confluent_kafka").libversion()[0],
+        "deltalake": _package_version("deltalake"),
+        "pyarrow": _package_version("pyarrow"),
+        "executor read path": executor_read_path(),
+        "broker": broker,
+    }
+
+
+def executor_read_path() -> str:
+    """Which executor read path ``readPath=auto`` (every benchmark's) runs on this machine,
+    by the rule the reader itself uses (:func:`spark_groups.read.native.use_native`)."""
+    from spark_groups.read import native
+
+    if native.use_native("auto", {}):
+        return "native (C extension)"
+    why = native.load_error()
+    return f"python ({why})" if why else f"python ({native.READ_PATH_ENV}=python)"
+
+
+def load_average() -> tuple[float, float, float]:
+    """The 1, 5 and 15 minute load averages."""
+    return os.getloadavg()
+
+
+def loads_text() -> str:
+    """The load averages as the sections print them: ``1.20, 2.11, 2.37``."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def uptime() -> str:
+    """The ``uptime`` line (it holds the load averages)."""
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def _stat(pid: str) -> tuple[int, float, float] | None:
+    """(parent pid, own CPU seconds, CPU seconds of reaped children) of a process, or None
+    if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / tick
+    reaped = (int(fields[13]) + int(fields[14])) / tick
+    return int(fields[1]), own, reaped
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmd:
+            return cmd.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _all_stats() -> dict[str, tuple[int, float, float]]:
+    stats = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            stat = _stat(pid)
+            if stat is not None:
+                stats[pid] = stat
+    return stats
+
+
+def _children(stats: dict[str, tuple[int, float, float]]) -> dict[str, list[str]]:
+    children: dict[str, list[str]] = {}
+    for pid, (ppid, _, _) in stats.items():
+        children.setdefault(str(ppid), []).append(pid)
+    return children
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds used so far by this process ("bench"), by its descendants running the
+    broker ("broker") and by all its other descendants: the Spark JVM and its Python workers
+    and reader processes ("spark"). Reaped children count in their parent."""
+    stats = _all_stats()
+    children = _children(stats)
+    me = str(os.getpid())
+    out = {"bench": sum(stats[me][1:]), "broker": 0.0, "spark": 0.0}
+    todo: list[tuple[str, str | None]] = [(c, None) for c in children.get(me, [])]
+    while todo:
+        pid, kind = todo.pop()
+        if kind is None:
+            cmd = _cmdline(pid).lower()
+            kind = "broker" if "tansu" in cmd or "kafka.kafka" in cmd else "spark"
+        out[kind] += sum(stats[pid][1:])
+        todo += [(c, kind) for c in children.get(pid, [])]
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds per group between two :func:`cpu_seconds` readings."""
+    return {k: round(max(0.0, after[k] - before.get(k, 0.0)), 3) for k in after}
+
+
+def descendants(root: int) -> list[int]:
+    """``root`` and every process below it."""
+    children = _children(_all_stats())
+    out, todo = [], [str(root)]
+    while todo:
+        pid = todo.pop()
+        out.append(int(pid))
+        todo += children.get(pid, [])
+    return out
+
+
+def broker_pids() -> list[int]:
+    """This process's descendants that run the broker (for :class:`CpuSampler`'s roots)."""
+    return [p for p in descendants(os.getpid()) if "kafka.kafka" in _cmdline(str(p)).lower()]
+
+
+#: The process groups :class:`CpuSampler` reports, in the order the tables show them.
+PROCESS_KINDS = ("jvm", "workers", "reader", "bench", "broker")
+
+
+def process_kind(cmdline: str) -> str:
+    """The group of a process, from its command line: ``broker`` (Apache Kafka or Tansu),
+    ``reader`` (Spark's long-lived Python streaming source process on the driver, where
+    kafka-group's group member lives), ``jvm`` (Spark's driver JVM and the launch scripts),
+    ``workers`` (Python workers and their daemon) or ``bench`` (anything else: this process
+    and its Python children)."""
+    cmd = cmdline.lower()
+    if "tansu" in cmd or "kafka.kafka" in cmd:
+        return "broker"
+    if "python_streaming_source_runner" in cmd:
+        return "reader"
+    first = cmd.split(" ", 1)[0]
+    if first.endswith("java") or "spark-submit" in cmd or "spark-class" in cmd:
+        return "jvm"
+    if "pyspark" in cmd:
+        return "workers"
+    return "bench"
+
+
+class CpuSampler:
+    """CPU seconds by process group (:func:`process_kind`) of this process, its descendants
+    and the processes under ``extra_roots`` (e.g. the broker), between :meth:`start` and
+    :meth:`stop`.
+
+    :func:`cpu_seconds` counts a process's reaped children in its parent, so a process that
+    ends during the window (the reader process when its query stops, a Python worker) moves
+    into its parent's group. Here a thread reads /proc every ``interval_s`` and counts each
+    process's own time in its own group; when a process disappears, what its parent's
+    reaped-children time grew by beyond the process's last reading is added to the vanished
+    process's group (a process born and gone between two readings counts in its parent's
+    group)."""
+
+    def __init__(self, extra_roots: Sequence[int] = (), interval_s: float = 0.1) -> None:
+        self.roots = [os.getpid(), *extra_roots]
+        self.interval_s = interval_s
+        self.totals = dict.fromkeys(PROCESS_KINDS, 0.0)
+        self._prev: dict[str, tuple[int, str, float, float]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _snapshot(self) -> dict[str, tuple[int, str, float, float]]:
+        stats = _all_stats()
+        children = _children(stats)
+        out: dict[str, tuple[int, str, float, float]] = {}
+        todo = [str(r) for r in self.roots if str(r) in stats]
+        while todo:
+            pid = todo.pop()
+            if pid in out:
+                continue
+            known = self._prev.get(pid)
+            kind = known[1] if known is not None else process_kind(_cmdline(pid))
+            ppid, own, reaped = stats[pid]
+            out[pid] = (ppid, kind, own, reaped)
+            todo += children.get(pid, [])
+        return out
+
+    def _account(self, now: dict[str, tuple[int, str, float, float]]) -> None:
+        prev = self._prev
+        for pid, (_, kind, own, _) in now.items():
+            before = prev.get(pid)
+            self.totals[kind] += own - (before[2] if before is not None else 0.0)
+        gone: dict[str, list[str]] = {}
+        for pid, (ppid, _, _, _) in prev.items():
+            if pid not in now:
+                gone.setdefault(str(ppid), []).append(pid)
+        for pid, (_, kind, _, reaped) in now.items():
+            before = prev.get(pid)
+            if before is None:
+                continue
+            grew = reaped - before[3]
+            if grew <= 0:
+                continue
+            vanished = gone.get(pid, [])
+            seen = sum(prev[v][2] + prev[v][3] for v in vanished)
+            extra = max(0.0, grew - seen)
+            target = prev[vanished[0]][1] if vanished else kind
+            self.totals[target] += extra
+        self._prev = now
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._account(self._snapshot())
+
+    def start(self) -> CpuSampler:
+        """Take the baseline reading and start sampling."""
+        self._prev = self._snapshot()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, float]:
+        """Take a last reading; return CPU seconds by group over the window."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._account(self._snapshot())
+        return {k: round(v, 3) for k, v in self.totals.items()}
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy (every core, every process)."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+class BusySampler:
+    """The machine's busy CPU seconds every 50 ms, to tell how many cores a measured window
+    kept busy (:meth:`cores_busy`)."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="busy-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append((time.time(), machine_busy_s()))
+            if self._stop.wait(0.05):
+                return
+
+    def __enter__(self) -> BusySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def cores_busy(self, window: tuple[float, float] | None) -> float | None:
+        """Average busy cores over ``window`` (epoch seconds), from the samples inside it."""
+        if window is None:
+            return None
+        inside = [s for s in self.samples if window[0] <= s[0] <= window[1]]
+        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+            return None
+        return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])

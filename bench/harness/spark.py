@@ -1,0 +1,320 @@
+"""Spark sessions and timed reads: every side a scenario compares, measured one way.
+
+* :func:`plain_read`: one confluent-kafka Consumer in this process, assigned every partition,
+  ``consume(500)`` in a loop that checks each record's error and touches its value, with the
+  reader's librdkafka settings (``READER_DEFAULTS``; on Tansu ``fetch.queue.backoff.ms=10``
+  alone is worth 3x) or librdkafka's defaults. 500 keeps the live Messages under the garbage
+  collector's threshold: the fastest plain Python loop.
+* :func:`spark_read`: a ``kafka-group`` query with ``Trigger.AvailableNow`` in an already warm
+  session; the time is the sum of the batches' ``triggerExecution`` less the first batch's
+  ``latestOffset`` (the group join, which Tansu stretches to half the session timeout).
+* :func:`spark_kafka_read`: Spark's own ``format("kafka")`` (spark-sql-kafka, ``bash
+  jars/fetch spark-kafka``) into ``noop`` the same way; it joins no group, nothing is left
+  out. It trusts ListOffsets, which Tansu under-reports: it runs on Apache Kafka.
+* :func:`spark_delta_sink`: Spark's kafka source into Spark's own Delta sink and into
+  ``noop`` in a pyspark-4.2 process with delta-spark (:mod:`bench.harness.spark_delta_proc`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bench.harness.kafka import GROUP_TIMING, unique
+
+
+@dataclass
+class Run:
+    """One measured read: rows and seconds (and what was left out, for the record)."""
+
+    rows: int
+    seconds: float
+    excluded_s: float = 0.0
+    #: Rows found in the sink table afterwards (delta-group only).
+    written: int | None = None
+    #: CPU seconds by process group during the whole call (bench.harness.procfs).
+    cpu: dict[str, float] | None = None
+    #: Seconds by phase of Spark's micro-batches (the progress reports' ``durationMs``, the
+    #: first batch's group join left out) and the number of batches (``batches``).
+    phases: dict[str, float] | None = None
+    #: The measured time as epoch seconds (start, end): from the first batch's start (after
+    #: the group join, for kafka-group) to the last batch's end.
+    window: tuple[float, float] | None = None
+    #: Plain loops: from creating the consumer to closing it.
+    whole_s: float | None = None
+
+    @property
+    def rate(self) -> float:
+        """Records per second."""
+        return self.rows / self.seconds
+
+
+def spark_session() -> Any:
+    """The local[2] SparkSession every Spark figure uses, with Spark's own Kafka source."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import spark_groups
+    from spark_groups.tools.spark_jars import jar_conf
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("spark-groups-bench")
+        .config(map=jar_conf("spark-kafka"))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    spark_groups.register(session)
+    return session
+
+
+def plain_read(
+    servers: str, topics: Sequence[str], partitions: int, total: int, tuned: bool = True
+) -> Run:
+    """Read ``total`` records of ``topics`` with one plain consumer (see the module doc)."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    from spark_groups.read.reader import READER_DEFAULTS
+
+    settings = dict(READER_DEFAULTS) if tuned else {}
+    started = time.perf_counter()
+    consumer = Consumer(
+        {**settings, "bootstrap.servers": servers, "group.id": unique("plain"),
+         "enable.auto.commit": False}
+    )  # fmt: skip
+    t_assign = time.perf_counter()
+    consumer.assign([KafkaTopicPartition(t, p, 0) for t in topics for p in range(partitions)])
+    seen = value_bytes = 0
+    deadline = time.monotonic() + 600
+    try:
+        while seen < total:
+            for msg in consumer.consume(min(500, total - seen), 1.0):
+                if msg.error() is not None:
+                    continue
+                value = msg.value()
+                value_bytes += 0 if value is None else len(value)
+                seen += 1
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"plain consumer read {seen} of {total} records in 600 s")
+        took = time.perf_counter() - t_assign
+    finally:
+        consumer.close()
+    return Run(seen, took, whole_s=time.perf_counter() - started)
+
+
+def source_options(servers: str, topics: Sequence[str], group: str, **extra: str) -> dict:
+    """Options of a kafka-group source reading ``topics`` from the start."""
+    return {
+        "kafka.bootstrap.servers": servers,
+        "subscribe": ",".join(topics),
+        "group.id": group,
+        "startingOffsets": "earliest",
+        **{f"kafka.{k}": v for k, v in GROUP_TIMING.items()},
+        **extra,
+    }
+
+
+def progress(query: Any) -> list[Any]:
+    """A finished query's progress reports."""
+    return [p for p in query.recentProgress if p is not None]
+
+
+def _window(reports: list[Any], skip_join: bool) -> tuple[float, float] | None:
+    """The measured time of a finished query as epoch seconds (see :attr:`Run.window`)."""
+    if not reports:
+        return None
+    bounds = []
+    for p in reports:
+        start = datetime.fromisoformat(p["timestamp"]).timestamp()
+        bounds.append((start, start + int(p["durationMs"].get("triggerExecution", 0)) / 1000))
+    first = bounds[0][0]
+    if skip_join:
+        first += int(reports[0]["durationMs"].get("latestOffset", 0)) / 1000
+    return first, bounds[-1][1]
+
+
+def timed_run(query: Any, what: str, skip_join: bool) -> Run:
+    """Wait for an AvailableNow query; its rows and time from the progress reports (the sum
+    of ``triggerExecution``, less the first ``latestOffset`` with ``skip_join``)."""
+    try:
+        query.awaitTermination(900)
+        if query.isActive:
+            raise TimeoutError(f"the {what} query did not finish within 900 s")
+        if query.exception() is not None:
+            raise RuntimeError(f"the {what} query failed: {query.exception()}")
+        reports = progress(query)
+    finally:
+        query.stop()
+    rows = sum(int(p["numInputRows"]) for p in reports)
+    total_ms = sum(int(p["durationMs"].get("triggerExecution", 0)) for p in reports)
+    join_ms = int(reports[0]["durationMs"].get("latestOffset", 0)) if reports and skip_join else 0
+    phases: dict[str, float] = {"batches": float(len(reports))}
+    for i, p in enumerate(reports):
+        for phase, ms in p["durationMs"].items():
+            if not (phase == "latestOffset" and i == 0 and skip_join):  # the group join
+                phases[phase] = phases.get(phase, 0.0) + int(ms) / 1000.0
+    return Run(
+        rows, (total_ms - join_ms) / 1000.0, join_ms / 1000.0, phases=phases,
+        window=_window(reports, skip_join),
+    )  # fmt: skip
+
+
+def stream(
+    spark: Any, source: str, servers: str, topics: Sequence[str], group: str = "", **extra: Any
+) -> Any:
+    """A streaming DataFrame of ``topics`` from offset 0: ``kafka-group`` (group ``group``),
+    Spark's ``kafka``, or ``const`` (no Kafka: ``extra`` gives the constant source's rows,
+    partitions and size); ``extra`` are the source's options."""
+    if source == "const":
+        from bench.harness.const_source import STREAM_FORMAT, ConstArrowStreamSource
+
+        spark.dataSource.register(ConstArrowStreamSource)
+        return spark.readStream.format(STREAM_FORMAT).options(**extra).load()
+    opts = {"kafka.bootstrap.servers": servers, "subscribe": ",".join(topics),
+            "startingOffsets": "earliest", **({"group.id": group} if group else {})}  # fmt: skip
+    return spark.readStream.format(source).options(**{**opts, **extra}).load()
+
+
+def spark_read(
+    spark: Any, servers: str, topics: Sequence[str], sink: str, scratch: Path,
+    source: str = "kafka-group", **extra: str,
+) -> Run:  # fmt: skip
+    """Read everything in ``topics`` from ``source`` (kafka-group or Spark's ``kafka``, with
+    the source options ``extra``) into ``sink`` (``noop``, ``delta-group`` or another format,
+    given section 1's columns: value, topic, partition, offset) with Trigger.AvailableNow;
+    timed as the module doc says."""
+    group = unique(f"bench-{sink}")
+    work = scratch / group
+    if source == "kafka-group":
+        df = stream(
+            spark, source, servers, topics, **source_options(servers, topics, group, **extra)
+        )
+    else:
+        df = stream(spark, source, servers, topics, **extra)
+    if sink != "noop":
+        df = df.selectExpr("value", "topic", "partition", "offset")
+    writer = (
+        df.writeStream.trigger(availableNow=True)
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .format(sink)
+    )
+    if sink == "delta-group":
+        query = writer.option("group.id", group).start(str(work / "table"))
+    else:
+        query = writer.start()
+    try:
+        run = timed_run(query, f"{source} -> {sink}", skip_join=source == "kafka-group")
+        if sink == "delta-group":
+            run.written = delta_rows(str(work / "table"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return run
+
+
+def each_batch(spark: Any, options: dict, fn: Any, trigger_ms: int, checkpoint: Path) -> Any:
+    """A started kafka-group query with ``options`` calling ``fn(df, batch_id)`` (its
+    ``foreachBatch``) every ``trigger_ms``."""
+    return (
+        spark.readStream.format("kafka-group").options(**options).load()
+        .writeStream.foreachBatch(fn).trigger(processingTime=f"{trigger_ms} milliseconds")
+        .option("checkpointLocation", str(checkpoint)).start()
+    )  # fmt: skip
+
+
+def spark_delta_sink(
+    servers: str, topics: Sequence[str], scratch: Path, warmup: Sequence[str] = (), rounds: int = 1
+) -> dict[str, Run]:
+    """Spark's own Delta sink: ``format("kafka")`` -> ``noop`` and -> ``format("delta")``, in a
+    pyspark-4.2 process with delta-spark, best of ``rounds``: ``{"noop": Run, "delta": Run}``."""
+    from spark_groups.tools.spark_jars import DELTA_SQL_CONF, delta_spark_python, jar_conf
+
+    work = scratch / unique("bench-spark-delta")
+    work.mkdir(parents=True)
+    out = work / "result.json"
+    spec = {
+        "conf": {**jar_conf("delta-spark", "spark-kafka", line="4.2"), **DELTA_SQL_CONF},
+        "servers": servers,
+        "topics": list(topics),
+        "warmup": list(warmup),
+        "rounds": rounds,
+        "work": str(work / "run"),
+        "out": str(out),
+    }
+    script = Path(__file__).with_name("spark_delta_proc.py")
+    log = work / "spark.log"
+    try:
+        with log.open("w") as sink:
+            code = subprocess.run(
+                [str(delta_spark_python()), str(script), json.dumps(spec)],
+                stdout=sink, stderr=subprocess.STDOUT, timeout=1800,
+            ).returncode  # fmt: skip
+        if code != 0 or not out.exists():
+            raise RuntimeError(f"spark_delta_proc failed ({code}): {log.read_text()[-2000:]}")
+        found = json.loads(out.read_text())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {n: Run(r["rows"], r["seconds"], written=r.get("written")) for n, r in found.items()}
+
+
+def delta_rows(path: str) -> int:
+    """Rows of a Delta table, read through deltalake's QueryBuilder."""
+    from deltalake import DeltaTable, QueryBuilder
+
+    result = QueryBuilder().register("t", DeltaTable(path)).execute("select count(*) as n from t")
+    return int(result.read_all().column("n")[0].as_py())
+
+
+#: Lines of the reader process's log (``$SPARK_GROUPS_LOG_FILE`` at INFO) that mark
+#: kafka-group's phases.
+PHASES = {
+    "subscribed": "group member subscribed: group={group} ",
+    "assigned": "assigned ",
+    "resumed": "resuming ",
+}
+
+
+def reader_log_times(log_file: Path | None, group: str, since: float = 0.0) -> dict[str, Any]:
+    """From the reader processes' log: ``subscribed_all`` (every time a member of ``group``
+    subscribed, sorted) and the first ``subscribed``, ``assigned`` and ``resumed`` after
+    ``since`` (epoch seconds, the log's local time)."""
+    found: dict[str, Any] = {"subscribed_all": []}
+    if log_file is None or not log_file.exists():
+        return found
+    for line in log_file.read_text(errors="replace").splitlines():
+        try:
+            at = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        except ValueError:
+            continue
+        if PHASES["subscribed"].format(group=group) in line:
+            found["subscribed_all"].append(at)
+        if at < since - 0.01:
+            continue
+        for phase, marker in PHASES.items():
+            if phase not in found and marker.format(group=group) in line:
+                if phase != "subscribed" and "subscribed" not in found:
+                    continue
+                found[phase] = at
+    found["subscribed_all"].sort()
+    return found
+
+
+def log_file() -> Path | None:
+    """The reader processes' log file, when they log to one."""
+    path = os.environ.get("SPARK_GROUPS_LOG_FILE")
+    return Path(path) if path else None

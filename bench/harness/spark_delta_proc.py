@@ -1,0 +1,83 @@
+"""Spark's own Delta sink, measured in a process of its own (pyspark 4.2 with delta-spark).
+
+    .cache/venv/spark-4.2/bin/python bench/harness/spark_delta_proc.py SPEC_JSON  # jars/spark-venv
+
+Run by :func:`bench.harness.spark.spark_delta_sink`. delta-spark's jars do not run on pyspark 4.3
+(docs/sink.md, "delta-spark"), so this is a separate Spark application: local[2], Spark's own
+``format("kafka")`` source (spark-sql-kafka 4.2.0, the version of this pyspark) read from
+offset 0 with Trigger.AvailableNow, first into ``noop`` and then into ``format("delta")``.
+Imports only pyspark (not spark_groups or bench). SPEC: ``conf`` (spark.jars and Delta's SQL
+settings), ``servers``, ``topics``, ``work`` (a scratch folder), ``out`` (the JSON result:
+rows and seconds of each run, and the rows in the Delta table).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _run(spark: Any, spec: dict, sink: str) -> dict:
+    work = Path(spec["work"]) / sink
+    df = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", spec["servers"])
+        .option("subscribe", ",".join(spec["topics"]))
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    writer = df.writeStream.trigger(availableNow=True).option(
+        "checkpointLocation", str(work / "checkpoint")
+    )
+    if sink == "delta":
+        query = writer.format("delta").start(str(work / "table"))
+    else:
+        query = writer.format("noop").start()
+    query.awaitTermination(900)
+    if query.isActive or query.exception() is not None:
+        raise RuntimeError(f"the {sink} query did not end well: {query.exception()}")
+    progress = [p for p in query.recentProgress if p is not None]
+    rows = sum(int(p.numInputRows) for p in progress)
+    ms = sum(int(p.durationMs.get("triggerExecution", 0)) for p in progress)
+    result = {"rows": rows, "seconds": ms / 1000.0}
+    if sink == "delta":
+        result["written"] = spark.read.format("delta").load(str(work / "table")).count()
+    return result
+
+
+def main() -> int:
+    spec = json.loads(sys.argv[1])
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master("local[2]").appName("spark-groups-bench-delta")
+    for key, value in spec["conf"].items():
+        builder = builder.config(key, value)
+    spark = (
+        builder.config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        if spec.get("warmup"):
+            _run(spark, {**spec, "topics": spec["warmup"], "work": spec["work"] + "-w"}, "noop")
+            _run(spark, {**spec, "topics": spec["warmup"], "work": spec["work"] + "-w"}, "delta")
+        # Best of the rounds per sink (as the kafka-group runs beside it), fresh work each.
+        out: dict[str, dict] = {}
+        for round_ in range(int(spec.get("rounds", 1))):
+            for sink in ("noop", "delta"):
+                run = _run(spark, {**spec, "work": f"{spec['work']}-{round_}"}, sink)
+                if sink not in out or run["seconds"] < out[sink]["seconds"]:
+                    out[sink] = run
+        Path(spec["out"]).write_text(json.dumps(out))
+        return 0
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

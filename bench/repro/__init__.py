@@ -1,1 +1,0 @@
-"""Reproductions of broker behaviour that the documentation cites (evidence, not tests)."""

@@ -1,0 +1,148 @@
+"""Pieces of the rolling scenario (:mod:`bench.scenarios.rolling`): what landed, read back
+from the sink table and the plain consumer, and the gaps, waits, losses and duplicates in it.
+
+Every record carries the time it was read: a Spark member's pipeline adds
+``reflect('java.lang.System', 'currentTimeMillis')``, per row on the executor as the batch
+reads it, and the reader (``A#2``: member A's 2nd run); the plain consumer notes when its poll
+returned it. Sorted by that time, the gaps between consecutive reads of a partition are the
+times nobody read it; only reads that landed count (rows of the table, records processed).
+Duplicates are split by cause: twice in the table; in the table and by the plain consumer
+where the table's row lies in a batch a SIGTERM cut short and the restarted member replayed
+(:func:`bench.members.unfinished_batch`); otherwise."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable, QueryBuilder
+
+from bench.members import Member, PlainService
+from spark_groups.group.history import read_history
+from spark_groups.offsets import OffsetRange
+
+#: was read (per row, on the executor) and by whom.
+READ_SQL = (
+    "SELECT cast(cast(value AS string) AS long) AS id, topic, partition, offset, "
+    "timestamp AS produced_at, "
+    "cast(reflect('java.lang.System', 'currentTimeMillis') AS long) AS read_ms, "
+    "'{reader}' AS reader FROM source"
+)
+
+#: Spark members' names (deployment slots).
+
+
+def table_reads(table: str) -> pa.Table:
+    """id, partition, offset, read_ms, produced_ms and reader of every row of the sink
+    table."""
+    query = 'SELECT id, partition, "offset", read_ms, produced_at, reader FROM t'
+    reader = QueryBuilder().register("t", DeltaTable(table)).execute(query)
+    rows = pa.table(reader.read_all())
+    micros = pc.cast(rows.column("produced_at").cast(pa.timestamp("us", tz="UTC")), pa.int64())
+    return rows.append_column("produced_ms", pc.divide(micros, 1000))
+
+
+def start(member: Member) -> None:
+    """Start ``member`` with its reader name (slot and run) in the pipeline."""
+    member.spec["sql"] = READ_SQL.format(reader=f"{member.name}#{member.runs + 1}")
+    member.start()
+
+
+class Reads:
+    """Every landed read of one run: per partition, (read at (s), reader), sorted; and each
+    record's wait from produced to read."""
+
+    def __init__(self, table: str, service: PlainService | None) -> None:
+        rows = table_reads(table).to_pydict()
+        self.ids = list(rows["id"])
+        #: Where each id was handled: ("table" | "service", partition, offset).
+        self.handled: dict[int, list[tuple[str, int, int]]] = {}
+        for record_id, p, offset in zip(rows["id"], rows["partition"], rows["offset"], strict=True):
+            self.handled.setdefault(record_id, []).append(("table", p, offset))
+        by_partition: dict[int, list[tuple[float, str]]] = {}
+        waits: dict[int, list[tuple[float, float]]] = {}
+        for record_id, p, read_ms, produced_ms, reader in zip(
+            rows["id"], rows["partition"], rows["read_ms"], rows["produced_ms"], rows["reader"],
+            strict=True,
+        ):  # fmt: skip
+            by_partition.setdefault(p, []).append((read_ms / 1000, reader))
+            waits.setdefault(p, []).append(
+                (read_ms / 1000, (read_ms - produced_ms) / 1000, record_id)
+            )
+        if service is not None:
+            for record_id, p, offset, at, produced in service.reads:
+                self.ids.append(record_id)
+                self.handled.setdefault(record_id, []).append(("service", p, offset))
+                by_partition.setdefault(p, []).append((at, "service"))
+                waits.setdefault(p, []).append((at, at - produced, record_id))
+        self.by_partition = {p: sorted(v) for p, v in sorted(by_partition.items())}
+        self.waits = waits
+
+    def longest_gaps(
+        self, since: float, until: float, *, not_before: float, inside: bool = False
+    ) -> dict[int, dict[str, Any]]:
+        """Per partition, the longest gap between consecutive reads that overlaps
+        [since, until] (``inside``: lies within it) and does not start before
+        ``not_before`` (the start-up's joins are not counted), with the readers before and
+        after it."""
+        out: dict[int, dict[str, Any]] = {}
+        for p, reads in self.by_partition.items():
+            best: dict[str, Any] = {"gap_s": 0.0}
+            for (t1, r1), (t2, r2) in itertools.pairwise(reads):
+                if t1 < not_before or t2 < since or t1 > until or (inside and t2 > until):
+                    continue
+                if t2 - t1 > best["gap_s"]:
+                    best = {"gap_s": round(t2 - t1, 3), "from": r1, "to": r2, "at": t1}
+            out[p] = best
+        return out
+
+    def longest_waits(self, since: float, until: float, skip: set[int]) -> dict[int, float]:
+        """Per partition, the longest produced-to-read wait of a record read in the window,
+        leaving out the ids in ``skip`` (those handled twice: a replay reads them late)."""
+        return {
+            p: round(
+                max((w for at, w, i in v if since <= at <= until and i not in skip), default=0.0),
+                3,
+            )
+            for p, v in sorted(self.waits.items())
+        }
+
+
+def lost_and_duplicated(produced: set[int], ids: list[int]) -> tuple[list[int], list[int]]:
+    """The produced ids handled nowhere, and the ids handled more than once."""
+    counts = Counter(ids)
+    return sorted(produced - set(counts)), sorted(i for i, n in counts.items() if n > 1)
+
+
+def duplicates_by_cause(
+    reads: Reads, twice: list[int], replayed: list[OffsetRange]
+) -> dict[str, int]:
+    """The duplicated ids by where they were handled twice: twice in the table, or in the
+    table and by the plain consumer, the latter split by whether the table's row lies in a
+    batch a SIGTERMed member had planned and replayed when it started again (``replayed``:
+    its ranges)."""
+    out = {
+        "in_table_twice": 0,
+        "table_and_service_in_replayed_batch": 0,
+        "table_and_service_other": 0,
+    }
+    for record_id in twice:
+        places = reads.handled[record_id]
+        if sum(1 for where, _, _ in places if where == "table") > 1:
+            out["in_table_twice"] += 1
+            continue
+        _, p, offset = next(x for x in places if x[0] == "table")
+        if any(r.partition == p and r.from_offset <= offset < r.until_offset for r in replayed):
+            out["table_and_service_in_replayed_batch"] += 1
+        else:
+            out["table_and_service_other"] += 1
+    return out
+
+
+def history_in(path: str, since: float, until: float) -> list[dict[str, Any]]:
+    """The rebalance-history rows between ``since`` and ``until`` (epoch s)."""
+    rows = read_history(path).to_pylist()
+    return [r for r in rows if since <= r["at"].timestamp() <= until]

@@ -1,0 +1,320 @@
+"""Rolling deploys and idle members, on a broker with Kafka's default group settings.
+
+    python -m bench rolling                     # the rolling pass, three ways
+    python -m bench rolling --ways classic,kip848 --rate 300
+    python -m bench rolling --ways '' --idle-minutes 60   # more members than partitions
+
+The figures and what each means are in docs/groups.md ("Rolling deploys", "Idle members");
+the results in ``bench/results/rolling.json`` (``--out``).
+
+* The sides: per way (:data:`WAYS`: ``classic`` cooperative-sticky at Kafka's default
+  timings, ``static`` with ``group.instance.id`` and a ``--static-session-ms`` session,
+  ``kip848``), three Spark members (:class:`bench.members.Member`, one delta-group table
+  and ledger) and a plain consumer (:class:`bench.members.PlainService`) in one group.
+* The records: ids produced at ``--rate`` (300/s) into ``--partitions`` (12) throughout;
+  every record carries when and by whom it was read (:mod:`._rolling_reads`).
+* The rounds: one pass per way: once all read and ``--settle`` seconds of steady reading,
+  each Spark member in turn is SIGTERMed (its process group), started again and waited for
+  until it reads again. Measured: the longest unread time per partition (against the steady
+  window's), the longest record wait, revocations, rebalances, lost and duplicated ids (the
+  duplicates split by cause).
+* ``--idle-minutes``: two members on one partition, one idle, the reading one SIGTERMed
+  every ``--takeover-every`` seconds (:mod:`._rolling_idle`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.harness.kafka import (
+    PRODUCTION_GROUP_SETTINGS,
+    broker,
+    create_topics,
+    unique,
+    wait_until,
+)
+from bench.harness.procfs import load_average, machine_facts
+from bench.members import (
+    IdProducer,
+    Member,
+    PlainService,
+    member_spec,
+    reading_commits,
+    unfinished_batch,
+)
+from bench.scenarios._rolling_idle import CLASSIC, run_idle, source_options
+from bench.scenarios._rolling_reads import (
+    Reads,
+    duplicates_by_cause,
+    history_in,
+    lost_and_duplicated,
+    start,
+    table_reads,
+)
+from spark_groups.group.history import history_path
+from spark_groups.offsets import OffsetRange
+
+#: No section of docs/benchmarks.md: the figures are in docs/groups.md ("Rolling deploys").
+SECTION = None
+
+#: The ways the pass runs, in order.
+WAYS = ("classic", "static", "kip848")
+
+#: Spark members' names (deployment slots).
+SLOTS = ("A", "B", "C")
+
+
+def group_settings(way: str, slot: str, static_session_ms: int) -> dict[str, str]:
+    """One member's group settings (librdkafka's names) for ``way``; ``slot`` names its
+    static identity."""
+    if way == "kip848":
+        return {"group.protocol": "consumer"}
+    settings = dict(CLASSIC)
+    if way == "static":
+        settings["group.instance.id"] = f"rolling-{slot}"
+        settings["session.timeout.ms"] = str(static_session_ms)
+    elif way != "classic":
+        raise ValueError(f"unknown way {way!r}: one of {', '.join(WAYS)}")
+    return settings
+
+
+def run_way(
+    way: str, servers: str, base: Path, args: argparse.Namespace, say: Callable[[str], None]
+) -> dict[str, Any]:
+    """One rolling pass of ``way`` (see the module doc)."""
+    scratch = base / way
+    scratch.mkdir(parents=True)
+    topic = create_topics(servers, args.partitions, prefix=f"rolling-{way}")[0]
+    group = unique(f"rolling-{way}")
+    spec, logs, stop_file = member_spec(servers, topic, group, scratch, args.trigger)
+    table = spec["table"]
+    members = []
+    for slot in SLOTS:
+        options = source_options(group_settings(way, slot, args.static_session_ms))
+        checkpoint = str(scratch / f"cp-{slot}")
+        options["sink.table"] = table  # the barrier ends once the batch is in the table
+        # A replay after the restart reads only what is still this member's (docs/groups.md)
+        options["checkpointLocation"] = checkpoint
+        members.append(
+            Member(slot, {**spec, "checkpoint": checkpoint, "source_options": options}, logs)
+        )
+    producer = IdProducer(servers, topic, args.partitions, per_second=args.rate)
+    service = PlainService(
+        servers, topic, group, group_settings(way, "service", args.static_session_ms)
+    )
+    restarts: list[dict[str, Any]] = []
+    replayed: list[OffsetRange] = []
+    result: dict[str, Any] = {"topic": topic, "group": group, "scratch": str(scratch)}
+    producer.start()
+    try:
+        for m in members:
+            start(m)
+        service.start()
+        wait_until(
+            lambda: all(reading_commits(table, m.name) for m in members) and bool(service.reads),
+            args.timeout,
+            f"{way}: every member to read",
+        )
+        say(f"{way}: all read; steady for {args.settle:g} s")
+        steady_since = time.time()
+        time.sleep(args.settle)  # the steady window: the baseline of the unread times
+        pass_since = time.time()
+        for m in members:
+            before = reading_commits(table, m.name)
+            sigterm_at = time.time()
+            exited_s = m.terminate(args.timeout)
+            unfinished = unfinished_batch(m.spec["checkpoint"])
+            replayed.extend(unfinished)
+            start(m)
+            started_at = time.time()
+            wait_until(
+                lambda m=m, before=before: reading_commits(table, m.name) > before,  # type: ignore[misc]
+                args.timeout,
+                f"{way}: {m.name} to read again",
+            )
+            restarts.append(
+                {
+                    "member": m.name,
+                    "sigterm_to_exit_s": round(exited_s, 2),
+                    "sigterm_to_restart_s": round(started_at - sigterm_at, 2),
+                    "start_to_reading_s": round(time.time() - started_at, 2),
+                    "replayed_ranges": [str(r) for r in unfinished],
+                }
+            )
+            say(f"{way}: {json.dumps(restarts[-1])}")
+            for other in members:
+                assert other.proc is not None
+                if other.proc.poll() is not None:
+                    raise RuntimeError(
+                        f"{way}: member {other.name} exited: {other.log_text()[-2000:]}"
+                    )
+        pass_until = time.time() + args.settle
+        time.sleep(args.settle)  # handovers still settling after the last member reads
+        producer.stop_event.set()
+        producer.join(60)
+        if producer.error is not None:
+            raise RuntimeError(f"producer: {producer.error}")
+        produced = set(producer.acked)
+
+        def handled() -> set[int]:
+            return set(table_reads(table).column("id").to_pylist()) | {r[0] for r in service.reads}
+
+        wait_until(lambda: handled() >= produced, args.timeout, f"{way}: every id handled")
+        stop_file.touch()
+        for m in members:
+            assert m.proc is not None
+            status = m.proc.wait(args.timeout)
+            if status != 0:
+                raise RuntimeError(f"{way}: {m.name} exited {status}: {m.log_text()[-2000:]}")
+        service.stop()
+    finally:
+        producer.stop_event.set()
+        service.stop_event.set()
+        for m in members:
+            m.kill()
+            m.reap()
+
+    reads = Reads(table, service)
+    lost, twice = lost_and_duplicated(produced, reads.ids)
+    gaps = reads.longest_gaps(pass_since, pass_until, not_before=steady_since)
+    steady = reads.longest_gaps(steady_since, pass_since, not_before=steady_since, inside=True)
+    waits = reads.longest_waits(pass_since, pass_until, set(twice))
+    history = history_in(history_path(spec["ledger"]), pass_since, pass_until)
+    service_events = [e for e in service.events if pass_since <= e["at"] <= pass_until]
+    generations = {r["generation"] for r in history} | {
+        e["generation"] for e in service_events if e["generation"] >= 0
+    }
+    revoked = sum(1 for r in history if r["event"] in ("revoked", "lost"))
+    revoked += sum(len(e["partitions"]) for e in service_events if e["event"] != "assigned")
+    logs_text = "".join(m.log_text() for m in members)
+    result.update(
+        {
+            "settings": group_settings(way, "<slot>", args.static_session_ms),
+            "restarts": restarts,
+            "produced": len(produced),
+            "in_table": len(reads.ids) - len(service.reads),
+            "by_service": len(service.reads),
+            "lost": len(lost),
+            "duplicated": len(twice),
+            "lost_sample": lost[:20],
+            "duplicated_sample": twice[:20],
+            "duplicated_by_cause": duplicates_by_cause(reads, twice, replayed),
+            "longest_unread_s": max(g["gap_s"] for g in gaps.values()),
+            "median_partition_longest_unread_s": sorted(g["gap_s"] for g in gaps.values())[
+                len(gaps) // 2
+            ],
+            "steady_longest_unread_s": max(g["gap_s"] for g in steady.values()),
+            "longest_record_wait_s": max(waits.values()),
+            "unread_by_partition": gaps,
+            "record_wait_by_partition": waits,
+            "revocations": revoked,
+            "history_revocations": sum(1 for r in history if r["event"] == "revoked"),
+            "history_lost": sum(1 for r in history if r["event"] == "lost"),
+            "service_revocations": sum(
+                len(e["partitions"]) for e in service_events if e["event"] == "revoked"
+            ),
+            "rebalances": len(generations),
+            "generations": sorted(generations),
+            "service_commit_failures": service.commit_failures,
+            "barrier_timeouts_logged": logs_text.count("revocation barrier timed out"),
+            "pass_s": round(pass_until - args.settle - pass_since, 1),
+        }
+    )
+    return result
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The scenario's options."""
+    parser.add_argument("--ways", default=",".join(WAYS), help="comma-separated; '' for none")
+    parser.add_argument("--partitions", type=int, default=12)
+    parser.add_argument("--rate", type=int, default=300, help="records/s produced")
+    parser.add_argument("--trigger", default="2 seconds", help="the members' trigger")
+    parser.add_argument("--settle", type=float, default=20.0, help="steady window, s")
+    parser.add_argument("--static-session-ms", type=int, default=300_000)
+    parser.add_argument("--timeout", type=float, default=300.0, help="per wait, s")
+    parser.add_argument("--idle-minutes", type=float, default=0.0, help="0: no idle run")
+    parser.add_argument("--idle-rate", type=int, default=50, help="records/s, idle run")
+    parser.add_argument("--takeover-every", type=float, default=300.0, help="idle run, s")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The rolling pass of every way and the idle run; the results of a part not run this
+    time are kept from ``--out``."""
+    ways = [w for w in args.ways.split(",") if w]
+    for way in ways:
+        group_settings(way, "x", args.static_session_ms)  # an unknown way fails here
+    os.environ.setdefault("SPARK_GROUPS_LOG_LEVEL", "INFO")
+
+    def say(line: str) -> None:
+        print(f"{datetime.now(UTC):%H:%M:%S} {line}", flush=True)
+
+    # SIGTERM ends the run through the finally blocks: members, consumer and broker stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    base = Path(tempfile.mkdtemp(prefix="rolling-"))
+    out = Path(args.out)
+    results: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    results = {k: results[k] for k in ("rolling", "idle") if k in results}
+    given = {k: v for k, v in vars(args).items() if k not in ("out", "render")}
+    try:
+        with broker("kafka", PRODUCTION_GROUP_SETTINGS) as kafka:
+            servers = kafka.bootstrap_servers
+            if ways:
+                done: dict[str, Any] = {
+                    "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "load_before": load_average(),
+                    "ways": {},
+                }
+                for way in ways:
+                    done["ways"][way] = run_way(way, servers, base, args, say)
+                    say(f"{way}: " + json.dumps(summary_row(done["ways"][way])))
+                done["load_after"] = load_average()
+                done["machine"] = machine_facts("kafka")
+                done["broker_group_settings"] = PRODUCTION_GROUP_SETTINGS
+                done["args"] = given
+                results["rolling"] = done
+            if args.idle_minutes > 0:
+                idle = {
+                    "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "load_before": load_average(),
+                }
+                idle.update(run_idle(servers, base, args, say))
+                idle["load_after"] = load_average()
+                idle["broker_group_settings"] = PRODUCTION_GROUP_SETTINGS
+                results["idle"] = idle
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+    return results
+
+
+def render(results: dict[str, Any]) -> str:
+    """The numbers of docs/groups.md's tables ("Rolling deploys", "Idle members"), as text."""
+    lines = []
+    for way, r in results.get("rolling", {}).get("ways", {}).items():
+        lines.append(f"{way} {json.dumps(summary_row(r))}")
+    if "idle" in results:
+        idle = results["idle"]
+        keys = ("minutes", "cycles", "exit_statuses", "produced", "lost", "duplicated")
+        lines.append("idle " + json.dumps({k: idle.get(k) for k in keys}, default=str))
+    return "\n".join(lines)
+
+
+def summary_row(r: dict[str, Any]) -> dict[str, Any]:
+    """The numbers of one way that go into the table of docs/groups.md."""
+    keys = (
+        "longest_unread_s", "median_partition_longest_unread_s", "steady_longest_unread_s",
+        "longest_record_wait_s", "revocations", "rebalances", "produced", "lost", "duplicated",
+    )  # fmt: skip
+    return {k: r[k] for k in keys}

@@ -1,0 +1,313 @@
+"""Soak: the main job for a long time at a steady rate; memory and table sizes over time.
+
+    python -m bench soak --write-docs [--minutes 60] [--rate 2000] [--partitions 6]
+        [--trigger "1 second"] [--sample-s 10] [--optimize-every-min 0]
+
+Not part of CI. Starts Apache Kafka itself (``bash jars/fetch kafka``), a producer thread at
+``--rate`` records/s (the demo's JSON orders), and ``jobs/ingest.py`` through
+``spark-submit --master local[2]`` with the ``delta-group`` sink, the ledger and the
+rebalance history in a scratch directory. Every ``--sample-s`` seconds it records:
+
+* the memory (proportional set size, PSS) of the driver JVM, of the reader process
+  (``python_streaming_source_runner``) and of the Python workers together, and the reader
+  process's resident set size (RSS);
+* the files and bytes of the sink table, the ledger and the rebalance history (the sink's
+  ``sink_files`` counts every file on disk, ``sink_active_files`` only those of the table's
+  current version: compaction removes files from the table, ``vacuum`` from the disk);
+* records produced and committed (the ledger's positions).
+
+``--optimize-every-min N`` runs ``spark-groups optimize`` on the sink table every N minutes
+beside the running job (0: never). At the end the producer stops, the job catches up and
+is stopped with SIGTERM, and the sink table is checked: every record exactly once. The
+section gives start, end, peak and the slope over the second half (which leaves warm-up
+out); every sample goes to ``bench/results/soak-<time>.csv``. One round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Producer
+
+from bench.harness.docs import RESULTS, ROOT
+from bench.harness.kafka import broker, create_topics, unique
+from bench.harness.procfs import descendants
+
+SECTION = "soak"
+PROCESSES = ("jvm", "reader", "workers")
+
+
+class SteadyProducer(threading.Thread):
+    """Produces the demo's orders round-robin over the partitions at ``rate`` records/s."""
+
+    def __init__(self, servers: str, topic: str, partitions: int, rate: int) -> None:
+        super().__init__(daemon=True)
+        from spark_groups.tools.demo import sample_order
+
+        self._sample = sample_order
+        self._producer = Producer({"bootstrap.servers": servers, "linger.ms": 50})
+        self.topic, self.partitions, self.rate = topic, partitions, rate
+        self.produced = 0
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        started = time.monotonic()
+        while not self.stopped.is_set():
+            due = int((time.monotonic() - started) * self.rate)
+            while self.produced < due:
+                key, value = self._sample(self.produced)
+                try:
+                    self._producer.produce(
+                        self.topic, key=key, value=value, partition=self.produced % self.partitions
+                    )
+                except BufferError:
+                    self._producer.poll(0.1)
+                    continue
+                self.produced += 1
+            self._producer.poll(0)
+            self.stopped.wait(0.05)
+        assert self._producer.flush(60) == 0
+
+
+def _memory_mb(pid: int) -> tuple[str, float, float] | None:
+    """(kind, proportional set size in MB, resident set size in MB) of one process of the
+    job, or None. Summed per kind as PSS, not RSS: the Python workers are forked from one
+    daemon and share pages, which RSS counts in each of them. The reader process is one
+    process, so its RSS (what issue 26's target is about) is recorded too."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return None
+    fields = {line.split()[0]: line.split()[1] for line in rollup.splitlines()[1:]}
+    pss, rss = fields.get("Pss:"), fields.get("Rss:")
+    if pss is None or rss is None:
+        return None
+    if b"python_streaming_source_runner" in cmdline:
+        kind = "reader"
+    elif b"java" in cmdline.split(b" ")[0]:
+        kind = "jvm"
+    elif b"pyspark" in cmdline:
+        kind = "workers"
+    else:
+        return None
+    return kind, int(pss) / 1024.0, int(rss) / 1024.0
+
+
+def _files(path: Path) -> tuple[int, int]:
+    """Data and log files under ``path`` and their bytes."""
+    files = [p for p in path.rglob("*") if p.is_file()] if path.exists() else []
+    return len(files), sum(p.stat().st_size for p in files)
+
+
+def _active_files(table: Path) -> int:
+    """Files in the sink table's current version (what a reader opens); ``_files`` also
+    counts the files that compaction removed but ``vacuum`` has not yet deleted."""
+    from deltalake import DeltaTable
+
+    try:
+        return len(DeltaTable(str(table)).file_uris())
+    except Exception:  # no table before the first commit
+        return 0
+
+
+def sample(job: subprocess.Popen, work: Path, group: str, produced: int) -> dict:
+    """One row of measurements."""
+    from spark_groups.ledger import OffsetLedger
+
+    row: dict = {"at": datetime.now(UTC).isoformat(timespec="seconds"), "produced": produced}
+    memory = dict.fromkeys(PROCESSES, 0.0)
+    reader_rss = 0.0
+    for pid in descendants(job.pid):
+        got = _memory_mb(pid)
+        if got is not None:
+            memory[got[0]] += got[1]
+            if got[0] == "reader":
+                reader_rss += got[2]
+    row.update({f"{k}_mb": round(v, 1) for k, v in memory.items()})
+    row["reader_rss_mb"] = round(reader_rss, 1)
+    for name, path in (("sink", work / "table"), ("ledger", work / "ledger")):
+        count, size = _files(path)
+        row[f"{name}_files"], row[f"{name}_mb"] = count, round(size / 1e6, 2)
+    row["sink_active_files"] = _active_files(work / "table")
+    count, size = _files(Path(str(work / "ledger") + "_rebalances"))
+    row["history_files"], row["history_mb"] = count, round(size / 1e6, 2)
+    try:
+        row["committed"] = sum(
+            OffsetLedger(str(work / "ledger"), group).latest_positions().values()
+        )
+    except Exception:  # the ledger may not exist before the first commit
+        row["committed"] = 0
+    return row
+
+
+def slope_per_hour(rows: list[dict], key: str) -> float:
+    """Least-squares slope of ``key`` over the second half of ``rows``, per hour."""
+    half = rows[len(rows) // 2 :]
+    if len(half) < 3:
+        return 0.0
+    ts = [datetime.fromisoformat(r["at"]).timestamp() / 3600.0 for r in half]
+    ys = [float(r[key]) for r in half]
+    mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
+    spread = sum((t - mt) ** 2 for t in ts)
+    return (
+        0.0
+        if spread == 0
+        else sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / spread
+    )
+
+
+def write_config(
+    path: Path, servers: str, topic: str, group: str, work: Path, trigger: str
+) -> None:
+    """The ingest job's TOML, every table in ``work``."""
+    path.write_text(
+        f"""[source]
+"kafka.bootstrap.servers" = "{servers}"
+subscribe = "{topic}"
+"group.id" = "{group}"
+"offsets.table" = "{work / "ledger"}"
+startingOffsets = "earliest"
+
+[sink]
+path = "{work / "table"}"
+checkpoint = "{work / "checkpoint"}"
+trigger = "{trigger}"
+"""
+    )
+
+
+def verify(table: Path, produced: int) -> tuple[int, int]:
+    """(rows, distinct (partition, offset)) of the sink table, counted per partition (a
+    distinct over tuples took minutes on 1.5 million rows)."""
+    from deltalake import DeltaTable, QueryBuilder
+
+    qb = QueryBuilder().register("t", DeltaTable(str(table)))
+    got = pa.table(
+        qb.execute(
+            'SELECT COUNT(*) AS n, COUNT(DISTINCT "offset") AS d FROM t GROUP BY "partition"'
+        ).read_all()
+    )
+    return sum(got.column("n").to_pylist()), sum(got.column("d").to_pylist())
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The scenario's options."""
+    parser.add_argument("--minutes", type=float, default=60.0)
+    parser.add_argument("--rate", type=int, default=2000)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--trigger", default="1 second")
+    parser.add_argument("--sample-s", type=float, default=10.0)
+    parser.add_argument("--optimize-every-min", type=float, default=0.0)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The job for ``--minutes``; the samples go to a CSV of their own."""
+    from spark_groups.tools.demo import spark_log_options
+
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    rows: list[dict] = []
+    with broker("kafka") as kafka, tempfile.TemporaryDirectory(prefix="soak-") as scratch:
+        servers, work = kafka.bootstrap_servers, Path(scratch)
+        topic, group = create_topics(servers, args.partitions, prefix="soak")[0], unique("soak")
+        config = work / "ingest.toml"
+        write_config(config, servers, topic, group, work, args.trigger)
+        producer = SteadyProducer(servers, topic, args.partitions, args.rate)
+        producer.start()
+        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+        job = subprocess.Popen(
+            [
+                "spark-submit",
+                "--master",
+                "local[2]",
+                "--driver-memory",
+                "1g",
+                "--conf",
+                "spark.ui.enabled=false",
+                *spark_log_options(),
+                str(ROOT / "jobs" / "ingest.py"),
+                "--conf",
+                str(config),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(work / "job.log", "w"),  # noqa: SIM115
+        )
+        started = time.monotonic()
+        next_optimize = started + args.optimize_every_min * 60
+        try:
+            while time.monotonic() - started < args.minutes * 60:
+                if job.poll() is not None:
+                    text = (work / "job.log").read_text().splitlines()
+                    errors = [line for line in text if "Error" in line or "Exception" in line]
+                    raise SystemExit("the job ended early:\n" + "\n".join(errors[:30]))
+                rows.append(sample(job, work, group, producer.produced))
+                print(rows[-1], flush=True)
+                if args.optimize_every_min and time.monotonic() >= next_optimize:
+                    next_optimize += args.optimize_every_min * 60
+                    subprocess.run(["spark-groups", "optimize", str(work / "table")], check=False)
+                time.sleep(args.sample_s)  # the sampling period itself, not a synchronisation
+            producer.stopped.set()
+            producer.join()
+            deadline = time.monotonic() + 300
+            while sample(job, work, group, producer.produced)["committed"] < producer.produced:
+                assert time.monotonic() < deadline, "the job did not catch up within 5 minutes"
+                time.sleep(1)
+            rows.append(sample(job, work, group, producer.produced))
+        finally:
+            job.send_signal(signal.SIGTERM)
+            job.wait(120)
+        total, distinct = verify(work / "table", producer.produced)
+    samples = RESULTS / f"soak-{stamp}.csv"
+    with open(samples, "w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return {"stamp": stamp, "samples": str(samples.relative_to(ROOT)), "sample_s": args.sample_s,
+            "produced": producer.produced, "in_table": total, "distinct": distinct}  # fmt: skip
+
+
+def render(results: dict[str, Any]) -> str:
+    """The section of docs/benchmarks.md (the samples from the run's CSV)."""
+    with open(ROOT / results["samples"], newline="") as samples:
+        rows = list(csv.DictReader(samples))
+    total, distinct, produced = results["in_table"], results["distinct"], results["produced"]
+    lines = [
+        "## Soak",
+        "",
+        f"Soak of {results['stamp']}: `{results['command']}` (the ingest job, `local[2]`, "
+        f"Apache Kafka, samples every {results['sample_s']:g} s; all samples in "
+        f"`{results['samples']}`).",
+        "",
+        f"Records produced {produced:,}; in the sink table {total:,}, distinct "
+        f"(partition, offset) {distinct:,}: "
+        + ("every record exactly once." if total == distinct == produced else "**MISMATCH**."),
+        "",
+        "| measure | start | end | peak | slope, 2nd half (per hour) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    keys = [f"{k}_mb" for k in PROCESSES] + [
+        "reader_rss_mb", "sink_files", "sink_active_files", "sink_mb",
+        "ledger_files", "ledger_mb", "history_files", "history_mb",
+    ]  # fmt: skip
+    # Samples taken before the job's processes existed say nothing of their memory.
+    measured = [r for r in rows if float(r["jvm_mb"]) > 0] or rows
+    for key in keys:
+        values = [float(r[key]) for r in measured]
+        lines.append(
+            f"| {key} | {values[0]:g} | {values[-1]:g} | {max(values):g} | "
+            f"{slope_per_hour(measured, key):+.1f} |"
+        )
+    return "\n".join(lines)
