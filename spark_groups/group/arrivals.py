@@ -212,8 +212,10 @@ class Arrivals:
         log.info("the sink %s is ahead; resuming from it: %s", self.options.sink_path, ahead)
         prior = dict(known)
         known.update(ahead)
-        try:
-            member.commit(ahead, metadata=self.committer.metadata(member, "sink catch-up"))
+        try:  # only partitions still owned: one revoked meanwhile is its next owner's to commit
+            done = member.commit(
+                ahead, owned_only=True, metadata=self.committer.metadata(member, "sink catch-up")
+            )
         except CommitError as exc:  # includes a stale generation: the next owner does this
             self.metrics.failed_commits += 1
             log.warning("could not bring Kafka up to the sink's offsets: %s", exc)
@@ -221,6 +223,7 @@ class Arrivals:
         ranges = [
             OffsetRange(tp.topic, tp.partition, prior.get(tp, until), until)
             for tp, until in sorted(ahead.items())
+            if tp in done
         ]
         self.committer.record_in_ledger(member, ranges, CATCH_UP_BATCH)
 
@@ -232,7 +235,9 @@ class Arrivals:
         if not starts:
             return
         try:
-            member.commit(starts, metadata=self.committer.metadata(member, "starting offset"))
+            member.commit(
+                starts, owned_only=True, metadata=self.committer.metadata(member, "starting offset")
+            )
         except CommitError as exc:
             log.warning("could not commit the starting offsets %s: %s", dict(starts), exc)
 
