@@ -13,7 +13,6 @@ import ast
 import importlib
 import json
 import os
-import pkgutil
 import shlex
 import sys
 import time
@@ -29,22 +28,16 @@ from bench.harness.procfs import loads_text
 def names() -> dict[str, str]:
     """Every scenario and the first line of its docstring (read, not imported)."""
     out = {}
-    for info in pkgutil.iter_modules(scenarios.__path__):
-        if info.name.startswith("_"):
-            continue  # a piece of a scenario, not one
-        path = Path(scenarios.__path__[0]) / (
-            f"{info.name}/__init__.py" if info.ispkg else f"{info.name}.py"
-        )
+    for path in sorted(Path(scenarios.__path__[0]).glob("[!_]*.py")):  # _NAME: pieces
         doc = ast.get_docstring(ast.parse(path.read_text())) or ""
-        out[info.name] = doc.splitlines()[0] if doc else ""
+        out[path.stem] = doc.splitlines()[0] if doc else ""
     return out
 
 
 def parser_for(name: str, module: ModuleType) -> argparse.ArgumentParser:
     """The scenario's options and the runner's own."""
     parser = argparse.ArgumentParser(
-        prog=f"python -m bench {name}",
-        description=(module.__doc__ or "").split("\n\n")[0],
+        prog=f"python -m bench {name}", description=(module.__doc__ or "").split("\n\n")[0]
     )
     module.add_arguments(parser)
     runner = parser.add_argument_group("the runner")

@@ -260,11 +260,15 @@ class PlainService(threading.Thread):
     """A consumer service in the group (confluent-kafka): processes each record (notes its
     id and when it was read), commits what it processed after every poll and, synchronously,
     in its revocation callback, so the next owner starts right after it. Notes every
-    assignment change with its time and generation."""
+    assignment change with its time and generation. ``helper``: an object whose
+    ``on_assign(consumer, partitions)`` runs first in each assignment callback (e.g.
+    :class:`spark_groups.handover.SinkTableHandover`, as the crash tests use it)."""
 
-    def __init__(self, servers: str, topic: str, group: str, settings: dict[str, str]) -> None:
+    def __init__(
+        self, servers: str, topic: str, group: str, settings: dict[str, str], helper: Any = None
+    ) -> None:
         super().__init__(daemon=True, name="plain-service")
-        self.topic = topic
+        self.topic, self.helper = topic, helper
         self.consumer = Consumer(
             {
                 "bootstrap.servers": servers,
@@ -314,7 +318,14 @@ class PlainService(threading.Thread):
         except KafkaException:
             self.commit_failures += 1  # the next owner reads those records again
 
+    @property
+    def ids(self) -> list[int]:
+        """The ids it processed, in order."""
+        return [r[0] for r in self.reads]
+
     def _on_assign(self, consumer: Any, partitions: list[KafkaTopicPartition]) -> None:
+        if self.helper is not None:
+            self.helper.on_assign(consumer, partitions)
         self._note("assigned", partitions)
 
     def _on_revoke(self, consumer: Any, partitions: list[KafkaTopicPartition]) -> None:
@@ -353,6 +364,7 @@ class PlainService(threading.Thread):
             self.consumer.close()  # the revocation callback commits, then it leaves
 
     def stop(self) -> None:
+        """Stop, wait for it, raise what it failed with."""
         self.stop_event.set()
         self.join(60)
         if self.error is not None:

@@ -8,7 +8,6 @@ a JSON object: servers, topic, group, table, ledger, checkpoint, member, and opt
 ``sql`` (the pipeline, over the view ``source``), ``source_options`` (added to the source's),
 ``sink_options``, ``spark_conf`` (settings for the member's Spark session: jars, Hadoop's
 ``spark.hadoop.fs.s3a.*`` for a checkpoint on ``s3a://``), ``trigger``, ``stop_file``,
-``progress_file`` (the query's last progress, JSON, rewritten as it changes),
 ``spark_log_level`` (default ERROR) and ``log4j_config`` (a log4j2 properties file for
 Spark's own log), and ``sink``: "delta-group" (the default), "delta" (Spark's own Delta
 sink, ``format("delta")``, plain append) or "delta-merge" (``foreachBatch`` with
@@ -80,20 +79,6 @@ def merge_into(table: str) -> Callable[[Any, int], None]:
         batch.unpersist()
 
     return merge
-
-
-def write_progress(query: Any, path: Path, written: str | None) -> str | None:
-    """Write the query's last progress (JSON) to ``path`` when it changed since ``written``
-    (replaced atomically, so a reader never sees half of it); return what is there now."""
-    progress = query.lastProgress
-    if progress is None:
-        return written
-    text = progress.json if hasattr(progress, "json") else json.dumps(progress)
-    if text != written:
-        partial = path.with_name(path.name + ".tmp")
-        partial.write_text(text)
-        partial.replace(path)
-    return str(text)
 
 
 def main() -> int:
@@ -171,15 +156,11 @@ def main() -> int:
             spark.stop()
     query = writer.trigger(processingTime=trigger).start(table)
     stop_file = Path(spec["stop_file"])
-    progress_file = Path(spec["progress_file"]) if "progress_file" in spec else None
-    written = None
     try:
         while not stop_file.exists():
             if query.exception() is not None:
                 sys.stderr.write(f"query failed: {query.exception()}\n")
                 return 1
-            if progress_file is not None:
-                written = write_progress(query, progress_file, written)
             time.sleep(0.2)
         query.stop()
         return 0

@@ -1,13 +1,8 @@
 """Where Spark's Python data source path tops out: sources that read no Kafka.
 
-* :func:`const_arrow_rate`: a Python data source whose ``read()`` yields one prebuilt Arrow
-  batch (the ``kafka-group`` schema, 100 B values) again and again: no Kafka and no
-  conversion, only Spark's plumbing (Python worker -> Arrow IPC -> JVM rows -> noop). No
-  source built on Spark's Python data source API can be faster than this.
-* :class:`ConstArrowStreamSource`: the same batches as a *streaming* source (one micro-batch
-  of ``rows`` rows in ``partitions`` tasks, ``Trigger.AvailableNow``): the floor of a whole
-  run of any Python streaming source, start-up included (the ``whole_run`` scenario's
-  ``python-floor`` side, the ``scheduled`` scenario's ``python-source``).
+:func:`const_arrow_rate` (a batch source yielding one prebuilt Arrow batch again and again:
+only Spark's plumbing) and :class:`ConstArrowStreamSource` (the same as one streaming
+micro-batch: the floor of a whole run of any Python streaming source).
 """
 
 from __future__ import annotations

@@ -78,15 +78,9 @@ def create_topics(servers: str, partitions: int, topics: int = 1, prefix: str = 
 def produce(servers: str, topics: Sequence[str], partitions: int, records: int, size: int) -> int:
     """Write ``records`` values of ``size`` bytes round-robin over every partition of
     ``topics`` (each with ``partitions`` partitions); return how many were written."""
-    producer = Producer(
-        {
-            "bootstrap.servers": servers,
-            "linger.ms": 20,
-            "batch.size": 1_000_000,
-            "queue.buffering.max.messages": 1_000_000,
-            "log.connection.close": False,
-        }
-    )
+    producer = Producer({"bootstrap.servers": servers, "linger.ms": 20, "batch.size": 1_000_000,
+                         "queue.buffering.max.messages": 1_000_000,
+                         "log.connection.close": False})  # fmt: skip
     payload = os.urandom(size)
     slots = [(t, p) for t in topics for p in range(partitions)]
     try:
@@ -115,32 +109,43 @@ def partition_counts(records: int, topics: Sequence[str], partitions: int) -> di
 
 
 class Flow(threading.Thread):
-    """Produces small records round-robin at ``rate`` per second until stopped."""
+    """Produces records round-robin over the partitions at ``rate`` per second, on schedule
+    (late ones caught up), until stopped; ``record(i)`` gives the i-th (key, value), by
+    default (None, its number). ``sent``: how many so far."""
 
-    def __init__(self, servers: str, topic: str, partitions: int, rate: int) -> None:
+    def __init__(
+        self, servers: str, topic: str, partitions: int, rate: int,
+        record: Callable[[int], tuple[bytes | None, bytes]] | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(daemon=True)
         self.servers, self.topic, self.partitions, self.rate = servers, topic, partitions, rate
+        self.record = record or (lambda i: (None, b"%d" % i))
         self.stopping = threading.Event()
         self.sent = 0
 
     def run(self) -> None:
         producer = Producer({"bootstrap.servers": self.servers, "linger.ms": 5})
+        started = time.monotonic()
         try:
-            step = max(1, self.rate // 50)  # 50 bursts a second
             while not self.stopping.is_set():
-                for _ in range(step):
-                    data = b"%d" % self.sent
-                    producer.produce(self.topic, value=data, partition=self.sent % self.partitions)
+                while self.sent < int((time.monotonic() - started) * self.rate):
+                    key, value = self.record(self.sent)
+                    try:
+                        producer.produce(self.topic, value, key, self.sent % self.partitions)
+                    except BufferError:
+                        producer.poll(0.1)
+                        continue
                     self.sent += 1
                 producer.poll(0)
-                self.stopping.wait(step / self.rate)
+                self.stopping.wait(0.02)
         finally:
-            producer.flush(10)
+            if producer.flush(60) != 0:
+                raise RuntimeError("records still unsent after 60 s")
 
     def stop(self) -> None:
         """Stop producing and wait for the thread."""
         self.stopping.set()
-        self.join(30)
+        self.join(90)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -1,22 +1,15 @@
 """One driver-side group member in a process of its own, for planning time and memory.
 
 :func:`planner` runs this module in a fresh process (``python -m bench.harness.planner
-SPEC_JSON``), which prints one JSON line: the join time, the per-batch driver times and the
-process's RSS.
-
-* stream: a ``GroupStream`` (what Spark's reader process holds), driven like Spark drives
-  it: ``latest_offset(previous)`` commits the previous batch (offsets ledger + Kafka) and
-  plans the next (``endOffsets=auto``, the default, or the ``end_offsets`` argument). pyspark's data
-  source module is imported, as in the reader process.
-* plain: a plain Consumer in the same group setup doing the least a plain application does
-  per batch: the log ends of every partition in one ``AdminClient.list_offsets`` call and a
-  synchronous ``commit`` of the previous batch's offsets.
-
-Before each timed batch one record is produced to every partition (not timed).
+SPEC_JSON``), which prints one JSON line: the join time, the per-batch driver times, the RSS.
+``stream``: a ``GroupStream`` driven as Spark drives it (``latest_offset(previous)`` commits
+the previous batch and plans the next); ``plain``: a plain Consumer listing the log ends and
+committing synchronously. One record is produced to every partition before each timed batch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import io
 import json
@@ -90,16 +83,13 @@ def run_stream(args: dict[str, Any], producer: Producer) -> dict[str, Any]:
         join_s = time.perf_counter() - started
         owned = len(stream.ensure_started().assignment)
         times = []
-        profiler = cProfile.Profile() if args.get("profile") else None
+        profiler = cProfile.Profile()
         for _ in range(args["rounds"]):
             _produce_one_each(producer, args["topics"], args["partitions"])
-            if profiler is not None:
-                profiler.enable()
-            started = time.perf_counter()
-            planned = stream.latest_offset(offset, None)
-            times.append(time.perf_counter() - started)
-            if profiler is not None:
-                profiler.disable()
+            with profiler if args.get("profile") else contextlib.nullcontext():
+                started = time.perf_counter()
+                planned = stream.latest_offset(offset, None)
+                times.append(time.perf_counter() - started)
             if planned == offset:
                 raise RuntimeError("latest_offset planned nothing although records were added")
             offset = planned
@@ -108,32 +98,20 @@ def run_stream(args: dict[str, Any], producer: Producer) -> dict[str, Any]:
     finally:
         stream.stop()
     out = io.StringIO()
-    if profiler is not None:
+    if args.get("profile"):
         pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(25)
-    return {
-        "profile": out.getvalue() if profiler is not None else "",
-        "join_s": join_s,
-        "batch_s": times,
-        "rss_mb": rss,
-        "peak_mb": peak,
-        "imports_rss_mb": imports_rss,
-        "memory_mb": memory,
-        "owned": owned,
-    }
+    return {"profile": out.getvalue(), "join_s": join_s,
+            "batch_s": times, "rss_mb": rss, "peak_mb": peak, "imports_rss_mb": imports_rss,
+            "memory_mb": memory, "owned": owned}  # fmt: skip
 
 
 def run_plain(args: dict[str, Any], producer: Producer) -> dict[str, Any]:
     servers, topics, partitions = args["servers"], args["topics"], args["partitions"]
     total = len(topics) * partitions
-    consumer = Consumer(
-        {
-            "bootstrap.servers": servers,
-            "group.id": unique("plan-plain"),
-            "enable.auto.commit": False,
-            "partition.assignment.strategy": "cooperative-sticky",
-            **GROUP_TIMING,
-        }
-    )
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": unique("plan-plain"),
+                         "enable.auto.commit": False,
+                         "partition.assignment.strategy": "cooperative-sticky",
+                         **GROUP_TIMING})  # fmt: skip
     admin = AdminClient({"bootstrap.servers": servers})
     try:
         started = time.perf_counter()

@@ -46,16 +46,16 @@ def memory_breakdown_mb(pid: int | str = "self") -> dict[str, float]:
     return out
 
 
-def _package_version(name: str) -> str:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "not installed"
-
-
 def machine_facts(broker: str) -> dict[str, str]:
     """Cores, RAM, CPU model, OS, Python and library versions; ``broker`` describes the
     broker."""
+
+    def package(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
     mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
     cpu = platform.processor() or "?"
     try:
@@ -67,19 +67,13 @@ def machine_facts(broker: str) -> dict[str, str]:
     except OSError:
         pass
     return {
-        "cores": str(os.cpu_count()),
-        "RAM": f"{mem_gb:.1f} GB",
-        "CPU": cpu,
-        "OS": f"{platform.system()} {platform.release()}",
-        "Python": platform.python_version(),
-        "pyspark": _package_version("pyspark"),
-        "confluent-kafka": _package_version("confluent-kafka"),
+        "cores": str(os.cpu_count()), "RAM": f"{mem_gb:.1f} GB", "CPU": cpu,
+        "OS": f"{platform.system()} {platform.release()}", "Python": platform.python_version(),
+        "pyspark": package("pyspark"), "confluent-kafka": package("confluent-kafka"),
         "librdkafka": __import__("confluent_kafka").libversion()[0],
-        "deltalake": _package_version("deltalake"),
-        "pyarrow": _package_version("pyarrow"),
-        "executor read path": executor_read_path(),
-        "broker": broker,
-    }
+        "deltalake": package("deltalake"), "pyarrow": package("pyarrow"),
+        "executor read path": executor_read_path(), "broker": broker,
+    }  # fmt: skip
 
 
 def executor_read_path() -> str:
@@ -91,11 +85,6 @@ def executor_read_path() -> str:
         return "native (C extension)"
     why = native.load_error()
     return f"python ({why})" if why else f"python ({native.READ_PATH_ENV}=python)"
-
-
-def load_average() -> tuple[float, float, float]:
-    """The 1, 5 and 15 minute load averages."""
-    return os.getloadavg()
 
 
 def loads_text() -> str:
@@ -147,30 +136,6 @@ def _children(stats: dict[str, tuple[int, float, float]]) -> dict[str, list[str]
     return children
 
 
-def cpu_seconds() -> dict[str, float]:
-    """CPU seconds used so far by this process ("bench"), by its descendants running the
-    broker ("broker") and by all its other descendants: the Spark JVM and its Python workers
-    and reader processes ("spark"). Reaped children count in their parent."""
-    stats = _all_stats()
-    children = _children(stats)
-    me = str(os.getpid())
-    out = {"bench": sum(stats[me][1:]), "broker": 0.0, "spark": 0.0}
-    todo: list[tuple[str, str | None]] = [(c, None) for c in children.get(me, [])]
-    while todo:
-        pid, kind = todo.pop()
-        if kind is None:
-            cmd = _cmdline(pid).lower()
-            kind = "broker" if "tansu" in cmd or "kafka.kafka" in cmd else "spark"
-        out[kind] += sum(stats[pid][1:])
-        todo += [(c, kind) for c in children.get(pid, [])]
-    return out
-
-
-def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """CPU seconds per group between two :func:`cpu_seconds` readings."""
-    return {k: round(max(0.0, after[k] - before.get(k, 0.0)), 3) for k in after}
-
-
 def descendants(root: int) -> list[int]:
     """``root`` and every process below it."""
     children = _children(_all_stats())
@@ -213,15 +178,9 @@ def process_kind(cmdline: str) -> str:
 class CpuSampler:
     """CPU seconds by process group (:func:`process_kind`) of this process, its descendants
     and the processes under ``extra_roots`` (e.g. the broker), between :meth:`start` and
-    :meth:`stop`.
-
-    :func:`cpu_seconds` counts a process's reaped children in its parent, so a process that
-    ends during the window (the reader process when its query stops, a Python worker) moves
-    into its parent's group. Here a thread reads /proc every ``interval_s`` and counts each
-    process's own time in its own group; when a process disappears, what its parent's
-    reaped-children time grew by beyond the process's last reading is added to the vanished
-    process's group (a process born and gone between two readings counts in its parent's
-    group)."""
+    :meth:`stop`. A thread reads /proc every ``interval_s`` and counts each process's own
+    time in its own group; the reaped-children time a parent gains when a process ends goes
+    to the ended process's group (one born and gone between two readings: its parent's)."""
 
     def __init__(self, extra_roots: Sequence[int] = (), interval_s: float = 0.1) -> None:
         self.roots = [os.getpid(), *extra_roots]

@@ -1,19 +1,7 @@
-"""Spark sessions and timed reads: every side a scenario compares, measured one way.
-
-* :func:`plain_read`: one confluent-kafka Consumer in this process, assigned every partition,
-  ``consume(500)`` in a loop that checks each record's error and touches its value, with the
-  reader's librdkafka settings (``READER_DEFAULTS``; on Tansu ``fetch.queue.backoff.ms=10``
-  alone is worth 3x) or librdkafka's defaults. 500 keeps the live Messages under the garbage
-  collector's threshold: the fastest plain Python loop.
-* :func:`spark_read`: a ``kafka-group`` query with ``Trigger.AvailableNow`` in an already warm
-  session; the time is the sum of the batches' ``triggerExecution`` less the first batch's
-  ``latestOffset`` (the group join, which Tansu stretches to half the session timeout).
-* :func:`spark_kafka_read`: Spark's own ``format("kafka")`` (spark-sql-kafka, ``bash
-  jars/fetch spark-kafka``) into ``noop`` the same way; it joins no group, nothing is left
-  out. It trusts ListOffsets, which Tansu under-reports: it runs on Apache Kafka.
-* :func:`spark_delta_sink`: Spark's kafka source into Spark's own Delta sink and into
-  ``noop`` in a pyspark-4.2 process with delta-spark (:mod:`bench.harness.spark_delta_proc`).
-"""
+"""Spark sessions and timed reads: every side a scenario compares, measured one way
+(docs/benchmarks.md, "How each figure is measured"): :func:`plain_read`, :func:`spark_read`
+(kafka-group or Spark's ``kafka``), :func:`spark_delta_sink` (Spark's Delta sink in a
+pyspark-4.2 process, :mod:`bench.harness.spark_delta_proc`)."""
 
 from __future__ import annotations
 
@@ -34,22 +22,19 @@ from bench.harness.kafka import GROUP_TIMING, unique
 
 @dataclass
 class Run:
-    """One measured read: rows and seconds (and what was left out, for the record)."""
+    """One measured read: rows and seconds; ``excluded_s``: left out (the group join);
+    ``written``: rows in the sink table (delta-group); ``cpu``: CPU seconds by process group;
+    ``phases``: seconds by phase of the micro-batches (``durationMs``, the join left out) and
+    ``batches``; ``window``: the measured time as epoch seconds; ``whole_s``: plain loops,
+    from creating the consumer to closing it."""
 
     rows: int
     seconds: float
     excluded_s: float = 0.0
-    #: Rows found in the sink table afterwards (delta-group only).
     written: int | None = None
-    #: CPU seconds by process group during the whole call (bench.harness.procfs).
     cpu: dict[str, float] | None = None
-    #: Seconds by phase of Spark's micro-batches (the progress reports' ``durationMs``, the
-    #: first batch's group join left out) and the number of batches (``batches``).
     phases: dict[str, float] | None = None
-    #: The measured time as epoch seconds (start, end): from the first batch's start (after
-    #: the group join, for kafka-group) to the last batch's end.
     window: tuple[float, float] | None = None
-    #: Plain loops: from creating the consumer to closing it.
     whole_s: float | None = None
 
     @property
@@ -130,23 +115,15 @@ def source_options(servers: str, topics: Sequence[str], group: str, **extra: str
     }
 
 
-def progress(query: Any) -> list[Any]:
-    """A finished query's progress reports."""
-    return [p for p in query.recentProgress if p is not None]
-
-
 def _window(reports: list[Any], skip_join: bool) -> tuple[float, float] | None:
     """The measured time of a finished query as epoch seconds (see :attr:`Run.window`)."""
     if not reports:
         return None
-    bounds = []
-    for p in reports:
-        start = datetime.fromisoformat(p["timestamp"]).timestamp()
-        bounds.append((start, start + int(p["durationMs"].get("triggerExecution", 0)) / 1000))
-    first = bounds[0][0]
-    if skip_join:
-        first += int(reports[0]["durationMs"].get("latestOffset", 0)) / 1000
-    return first, bounds[-1][1]
+    first, last = reports[0], reports[-1]
+    join = int(first["durationMs"].get("latestOffset", 0)) / 1000 if skip_join else 0.0
+    end = datetime.fromisoformat(last["timestamp"]).timestamp()
+    end += int(last["durationMs"].get("triggerExecution", 0)) / 1000
+    return datetime.fromisoformat(first["timestamp"]).timestamp() + join, end
 
 
 def timed_run(query: Any, what: str, skip_join: bool) -> Run:
@@ -158,7 +135,7 @@ def timed_run(query: Any, what: str, skip_join: bool) -> Run:
             raise TimeoutError(f"the {what} query did not finish within 900 s")
         if query.exception() is not None:
             raise RuntimeError(f"the {what} query failed: {query.exception()}")
-        reports = progress(query)
+        reports = [p for p in query.recentProgress if p is not None]
     finally:
         query.stop()
     rows = sum(int(p["numInputRows"]) for p in reports)
@@ -201,12 +178,8 @@ def spark_read(
     timed as the module doc says."""
     group = unique(f"bench-{sink}")
     work = scratch / group
-    if source == "kafka-group":
-        df = stream(
-            spark, source, servers, topics, **source_options(servers, topics, group, **extra)
-        )
-    else:
-        df = stream(spark, source, servers, topics, **extra)
+    opts = source_options(servers, topics, group, **extra) if source == "kafka-group" else extra
+    df = stream(spark, source, servers, topics, **opts)
     if sink != "noop":
         df = df.selectExpr("value", "topic", "partition", "offset")
     writer = (
@@ -220,8 +193,12 @@ def spark_read(
         query = writer.start()
     try:
         run = timed_run(query, f"{source} -> {sink}", skip_join=source == "kafka-group")
-        if sink == "delta-group":
-            run.written = delta_rows(str(work / "table"))
+        if sink == "delta-group":  # the rows in the table
+            from deltalake import DeltaTable, QueryBuilder
+
+            found = QueryBuilder().register("t", DeltaTable(str(work / "table")))
+            n = found.execute("select count(*) as n from t").read_all().column("n")[0]
+            run.written = int(n.as_py())
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return run
@@ -247,15 +224,9 @@ def spark_delta_sink(
     work = scratch / unique("bench-spark-delta")
     work.mkdir(parents=True)
     out = work / "result.json"
-    spec = {
-        "conf": {**jar_conf("delta-spark", "spark-kafka", line="4.2"), **DELTA_SQL_CONF},
-        "servers": servers,
-        "topics": list(topics),
-        "warmup": list(warmup),
-        "rounds": rounds,
-        "work": str(work / "run"),
-        "out": str(out),
-    }
+    spec = {"conf": {**jar_conf("delta-spark", "spark-kafka", line="4.2"), **DELTA_SQL_CONF},
+            "servers": servers, "topics": list(topics), "warmup": list(warmup), "rounds": rounds,
+            "work": str(work / "run"), "out": str(out)}  # fmt: skip
     script = Path(__file__).with_name("spark_delta_proc.py")
     log = work / "spark.log"
     try:
@@ -270,14 +241,6 @@ def spark_delta_sink(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {n: Run(r["rows"], r["seconds"], written=r.get("written")) for n, r in found.items()}
-
-
-def delta_rows(path: str) -> int:
-    """Rows of a Delta table, read through deltalake's QueryBuilder."""
-    from deltalake import DeltaTable, QueryBuilder
-
-    result = QueryBuilder().register("t", DeltaTable(path)).execute("select count(*) as n from t")
-    return int(result.read_all().column("n")[0].as_py())
 
 
 #: Lines of the reader process's log (``$SPARK_GROUPS_LOG_FILE`` at INFO) that mark

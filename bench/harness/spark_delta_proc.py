@@ -2,13 +2,9 @@
 
     .cache/venv/spark-4.2/bin/python bench/harness/spark_delta_proc.py SPEC_JSON  # jars/spark-venv
 
-Run by :func:`bench.harness.spark.spark_delta_sink`. delta-spark's jars do not run on pyspark 4.3
-(docs/sink.md, "delta-spark"), so this is a separate Spark application: local[2], Spark's own
-``format("kafka")`` source (spark-sql-kafka 4.2.0, the version of this pyspark) read from
-offset 0 with Trigger.AvailableNow, first into ``noop`` and then into ``format("delta")``.
-Imports only pyspark (not spark_groups or bench). SPEC: ``conf`` (spark.jars and Delta's SQL
-settings), ``servers``, ``topics``, ``work`` (a scratch folder), ``out`` (the JSON result:
-rows and seconds of each run, and the rows in the Delta table).
+Run by :func:`bench.harness.spark.spark_delta_sink` (delta-spark does not run on pyspark 4.3):
+``format("kafka")`` from offset 0 into ``noop``, then into ``format("delta")``. Imports only
+pyspark. SPEC: ``conf``, ``servers``, ``topics``, ``warmup``, ``rounds``, ``work``, ``out``.
 """
 
 from __future__ import annotations

@@ -42,44 +42,31 @@ def write_plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    growth = results["growth"]
-    base_size = 100
-    base_parts = results["config"]["partitions"]
-    by_parts = sorted((r for r in growth if r["size"] == base_size), key=lambda r: r["partitions"])
+    growth, base_parts = results["growth"], results["config"]["partitions"]
+    by_parts = sorted((r for r in growth if r["size"] == 100), key=lambda r: r["partitions"])
     by_size = sorted((r for r in growth if r["partitions"] == base_parts), key=lambda r: r["size"])
+    rates = (("plain_rate", "o-", "plain consumer"), ("noop_rate", "s-", "kafka-group"),
+             ("spark_kafka_rate", "^-", "Spark kafka"))  # fmt: skip
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    ax = axes[0]
-    xs = [r["partitions"] for r in by_parts]
-    ax.plot(xs, [r["plain_rate"] for r in by_parts], "o-", label="plain consumer")
-    ax.plot(xs, [r["noop_rate"] for r in by_parts], "s-", label="kafka-group -> noop")
-    if all("spark_kafka_rate" in r for r in by_parts):
-        ax.plot(xs, [r["spark_kafka_rate"] for r in by_parts], "^-", label="Spark kafka -> noop")
-    ax.set(xscale="log", yscale="log", xlabel="partitions", ylabel="records/s")
-    ax.set_title(f"throughput, {base_size} B records")
-    ax.legend()
-    ax = axes[1]
-    xs = [r["size"] for r in by_size]
-    ax.plot(xs, [r["plain_rate"] * r["size"] / 1e6 for r in by_size], "o-", label="plain consumer")
-    ax.plot(xs, [r["noop_rate"] * r["size"] / 1e6 for r in by_size], "s-", label="kafka-group")
-    if all("spark_kafka_rate" in r for r in by_size):
-        ax.plot(
-            xs,
-            [r["spark_kafka_rate"] * r["size"] / 1e6 for r in by_size],
-            "^-",
-            label="Spark kafka",
-        )
-    ax.set(xscale="log", yscale="log", xlabel="record value size (bytes)", ylabel="MB/s")
-    ax.set_title(f"throughput, {base_parts} partitions")
-    ax.legend()
-    ax = axes[2]
+    for ax, rows, x in ((axes[0], by_parts, "partitions"), (axes[1], by_size, "size")):
+        for key, style, label in rates:
+            if all(key in r for r in rows):
+                mb = x == "size"
+                ys = [r[key] * r["size"] / 1e6 if mb else r[key] for r in rows]
+                noop = "" if mb or key == "plain_rate" else " -> noop"
+                ax.plot([r[x] for r in rows], ys, style, label=label + noop)
+    axes[0].set(xlabel="partitions", ylabel="records/s", title="throughput, 100 B records")
+    axes[1].set(xlabel="record value size (bytes)", ylabel="MB/s")
+    axes[1].set_title(f"throughput, {base_parts} partitions")
     planned = [r for r in by_parts if "plan_stream_s" in r]
     xs = [r["partitions"] for r in planned]
-    ax.plot(xs, [r["plan_stream_s"] * 1000 for r in planned], "s-", label="GroupStream batch")
-    ax.plot(xs, [r["plan_plain_s"] * 1000 for r in planned], "o-", label="plain list+commit")
-    ax.axhline(100, color="grey", linestyle=":", label="target 100 ms")
-    ax.set(xscale="log", yscale="log", xlabel="partitions", ylabel="ms per batch (p50)")
-    ax.set_title("driver time per batch")
-    ax.legend()
+    axes[2].plot(xs, [r["plan_stream_s"] * 1000 for r in planned], "s-", label="GroupStream batch")
+    axes[2].plot(xs, [r["plan_plain_s"] * 1000 for r in planned], "o-", label="plain list+commit")
+    axes[2].axhline(100, color="grey", linestyle=":", label="target 100 ms")
+    axes[2].set(xlabel="partitions", ylabel="ms per batch (p50)", title="driver time per batch")
+    for ax in axes:
+        ax.set(xscale="log", yscale="log")
+        ax.legend()
     fig.suptitle(f"spark_groups benchmarks, {results['date']} (shared 2-core machine)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)

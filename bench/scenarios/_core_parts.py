@@ -1,25 +1,12 @@
 """Pieces of the core scenario (:mod:`bench.scenarios.core`): the handover, the ledger's
 commits and the executor read path without Spark.
 
-Handover (section 2): a second member joins a group whose first member is reading a steady
-flow.
-
-Both sides use the same broker, a fresh 4-partition topic, a producer writing ``rate``
-records/s round-robin, and the same group timing (``GROUP_TIMING``: Tansu completes a join
-after about half of session.timeout.ms, so it must match).
-
-* plain: consumer A polls in a thread; consumer B ``subscribe()``s at t0 and polls.
-  Partitions received = B's first non-empty ``on_assign``; first record = B's first record.
-* spark: query A (``foreachBatch``, trigger ``trigger_ms``) is reading; query B is started at
-  t0 (``start()``: this includes Spark starting the query and its reader process). When the
-  reader processes log to ``$SPARK_GROUPS_LOG_FILE`` at INFO (the core scenario sets that up),
-  B's subscribe time is read from its "group member subscribed" line, and the times are also
-  given from there, like the plain consumer's.
-  Partitions received = B's first ``assigned`` event in the rebalance history (its time is
-  taken in B's reader process); first record = B's first non-empty batch in ``foreachBatch``.
-  For A, every batch records which partitions produced rows, to count the batches between t0
-  and B's first record in which a partition A kept (it still reads it afterwards) produced
-  none, and the longest gap between A's batches in that window.
+Handover (section 2; docs/benchmarks.md says what it measures): a second member joins a group
+whose first member reads a steady flow (a fresh 4-partition topic, ``rate`` records/s, the
+same ``GROUP_TIMING``), plain consumers or kafka-group queries (``foreachBatch``). B's
+partitions come from its first ``on_assign`` (plain) or its first ``assigned`` row of the
+rebalance history (kafka-group), its subscribe time from its reader process's log when
+``$SPARK_GROUPS_LOG_FILE`` is set at INFO; A's batches show the gaps it had meanwhile.
 """
 
 from __future__ import annotations
@@ -42,14 +29,9 @@ from bench.harness.spark import each_batch, log_file, reader_log_times, source_o
 
 
 def _plain_config(servers: str, group: str, strategy: str) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": servers,
-        "group.id": group,
-        "partition.assignment.strategy": strategy,
-        "auto.offset.reset": "earliest",
-        "log.connection.close": False,
-        **GROUP_TIMING,
-    }
+    return {"bootstrap.servers": servers, "group.id": group, "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": strategy, "log.connection.close": False,
+            **GROUP_TIMING}  # fmt: skip
 
 
 def plain_handover(servers: str, strategy: str, rate: int, timeout_s: float = 120) -> dict:
@@ -96,21 +78,13 @@ def plain_handover(servers: str, strategy: str, rate: int, timeout_s: float = 12
         stop_a.set()
         a.join(30)
         flow.stop()
-    return {
-        "to_partitions_s": got["assigned"] - t0,
-        "to_first_record_s": got["first_record"] - t0,
-    }
+    return {"to_partitions_s": got["assigned"] - t0, "to_first_record_s": got["first_record"] - t0}
 
 
 def spark_handover(
-    spark: Any,
-    servers: str,
-    strategy: str,
-    rate: int,
-    scratch: Path,
-    trigger_ms: int = 500,
+    spark: Any, servers: str, strategy: str, rate: int, scratch: Path, trigger_ms: int = 500,
     timeout_s: float = 180,
-) -> dict:
+) -> dict:  # fmt: skip
     """The same with two kafka-group queries in ``spark`` (see the module doc)."""
     from spark_groups.group.history import history_path, read_history
 
@@ -118,12 +92,8 @@ def spark_handover(
     group = unique("spark-handover")
     work = scratch / group
     ledger = str(work / "ledger")
-    opts = source_options(
-        servers,
-        [topic],
-        group,
-        **{"offsets.table": ledger, "partition.assignment.strategy": strategy},
-    )
+    opts = source_options(servers, [topic], group, **{"offsets.table": ledger,
+                          "partition.assignment.strategy": strategy})  # fmt: skip
     a_batches: list[tuple[float, set[int]]] = []
     b_first: list[float] = []
 
@@ -221,16 +191,11 @@ def ledger_commits(servers: str, batches: int, partitions: int, window: int) -> 
     window = max(1, min(window, batches))
     last_l, last_k = ledger_s[-window:], kafka_s[-window:]
     return {
-        "batches": batches,
-        "compact_every": ledger.compact_every,
-        "partitions": partitions,
-        "window": window,
-        "ledger_p50_s": percentile(last_l, 0.5),
-        "ledger_p95_s": percentile(last_l, 0.95),
-        "kafka_p50_s": percentile(last_k, 0.5),
-        "kafka_p95_s": percentile(last_k, 0.95),
-        "total_s": time.perf_counter() - started,
-    }
+        "batches": batches, "compact_every": ledger.compact_every, "partitions": partitions,
+        "window": window, "total_s": time.perf_counter() - started,
+        "ledger_p50_s": percentile(last_l, 0.5), "ledger_p95_s": percentile(last_l, 0.95),
+        "kafka_p50_s": percentile(last_k, 0.5), "kafka_p95_s": percentile(last_k, 0.95),
+    }  # fmt: skip
 
 
 def read_range_rate(

@@ -139,6 +139,7 @@ def render(results: dict[str, Any]) -> str:
         "| --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
     limit = cfg["trigger_ms"] / 1000 + 2
+    notes, batches = [""], []
     for strategy, res in results["handover"].items():
         p, s = res["plain"], res["spark"]
         if math.isfinite(s.get("sub_to_first_record_s", math.nan)):
@@ -146,38 +147,33 @@ def render(results: dict[str, Any]) -> str:
         else:  # no reader log: from start() instead
             to_parts, to_first = s["to_partitions_s"], s["to_first_record_s"]
         extra = to_first - p["to_first_record_s"]
-        lines.append(
+        lines += [
             f"| {strategy} | plain | | {sec(p['to_partitions_s'])} | "
-            f"{sec(p['to_first_record_s'])} | | |"
-        )
-        lines.append(
+            f"{sec(p['to_first_record_s'])} | | |",
             f"| {strategy} | kafka-group | {sec(s.get('start_to_subscribe_s', math.nan))} | "
-            f"{sec(to_parts)} | {sec(to_first)} | {extra:+.2f} s | {met(extra <= limit)} |"
-        )
-    lines.append("")
-    for strategy, res in results["handover"].items():
-        p, s = res["plain"], res["spark"]
-        lines.append(
+            f"{sec(to_parts)} | {sec(to_first)} | {extra:+.2f} s | {met(extra <= limit)} |",
+        ]
+        notes.append(
             f"- {strategy}: partitions -> first record takes "
             f"{p['to_first_record_s'] - p['to_partitions_s']:.2f} s plain and "
             f"{s['to_first_record_s'] - s['to_partitions_s']:.2f} s for kafka-group (the new "
             "member's first micro-batch: plan after the assignment, wait for the trigger, run "
             "a Spark job)."
         )
+        batches.append(
+            f"| {strategy} | {s['a_batches_in_window']} | {s['a_batches_missing_kept']} | "
+            f"{sec(s['a_longest_gap_s'])} |"
+        )
     lines += [
+        *notes,
         "",
         "Batches of the first member between the second's start and its first record:",
         "",
         "| strategy | batches | batches where a partition it kept produced no rows | longest gap"
         " between its batches (s) |",
         "| --- | ---: | ---: | ---: |",
+        *batches,
     ]
-    for strategy, res in results["handover"].items():
-        s = res["spark"]
-        lines.append(
-            f"| {strategy} | {s['a_batches_in_window']} | {s['a_batches_missing_kept']} | "
-            f"{sec(s['a_longest_gap_s'])} |"
-        )
     if "cooperative-sticky" in results["handover"]:
         missing = results["handover"]["cooperative-sticky"]["spark"]["a_batches_missing_kept"]
         lines += ["", f"Target 0 for cooperative-sticky: {met(missing == 0)}."]

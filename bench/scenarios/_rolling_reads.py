@@ -1,14 +1,8 @@
-"""Pieces of the rolling scenario (:mod:`bench.scenarios.rolling`): what landed, read back
-from the sink table and the plain consumer, and the gaps, waits, losses and duplicates in it.
-
-Every record carries the time it was read: a Spark member's pipeline adds
-``reflect('java.lang.System', 'currentTimeMillis')``, per row on the executor as the batch
-reads it, and the reader (``A#2``: member A's 2nd run); the plain consumer notes when its poll
-returned it. Sorted by that time, the gaps between consecutive reads of a partition are the
-times nobody read it; only reads that landed count (rows of the table, records processed).
-Duplicates are split by cause: twice in the table; in the table and by the plain consumer
-where the table's row lies in a batch a SIGTERM cut short and the restarted member replayed
-(:func:`bench.members.unfinished_batch`); otherwise."""
+"""Pieces of the rolling scenario (:mod:`bench.scenarios.rolling`): what landed (the sink
+table and the plain consumer, each record with when and by whom it was read), and the gaps,
+waits, losses and duplicates in it; duplicates split by cause (twice in the table; in the
+table and by the plain consumer from a batch a SIGTERM cut short and the restart replayed,
+:func:`bench.members.unfinished_batch`; otherwise)."""
 
 from __future__ import annotations
 
@@ -24,15 +18,14 @@ from bench.members import Member, PlainService
 from spark_groups.group.history import read_history
 from spark_groups.offsets import OffsetRange
 
-#: was read (per row, on the executor) and by whom.
+#: The members' pipeline: every record with when it was read (per row, on the executor) and
+#: by whom.
 READ_SQL = (
     "SELECT cast(cast(value AS string) AS long) AS id, topic, partition, offset, "
     "timestamp AS produced_at, "
     "cast(reflect('java.lang.System', 'currentTimeMillis') AS long) AS read_ms, "
     "'{reader}' AS reader FROM source"
 )
-
-#: Spark members' names (deployment slots).
 
 
 def table_reads(table: str) -> pa.Table:
@@ -56,30 +49,26 @@ class Reads:
     record's wait from produced to read."""
 
     def __init__(self, table: str, service: PlainService | None) -> None:
-        rows = table_reads(table).to_pydict()
-        self.ids = list(rows["id"])
+        t = table_reads(table).to_pydict()
+        landed = [
+            ("table", i, p, o, ms / 1000, produced / 1000, reader)
+            for i, p, o, ms, produced, reader in zip(
+                t["id"], t["partition"], t["offset"], t["read_ms"], t["produced_ms"], t["reader"],
+                strict=True,
+            )
+        ]  # fmt: skip
+        landed += [("service", *r, "service") for r in (service.reads if service else [])]
+        self.ids: list[int] = []
         #: Where each id was handled: ("table" | "service", partition, offset).
         self.handled: dict[int, list[tuple[str, int, int]]] = {}
-        for record_id, p, offset in zip(rows["id"], rows["partition"], rows["offset"], strict=True):
-            self.handled.setdefault(record_id, []).append(("table", p, offset))
         by_partition: dict[int, list[tuple[float, str]]] = {}
-        waits: dict[int, list[tuple[float, float]]] = {}
-        for record_id, p, read_ms, produced_ms, reader in zip(
-            rows["id"], rows["partition"], rows["read_ms"], rows["produced_ms"], rows["reader"],
-            strict=True,
-        ):  # fmt: skip
-            by_partition.setdefault(p, []).append((read_ms / 1000, reader))
-            waits.setdefault(p, []).append(
-                (read_ms / 1000, (read_ms - produced_ms) / 1000, record_id)
-            )
-        if service is not None:
-            for record_id, p, offset, at, produced in service.reads:
-                self.ids.append(record_id)
-                self.handled.setdefault(record_id, []).append(("service", p, offset))
-                by_partition.setdefault(p, []).append((at, "service"))
-                waits.setdefault(p, []).append((at, at - produced, record_id))
+        self.waits: dict[int, list[tuple[float, float, int]]] = {}
+        for where, record_id, p, offset, at, produced, reader in landed:
+            self.ids.append(record_id)
+            self.handled.setdefault(record_id, []).append((where, p, offset))
+            by_partition.setdefault(p, []).append((at, reader))
+            self.waits.setdefault(p, []).append((at, at - produced, record_id))
         self.by_partition = {p: sorted(v) for p, v in sorted(by_partition.items())}
-        self.waits = waits
 
     def longest_gaps(
         self, since: float, until: float, *, not_before: float, inside: bool = False
@@ -104,8 +93,7 @@ class Reads:
         leaving out the ids in ``skip`` (those handled twice: a replay reads them late)."""
         return {
             p: round(
-                max((w for at, w, i in v if since <= at <= until and i not in skip), default=0.0),
-                3,
+                max((w for at, w, i in v if since <= at <= until and i not in skip), default=0.0), 3
             )
             for p, v in sorted(self.waits.items())
         }

@@ -32,12 +32,9 @@ def summarize(records: int, results: dict[str, list[dict[str, Any]]]) -> dict[st
         cold = [c["runs"][0] for c in children]
         warm = [r for c in children for r in c["runs"][1:]]
         row: dict[str, Any] = {}
-        for name, runs, key in (
-            ("cold", cold, "whole_s"),
-            ("warm", warm, "whole_s"),
-            ("warm_only", warm, "warm_only_s"),
-            ("cold_warm_only", cold, "warm_only_s"),
-        ):
+        for name, runs, key in (("cold", cold, "whole_s"), ("warm", warm, "whole_s"),
+                                ("warm_only", warm, "warm_only_s"),
+                                ("cold_warm_only", cold, "warm_only_s")):  # fmt: skip
             rates = [records / r[key] for r in runs if r.get(key)]
             if rates:
                 row[f"{name}_best"] = round(max(rates))
@@ -48,17 +45,9 @@ def summarize(records: int, results: dict[str, list[dict[str, Any]]]) -> dict[st
                     k: round(statistics.median(r["cpu_s"][k] for r in runs) * 1e6 / records, 3)
                     for k in PROCESS_KINDS
                 }
-                for key in (
-                    "whole_s",
-                    "triggers_s",
-                    "first_latest_offset_s",
-                    "outside_triggers_s",
-                    "define_s",
-                    "start_returned_s",
-                    "to_subscribed_s",
-                    "to_assigned_s",
-                    "to_resumed_s",
-                ):
+                for key in ("whole_s", "triggers_s", "first_latest_offset_s", "outside_triggers_s",
+                            "define_s", "start_returned_s", "to_subscribed_s", "to_assigned_s",
+                            "to_resumed_s"):  # fmt: skip
                     values = [r[key] for r in runs if r.get(key) is not None]
                     if values:
                         row[f"{name}_{key}"] = round(statistics.median(values), 3)
@@ -101,10 +90,8 @@ def render(results: dict[str, Any]) -> str:
         " warm-only vs Spark default / tuned |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for side in SIDES:
-        r = s.get(side)
-        if not r:
-            continue
+    present = [(side, s[side]) for side in SIDES if s.get(side)]
+    for side, r in present:
         cells = [LABELS[side]]
         for key in ("cold", "warm", "warm_only"):
             cells.append(f"{_rate(r.get(f'{key}_best'))} ({_rate(r.get(f'{key}_median'))})")
@@ -144,10 +131,7 @@ def render(results: dict[str, Any]) -> str:
         "| side | cold | warm |",
         "| --- | --- | --- |",
     ]
-    for side in SIDES:
-        r = s.get(side)
-        if not r:
-            continue
+    for side, r in present:
         cells = [LABELS[side]]
         for kind in ("cold", "warm"):
             cpu = r.get(f"{kind}_cpu_s_per_m", {})
@@ -168,19 +152,13 @@ def render(results: dict[str, Any]) -> str:
         " session start |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for side in SPARK_SIDES:
-        r = s.get(side)
-        if not r:
+    for side, r in present:
+        if side not in SPARK_SIDES:
             continue
         for kind in ("cold", "warm"):
             cells = [LABELS[side], kind]
-            for key in (
-                "define_s",
-                "whole_s",
-                "triggers_s",
-                "first_latest_offset_s",
-                "outside_triggers_s",
-            ):
+            for key in ("define_s", "whole_s", "triggers_s", "first_latest_offset_s",
+                        "outside_triggers_s"):  # fmt: skip
                 value = r.get(f"{kind}_{key}")
                 cells.append("" if value is None else f"{value:.2f}")
             cells.append(f"{r['session_s']:.1f}" if kind == "cold" and "session_s" in r else "")

@@ -1,33 +1,18 @@
 """Sections 1 to 4: throughput, handover, scale and cost growth, in one run.
 
-    python -m bench core --write-docs     # defaults: under 15 minutes on 2 cores
+    python -m bench core --write-docs     # the documented run (under 15 minutes on 2 cores)
     python -m bench core --quick          # smaller: a few minutes
 
-Every figure is measured in this one run next to a baseline on the same machine and broker
-(Apache Kafka from ``bash jars/fetch kafka``; ``--broker tansu`` for the embedded Tansu,
-``--bootstrap-servers`` for your own), and reported as absolute and as a ratio. Spark's own
-Kafka source needs ``bash jars/fetch spark-kafka``, Spark's Delta sink ``bash jars/fetch
-delta-spark@4.2`` and ``bash jars/spark-venv 4.2.0``. The sides, records and rounds:
-
-* throughput (section 1): ``--records`` (2,000,000) x ``--size`` B (100) in
-  ``--partitions`` (4) partitions, read from offset 0 by a plain loop, ``read_range``
-  without Spark, the constant-Arrow Python source, Spark's ``format("kafka")`` and
-  kafka-group into ``noop`` and ``delta-group``; best of ``rounds`` (2); Spark's own Delta
-  sink in a pyspark-4.2 process beside it;
-* handover (section 2): a second member joins while the first reads 400 records/s, plain
-  and kafka-group, per assignor;
-* scale (section 3): one member owning 1,000 partitions, its driver time per batch and memory
-  in a process of its own (:mod:`bench.harness.planner`), and 10,000 ledger commits;
-* cost growth (section 4): throughput and driver time at 4, 64 and 1,000 partitions and at
-  100 B, 1 KB and 10 KB values.
-
-docs/benchmarks.md says what each line measures; the text is :mod:`._core_report`.
+Every figure next to a baseline on the same machine and broker (Apache Kafka; ``--broker
+tansu``, ``--bootstrap-servers``); the sides, records and rounds are :class:`Config` and the
+section's text (:mod:`._core_report`).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import io
 import math
 import os
@@ -37,21 +22,15 @@ import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.harness import const_source
 from bench.harness.kafka import broker, broker_description, create_topics, partition_counts, produce
 from bench.harness.planner import planner
-from bench.harness.procfs import cpu_delta, cpu_seconds, load_average, machine_facts
-from bench.harness.spark import (
-    Run,
-    plain_read,
-    spark_delta_sink,
-    spark_read,
-    spark_session,
-)
+from bench.harness.procfs import CpuSampler, machine_facts
+from bench.harness.spark import Run, plain_read, spark_delta_sink, spark_read, spark_session
 from bench.scenarios import _core_parts
 from bench.scenarios._core_report import render, write_plot
 
@@ -87,35 +66,25 @@ class Config:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-QUICK = Config(
-    records=300_000,
-    rounds=1,
-    plan_rounds=5,
-    ledger_batches=1000,
-    growth_records=50_000,
-    growth_max_bytes=50_000_000,
-)
+QUICK = Config(records=300_000, rounds=1, plan_rounds=5, ledger_batches=1000,
+               growth_records=50_000, growth_max_bytes=50_000_000)  # fmt: skip
 
 #: For the smoke test: everything runs, nothing is big.
-TINY = Config(
-    records=20_000,
-    rounds=1,
-    strategies=("range",),
-    scale_partitions=4,
-    plan_rounds=2,
-    ledger_batches=20,
-    growth_records=4000,
-    growth_max_bytes=4_000_000,
-    growth_partitions=(4,),
-    growth_sizes=(100, 1000),
-    warmup=False,
-)
+TINY = Config(records=20_000, rounds=1, strategies=("range",), scale_partitions=4,
+              plan_rounds=2, ledger_batches=20, growth_records=4000, growth_max_bytes=4_000_000,
+              growth_partitions=(4,), growth_sizes=(100, 1000), warmup=False)  # fmt: skip
 
 
 def _topics_for(partitions: int, max_topics: int) -> tuple[int, int]:
     """(topics, partitions per topic) for ``partitions`` in all: one topic up to 256."""
     topics = 1 if partitions <= 256 else max_topics
     return topics, partitions // topics
+
+
+def _cpu_groups(cpu: dict[str, float]) -> dict[str, float]:
+    """:class:`CpuSampler`'s seconds as section 1 shows them: bench, Spark, broker."""
+    spark = cpu["jvm"] + cpu["workers"] + cpu["reader"]
+    return {"bench": cpu["bench"], "spark": round(spark, 3), "broker": cpu["broker"]}
 
 
 def run_throughput(cfg: Config, spark: Any, servers: str, scratch: Path, say: Callable) -> dict:
@@ -150,13 +119,14 @@ def run_throughput(cfg: Config, spark: Any, servers: str, scratch: Path, say: Ca
         }
         measured["delta-group"] = lambda: spark_read(spark, servers, topics, "delta-group", scratch)
         for name, fn in measured.items():
-            before = cpu_seconds()
+            sampler = CpuSampler().start()
             run = fn()
-            run.cpu = cpu_delta(before, cpu_seconds())
+            run.cpu = _cpu_groups(sampler.stop())
             say(f"round {round_no + 1} {name}: {run.rows:,} rows, {run.rate:,.0f} rec/s")
             runs.setdefault(name, []).append(run)
-    before = cpu_seconds()
+    sampler = CpuSampler().start()
     delta = spark_delta_sink(servers, topics, scratch, warm, cfg.rounds)
+    delta_cpu = _cpu_groups(sampler.stop())
     for name, run in delta.items():
         say(f"spark delta-spark process, kafka -> {name}: {run.rows:,} rows, {run.rate:,.0f} rec/s")
     best = {name: max(rs, key=lambda r: r.rate) for name, rs in runs.items()}
@@ -167,16 +137,14 @@ def run_throughput(cfg: Config, spark: Any, servers: str, scratch: Path, say: Ca
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(10)
     return {
-        "records": cfg.records,
-        "size": cfg.size,
-        "partitions": cfg.partitions,
+        "records": cfg.records, "size": cfg.size, "partitions": cfg.partitions,
         "rounds": cfg.rounds,
         "runs": {name: asdict(run) | {"rate": run.rate} for name, run in best.items()},
         "all_rates": {name: [r.rate for r in rs] for name, rs in runs.items()},
         "spark_delta": {name: asdict(run) | {"rate": run.rate} for name, run in delta.items()}
-        | {"cpu": cpu_delta(before, cpu_seconds())},
+        | {"cpu": delta_cpu},
         "read_range_profile": text.getvalue(),
-    }
+    }  # fmt: skip
 
 
 def run_handover(cfg: Config, spark: Any, servers: str, scratch: Path, say: Callable) -> dict:
@@ -213,28 +181,15 @@ def run_growth_and_scale(cfg: Config, spark: Any, servers: str, scratch: Path, s
         # section 1 has it for its own record size, from ten times the records.
         ceiling_rate = math.nan
         if size != cfg.size:
-            ceiling_rows, ceiling_s = const_source.const_arrow_rate(
-                spark, records, cfg.partitions, size
-            )
-            ceiling_rate = ceiling_rows / ceiling_s
-        row = {
-            "partitions": partitions,
-            "topics": n_topics,
-            "size": size,
-            "records": records,
-            "plain_rate": plain.rate,
-            "noop_rate": noop.rate,
-            "noop_rows": noop.rows,
-            "noop_phases_s": noop.phases,
-            "spark_kafka_rate": spark_kafka.rate,
-            "spark_kafka_rows": spark_kafka.rows,
-            "ceiling_rate": ceiling_rate,
-        }
+            got, took = const_source.const_arrow_rate(spark, records, cfg.partitions, size)
+            ceiling_rate = got / took
+        row = {"partitions": partitions, "topics": n_topics, "size": size, "records": records,
+               "plain_rate": plain.rate, "noop_rate": noop.rate, "noop_rows": noop.rows,
+               "noop_phases_s": noop.phases, "spark_kafka_rate": spark_kafka.rate,
+               "spark_kafka_rows": spark_kafka.rows, "ceiling_rate": ceiling_rate}  # fmt: skip
         if size == 100:
             for mode in ("stream", "plain"):
-                res = planner(
-                    mode, servers, topics, per_topic, cfg.plan_rounds, scratch, profile=False
-                )
+                res = planner(mode, servers, topics, per_topic, cfg.plan_rounds, scratch)
                 row[f"plan_{mode}_s"] = res["batch_p50_s"]
                 row[f"rss_{mode}_mb"] = res["rss_mb"]
                 if partitions == max(cfg.growth_partitions):
@@ -247,15 +202,10 @@ def run_growth_and_scale(cfg: Config, spark: Any, servers: str, scratch: Path, s
     n_topics, per_topic = _topics_for(biggest, cfg.scale_topics)
     topics = create_topics(servers, per_topic, n_topics, prefix="scale")
     produce(servers, topics, per_topic, biggest, 100)
-    scale_result["stream_fetch"] = planner(
-        "stream", servers, topics, per_topic, cfg.plan_rounds, scratch, end_offsets="fetch"
-    )
-    scale_result["stream_no_ledger"] = planner(
-        "stream", servers, topics, per_topic, cfg.plan_rounds, scratch, ledger=False
-    )
-    scale_result["stream_profiled"] = planner(
-        "stream", servers, topics, per_topic, max(2, cfg.plan_rounds // 3), scratch, profile=True
-    )
+    stream = functools.partial(planner, "stream", servers, topics, per_topic)
+    scale_result["stream_fetch"] = stream(cfg.plan_rounds, scratch, end_offsets="fetch")
+    scale_result["stream_no_ledger"] = stream(cfg.plan_rounds, scratch, ledger=False)
+    scale_result["stream_profiled"] = stream(max(2, cfg.plan_rounds // 3), scratch, profile=True)
     for res in scale_result.values():
         res.pop("batch_s", None)
     scale_result["partitions"] = biggest
@@ -265,7 +215,7 @@ def run_growth_and_scale(cfg: Config, spark: Any, servers: str, scratch: Path, s
 
 def run_all(cfg: Config, spark: Any, servers: str, scratch: Path, say: Callable = print) -> dict:
     """Run every section; return the results (JSON-able)."""
-    loads = [load_average()]
+    loads = [os.getloadavg()]
     started = time.perf_counter()
     results: dict[str, Any] = {"config": asdict(cfg), "section_s": {}}
 
@@ -273,7 +223,7 @@ def run_all(cfg: Config, spark: Any, servers: str, scratch: Path, say: Callable 
         t0 = time.perf_counter()
         out = fn()
         results["section_s"][name] = round(time.perf_counter() - t0, 1)
-        loads.append(load_average())
+        loads.append(os.getloadavg())
         say(f"-- {name} done in {results['section_s'][name]} s, load {loads[-1][0]:.2f}")
         return out
 
@@ -301,21 +251,13 @@ def run_all(cfg: Config, spark: Any, servers: str, scratch: Path, say: Callable 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The scenario's options (the defaults are the documented run)."""
     parser.add_argument("--quick", action="store_true", help="a smaller run (a few minutes)")
-    parser.add_argument("--records", type=int, help="records for the throughput section")
-    parser.add_argument("--size", type=int, help="value size in bytes (throughput section)")
-    parser.add_argument("--partitions", type=int, help="partitions (throughput section)")
-    parser.add_argument("--ledger-batches", type=int, help="ledger commits (scale section)")
     parser.add_argument("--bootstrap-servers", help="use this broker instead of starting one")
     parser.add_argument("--broker", choices=("kafka", "tansu"), default="kafka")
-    parser.add_argument("--plot", default=str(PLOT), help="the cost-growth plot")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start the broker (unless given) and the session; every section; the plot."""
     cfg = QUICK if args.quick else Config()
-    given = {"records": args.records, "size": args.size, "partitions": args.partitions,
-             "ledger_batches": args.ledger_batches}  # fmt: skip
-    cfg = replace(cfg, **{k: v for k, v in given.items() if v is not None})
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     scratch = Path(tempfile.mkdtemp(prefix="spark-groups-bench-"))
     # The reader processes log to a file (the handover reads the subscribe times there).
@@ -334,5 +276,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(scratch, ignore_errors=True)
     results["date"] = date
     results["machine"] = machine_facts(broker_description(kind))
-    write_plot(results, Path(args.plot))
+    write_plot(results, PLOT)
     return results

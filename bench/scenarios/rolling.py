@@ -1,25 +1,18 @@
-"""Rolling deploys and idle members, on a broker with Kafka's default group settings.
+"""Rolling deploys, on a broker with Kafka's default group settings.
 
     python -m bench rolling                     # the rolling pass, three ways
     python -m bench rolling --ways classic,kip848 --rate 300
-    python -m bench rolling --ways '' --idle-minutes 60   # more members than partitions
 
-The figures and what each means are in docs/groups.md ("Rolling deploys", "Idle members");
-the results in ``bench/results/rolling.json`` (``--out``).
+The figures and what each means are in docs/groups.md ("Rolling deploys"); the results in
+``bench/results/rolling.json`` (``--out``). The idle-members hour (docs/groups.md, "Idle
+members") was retired with issue 35: ``--idle-minutes`` at commit 782b8d3.
 
-* The sides: per way (:data:`WAYS`: ``classic`` cooperative-sticky at Kafka's default
-  timings, ``static`` with ``group.instance.id`` and a ``--static-session-ms`` session,
-  ``kip848``), three Spark members (:class:`bench.members.Member`, one delta-group table
-  and ledger) and a plain consumer (:class:`bench.members.PlainService`) in one group.
-* The records: ids produced at ``--rate`` (300/s) into ``--partitions`` (12) throughout;
-  every record carries when and by whom it was read (:mod:`._rolling_reads`).
-* The rounds: one pass per way: once all read and ``--settle`` seconds of steady reading,
-  each Spark member in turn is SIGTERMed (its process group), started again and waited for
-  until it reads again. Measured: the longest unread time per partition (against the steady
-  window's), the longest record wait, revocations, rebalances, lost and duplicated ids (the
-  duplicates split by cause).
-* ``--idle-minutes``: two members on one partition, one idle, the reading one SIGTERMed
-  every ``--takeover-every`` seconds (:mod:`._rolling_idle`).
+The sides: per way (:data:`WAYS`: ``classic``, ``static`` with ``group.instance.id``,
+``kip848``) three Spark members (:class:`bench.members.Member`, one delta-group table) and a
+plain consumer (:class:`bench.members.PlainService`) in one group. The records: ids at
+``--rate`` into ``--partitions`` throughout, each with when and by whom it was read
+(:mod:`._rolling_reads`). The rounds: one pass per way, each Spark member in turn SIGTERMed,
+started again and waited for until it reads again.
 """
 
 from __future__ import annotations
@@ -32,28 +25,23 @@ import signal
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.harness.kafka import (
-    PRODUCTION_GROUP_SETTINGS,
-    broker,
-    create_topics,
-    unique,
-    wait_until,
-)
-from bench.harness.procfs import load_average, machine_facts
+from bench.harness.kafka import PRODUCTION_GROUP_SETTINGS, broker, create_topics, unique, wait_until
+from bench.harness.procfs import machine_facts
 from bench.members import (
     IdProducer,
     Member,
     PlainService,
     member_spec,
     reading_commits,
+    stop_all,
     unfinished_batch,
 )
-from bench.scenarios._rolling_idle import CLASSIC, run_idle, source_options
 from bench.scenarios._rolling_reads import (
     Reads,
     duplicates_by_cause,
@@ -64,6 +52,13 @@ from bench.scenarios._rolling_reads import (
 )
 from spark_groups.group.history import history_path
 from spark_groups.offsets import OffsetRange
+
+#: The classic protocol's member settings at Kafka's defaults.
+CLASSIC = {
+    "partition.assignment.strategy": "cooperative-sticky",
+    "session.timeout.ms": "45000",
+    "heartbeat.interval.ms": "3000",
+}
 
 #: No section of docs/benchmarks.md: the figures are in docs/groups.md ("Rolling deploys").
 SECTION = None
@@ -87,6 +82,14 @@ def group_settings(way: str, slot: str, static_session_ms: int) -> dict[str, str
     elif way != "classic":
         raise ValueError(f"unknown way {way!r}: one of {', '.join(WAYS)}")
     return settings
+
+
+def source_options(settings: dict[str, str]) -> dict[str, str]:
+    """The kafka-group source options that set ``settings`` (librdkafka's names)."""
+    return {
+        (k if k == "partition.assignment.strategy" else f"kafka.{k}"): v
+        for k, v in settings.items()
+    }
 
 
 def run_way(
@@ -143,15 +146,12 @@ def run_way(
                 args.timeout,
                 f"{way}: {m.name} to read again",
             )
-            restarts.append(
-                {
-                    "member": m.name,
-                    "sigterm_to_exit_s": round(exited_s, 2),
-                    "sigterm_to_restart_s": round(started_at - sigterm_at, 2),
-                    "start_to_reading_s": round(time.time() - started_at, 2),
-                    "replayed_ranges": [str(r) for r in unfinished],
-                }
-            )
+            restarts.append({
+                "member": m.name, "sigterm_to_exit_s": round(exited_s, 2),
+                "sigterm_to_restart_s": round(started_at - sigterm_at, 2),
+                "start_to_reading_s": round(time.time() - started_at, 2),
+                "replayed_ranges": [str(r) for r in unfinished],
+            })  # fmt: skip
             say(f"{way}: {json.dumps(restarts[-1])}")
             for other in members:
                 assert other.proc is not None
@@ -171,12 +171,7 @@ def run_way(
             return set(table_reads(table).column("id").to_pylist()) | {r[0] for r in service.reads}
 
         wait_until(lambda: handled() >= produced, args.timeout, f"{way}: every id handled")
-        stop_file.touch()
-        for m in members:
-            assert m.proc is not None
-            status = m.proc.wait(args.timeout)
-            if status != 0:
-                raise RuntimeError(f"{way}: {m.name} exited {status}: {m.log_text()[-2000:]}")
+        stop_all(members, stop_file, args.timeout)
         service.stop()
     finally:
         producer.stop_event.set()
@@ -195,9 +190,8 @@ def run_way(
     generations = {r["generation"] for r in history} | {
         e["generation"] for e in service_events if e["generation"] >= 0
     }
-    revoked = sum(1 for r in history if r["event"] in ("revoked", "lost"))
-    revoked += sum(len(e["partitions"]) for e in service_events if e["event"] != "assigned")
-    logs_text = "".join(m.log_text() for m in members)
+    unread = sorted(g["gap_s"] for g in gaps.values())
+    events = Counter(r["event"] for r in history)
     result.update(
         {
             "settings": group_settings(way, "<slot>", args.static_session_ms),
@@ -210,24 +204,26 @@ def run_way(
             "lost_sample": lost[:20],
             "duplicated_sample": twice[:20],
             "duplicated_by_cause": duplicates_by_cause(reads, twice, replayed),
-            "longest_unread_s": max(g["gap_s"] for g in gaps.values()),
-            "median_partition_longest_unread_s": sorted(g["gap_s"] for g in gaps.values())[
-                len(gaps) // 2
-            ],
+            "longest_unread_s": unread[-1],
+            "median_partition_longest_unread_s": unread[len(unread) // 2],
             "steady_longest_unread_s": max(g["gap_s"] for g in steady.values()),
             "longest_record_wait_s": max(waits.values()),
             "unread_by_partition": gaps,
             "record_wait_by_partition": waits,
-            "revocations": revoked,
-            "history_revocations": sum(1 for r in history if r["event"] == "revoked"),
-            "history_lost": sum(1 for r in history if r["event"] == "lost"),
+            "revocations": events["revoked"]
+            + events["lost"]
+            + sum(len(e["partitions"]) for e in service_events if e["event"] != "assigned"),
+            "history_revocations": events["revoked"],
+            "history_lost": events["lost"],
             "service_revocations": sum(
                 len(e["partitions"]) for e in service_events if e["event"] == "revoked"
             ),
             "rebalances": len(generations),
             "generations": sorted(generations),
             "service_commit_failures": service.commit_failures,
-            "barrier_timeouts_logged": logs_text.count("revocation barrier timed out"),
+            "barrier_timeouts_logged": "".join(m.log_text() for m in members).count(
+                "revocation barrier timed out"
+            ),
             "pass_s": round(pass_until - args.settle - pass_since, 1),
         }
     )
@@ -236,22 +232,18 @@ def run_way(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The scenario's options."""
-    parser.add_argument("--ways", default=",".join(WAYS), help="comma-separated; '' for none")
+    parser.add_argument("--ways", default=",".join(WAYS), help="comma-separated")
     parser.add_argument("--partitions", type=int, default=12)
     parser.add_argument("--rate", type=int, default=300, help="records/s produced")
     parser.add_argument("--trigger", default="2 seconds", help="the members' trigger")
     parser.add_argument("--settle", type=float, default=20.0, help="steady window, s")
     parser.add_argument("--static-session-ms", type=int, default=300_000)
     parser.add_argument("--timeout", type=float, default=300.0, help="per wait, s")
-    parser.add_argument("--idle-minutes", type=float, default=0.0, help="0: no idle run")
-    parser.add_argument("--idle-rate", type=int, default=50, help="records/s, idle run")
-    parser.add_argument("--takeover-every", type=float, default=300.0, help="idle run, s")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """The rolling pass of every way and the idle run; the results of a part not run this
-    time are kept from ``--out``."""
+    """The rolling pass of every way; the idle run's saved results are kept from ``--out``."""
     ways = [w for w in args.ways.split(",") if w]
     for way in ways:
         group_settings(way, "x", args.static_session_ms)  # an unknown way fails here
@@ -269,30 +261,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     given = {k: v for k, v in vars(args).items() if k not in ("out", "render")}
     try:
         with broker("kafka", PRODUCTION_GROUP_SETTINGS) as kafka:
-            servers = kafka.bootstrap_servers
-            if ways:
-                done: dict[str, Any] = {
-                    "date": datetime.now(UTC).isoformat(timespec="seconds"),
-                    "load_before": load_average(),
-                    "ways": {},
-                }
-                for way in ways:
-                    done["ways"][way] = run_way(way, servers, base, args, say)
-                    say(f"{way}: " + json.dumps(summary_row(done["ways"][way])))
-                done["load_after"] = load_average()
-                done["machine"] = machine_facts("kafka")
-                done["broker_group_settings"] = PRODUCTION_GROUP_SETTINGS
-                done["args"] = given
-                results["rolling"] = done
-            if args.idle_minutes > 0:
-                idle = {
-                    "date": datetime.now(UTC).isoformat(timespec="seconds"),
-                    "load_before": load_average(),
-                }
-                idle.update(run_idle(servers, base, args, say))
-                idle["load_after"] = load_average()
-                idle["broker_group_settings"] = PRODUCTION_GROUP_SETTINGS
-                results["idle"] = idle
+            done: dict[str, Any] = {
+                "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                "load_before": os.getloadavg(),
+                "ways": {},
+            }
+            for way in ways:
+                done["ways"][way] = run_way(way, kafka.bootstrap_servers, base, args, say)
+                say(f"{way}: " + json.dumps(summary_row(done["ways"][way])))
+            done["load_after"] = os.getloadavg()
+            done["machine"] = machine_facts("kafka")
+            done["broker_group_settings"] = PRODUCTION_GROUP_SETTINGS
+            done["args"] = given
+            results["rolling"] = done
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)

@@ -1,39 +1,11 @@
 """Scheduled runs: AvailableNow queries that join, read and leave, on a production-like broker.
 
-    python -m bench scheduled --write-docs     # 4 runs of each, 10,000 records each
-    python -m bench scheduled --runs 6 --records 10000 --partitions 3
+    python -m bench scheduled --runs 4 --records 10000 --write-docs
 
-A scheduled pipeline (Databricks job, cron, Airflow) starts the same query every few minutes
-with ``Trigger.AvailableNow``: each run is a new query of the same group with the same
-checkpoint, reads what arrived since the last run and ends. What the user feels is the
-whole run, so each run is timed from ``start()``:
-
-* to the first record: the start of the first ``foreachBatch`` call whose batch has rows (its
-  records are about to be read);
-* to the end: ``awaitTermination()`` returning.
-
-The sink is ``foreachBatch`` writing into ``noop`` for every side, so the sides differ only
-in the source. Before each run ``--records`` new records are written round-robin.
-
-Sides, each its own group and checkpoint, in one SparkSession and on one broker that keeps
-Kafka's default group settings (``PRODUCTION_GROUP_SETTINGS``: the 3 s initial rebalance
-delay, 45 s sessions, KIP-848's 5 s heartbeat):
-
-* ``spark-kafka``: Spark's kafka source (no group);
-* ``classic``: kafka-group, classic protocol, cooperative-sticky (the default);
-* ``static``: the same with ``group.instance.id`` and ``session.timeout.ms`` above the
-  schedule's interval (the member's assignment waits for it between runs);
-* ``kip848``: kafka-group with ``group.protocol=consumer``;
-* ``python-source``: a Python streaming data source that reads no Kafka (each run one batch of
-  the same number of constant Arrow rows, :mod:`bench.harness.const_source`): what any source on
-  Spark's Python data source API pays per run (its reader process starting, its imports),
-  so ``kafka-group - python-source`` is what is ours.
-
-The reader process's log (``$SPARK_GROUPS_LOG_FILE``, set here) gives kafka-group's time by
-phase: to subscribe (the reader process is up and the member joins), to the first
-assignment, to the first partitions resumed (just before the first batch is planned).
-The rounds: ``--runs`` (4) runs of every side, interleaved; the first (cold) is saved, the
-table gives the median of the others.
+Each run: ``--records`` new records, then a new AvailableNow query of the same group and
+checkpoint into ``noop`` (``foreachBatch``), timed from ``start()``. The sides
+(:data:`SIDES`) in one session on a broker with ``PRODUCTION_GROUP_SETTINGS``; ``--runs``
+runs of each, interleaved; the table gives the median of all but the first.
 """
 
 from __future__ import annotations
@@ -105,26 +77,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-class FirstRecord:
-    """``foreachBatch`` into noop that notes when each batch started; after the query,
-    :meth:`first_with_rows` picks the first batch that had rows (from the progress)."""
-
-    def __init__(self) -> None:
-        self.started: dict[int, float] = {}
-
-    def __call__(self, df: Any, batch_id: int) -> None:
-        self.started.setdefault(batch_id, time.monotonic())
-        df.write.format("noop").mode("append").save()
-
-    def first_with_rows(self, query: Any) -> tuple[float | None, int]:
-        """(when the first batch with rows started, rows over all batches)."""
-        progress = [p for p in query.recentProgress if p is not None]
-        with_rows = sorted(int(p["batchId"]) for p in progress if int(p["numInputRows"]) > 0)
-        rows = sum(int(p["numInputRows"]) for p in progress)
-        first = self.started.get(with_rows[0]) if with_rows else None
-        return first, rows
-
-
 def _reader(spark: Any, side: str, servers: str, topic: str, group: str, rows: int) -> Any:
     options = SIDES[side]
     if side == "python-source":
@@ -135,17 +87,16 @@ def _reader(spark: Any, side: str, servers: str, topic: str, group: str, rows: i
 
 
 def run_once(
-    spark: Any,
-    side: str,
-    servers: str,
-    topic: str,
-    group: str,
-    checkpoint: Path,
-    log: Path | None,
-    rows: int,
-) -> dict[str, Any]:
+    spark: Any, side: str, servers: str, topic: str, group: str, checkpoint: Path,
+    log: Path | None, rows: int,
+) -> dict[str, Any]:  # fmt: skip
     """One scheduled run of ``side``: new records, a new AvailableNow query, timed."""
-    sink = FirstRecord()
+    started: dict[int, float] = {}  # when each batch started
+
+    def sink(df: Any, batch_id: int) -> None:
+        started.setdefault(batch_id, time.monotonic())
+        df.write.format("noop").mode("append").save()
+
     wall0 = time.time()
     t0 = time.monotonic()
     query = (
@@ -159,9 +110,11 @@ def run_once(
     end = time.monotonic() - t0
     if query.exception() is not None:
         raise RuntimeError(f"{side}: {query.exception()}")
-    first, rows = sink.first_with_rows(query)
+    progress = [p for p in query.recentProgress if p is not None]
+    with_rows = sorted(int(p["batchId"]) for p in progress if int(p["numInputRows"]) > 0)
+    first = started.get(with_rows[0]) if with_rows else None  # the first record's batch
     result: dict[str, Any] = {
-        "rows": rows,
+        "rows": sum(int(p["numInputRows"]) for p in progress),
         "to_first_record_s": None if first is None else first - t0,
         "to_end_s": end,
     }

@@ -1,34 +1,17 @@
 """Where a record's time goes in the delta-group sink, piece by piece (issue 34).
 
-    python -m bench sink_cost --write-docs [--records 2000000] [--profile]
+    python -m bench sink_cost --write-docs
 
-The sides, in one warm ``local[2]`` SparkSession on an Apache Kafka broker of its own
-(``--records`` values of ``--size`` bytes in 4 partitions, best of ``--rounds``, alternating):
-
-* kafka-group -> ``noop``: reading, and Spark taking the reader's Arrow batches as rows;
-* kafka-group -> ``discard-arrow`` (:class:`DiscardArrowWriter`): Spark moving the rows to a
-  Python sink's workers as Arrow, which drop them: the price of any Python sink;
-* kafka-group -> ``delta-group``: the sink (section 1's columns).
-
-Then without Spark, in this process, on Arrow batches shaped as a kafka-group task hands
-them to the sink (``value``, ``topic``, ``partition``, ``offset``; 10,000 rows a batch, one
-partition, values distinct per record):
-
-* ``writer``: :class:`spark_groups.sink.writer.TaskFileWriter` as one task runs it (schema
-  check, split by partition, Parquet with the sink's compression, statistics);
-* ``parquet``: pyarrow's ``ParquetWriter`` alone on the same batches and compression.
-
-``--profile`` prints the writer's profile. The section of docs/benchmarks.md says what the
-figures mean.
+In one warm ``local[2]`` session (``--records`` x ``--size`` B, 4 partitions, best of
+``--rounds``, alternating): kafka-group -> ``noop``, -> ``discard-arrow``
+(:class:`DiscardArrowWriter`) and -> ``delta-group``; then, without Spark, the sink's
+``TaskFileWriter`` and pyarrow's ``ParquetWriter`` alone on 10,000-row batches.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
 import os
-import pstats
 import shutil
 import tempfile
 import time
@@ -46,14 +29,8 @@ from spark_groups.sink.writer import TaskFileWriter
 #: The section of docs/benchmarks.md this scenario writes.
 SECTION = "sink-cost"
 
-SCHEMA = pa.schema(
-    [
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-    ]
-)
+SCHEMA = pa.schema([("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+                    ("offset", pa.int64())])  # fmt: skip
 ROWS_PER_BATCH = 10_000
 
 
@@ -81,7 +58,7 @@ def timed(fn: Callable[[], object], records: int) -> float:
     return (time.perf_counter() - started) / records * 1e6
 
 
-def in_process(records: int, size: int, compression: str, profile: bool) -> dict[str, Any]:
+def in_process(records: int, size: int, compression: str) -> dict[str, Any]:
     """The writer's pieces without Spark (see the module doc): µs per record, bytes."""
     prebuilt = list(batches(records, size))
     out: dict[str, Any] = {"arrow": timed(lambda: list(batches(records, size)), records)}
@@ -91,9 +68,7 @@ def in_process(records: int, size: int, compression: str, profile: bool) -> dict
         table.mkdir()
 
         def parquet_alone() -> None:
-            with pq.ParquetWriter(
-                str(work / "alone.parquet"), SCHEMA, compression=compression
-            ) as w:
+            with pq.ParquetWriter(str(work / "p.parquet"), SCHEMA, compression=compression) as w:
                 for b in prebuilt:
                     w.write_batch(b)
 
@@ -105,15 +80,7 @@ def in_process(records: int, size: int, compression: str, profile: bool) -> dict
             )
 
         out["parquet"] = timed(parquet_alone, records)
-        profiler = cProfile.Profile() if profile else None
-        if profiler is not None:
-            profiler.enable()
         out["writer"] = timed(writer, records)
-        if profiler is not None:
-            profiler.disable()
-            text = io.StringIO()
-            pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(12)
-            out["profile"] = text.getvalue()
         out["bytes_per_record"] = sum(f.size for f in files) / records
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -176,30 +143,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--compression", default="snappy")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--profile", action="store_true", help="print the writer's profile")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Measure each piece (see the module doc)."""
-    results: dict[str, Any] = {
-        "records": args.records,
-        "size": args.size,
-        "compression": args.compression,
-        "spark": spark_sides(args.records, args.size, 4, args.rounds),
-        "in_process": in_process(args.records, args.size, args.compression, args.profile),
-    }
-    print(results["in_process"].pop("profile", ""))
-    return results
+    return {"records": args.records, "size": args.size, "compression": args.compression,
+            "spark": spark_sides(args.records, args.size, 4, args.rounds),
+            "in_process": in_process(args.records, args.size, args.compression)}  # fmt: skip
 
 
 # --- In Spark: what the transfer to the sink's Python workers costs, beside the sink ---
 
 try:
-    from pyspark.sql.datasource import (
-        DataSource,
-        DataSourceStreamArrowWriter,
-        WriterCommitMessage,
-    )
+    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
     class _Discarded(WriterCommitMessage):
         def __init__(self, rows: int) -> None:

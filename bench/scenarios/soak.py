@@ -1,26 +1,12 @@
 """Soak: the main job for a long time at a steady rate; memory and table sizes over time.
 
-    python -m bench soak --write-docs [--minutes 60] [--rate 2000] [--partitions 6]
-        [--trigger "1 second"] [--sample-s 10] [--optimize-every-min 0]
+    python -m bench soak --minutes 60 --rate 2000 --partitions 6 --trigger '1 second' \
+        --optimize-every-min 10 --write-docs
 
-Not part of CI. Starts Apache Kafka itself (``bash jars/fetch kafka``), a producer thread at
-``--rate`` records/s (the demo's JSON orders), and ``jobs/ingest.py`` through
-``spark-submit --master local[2]`` with the ``delta-group`` sink, the ledger and the
-rebalance history in a scratch directory. Every ``--sample-s`` seconds it records:
-
-* the memory (proportional set size, PSS) of the driver JVM, of the reader process
-  (``python_streaming_source_runner``) and of the Python workers together, and the reader
-  process's resident set size (RSS);
-* the files and bytes of the sink table, the ledger and the rebalance history (the sink's
-  ``sink_files`` counts every file on disk, ``sink_active_files`` only those of the table's
-  current version: compaction removes files from the table, ``vacuum`` from the disk);
-* records produced and committed (the ledger's positions).
-
-``--optimize-every-min N`` runs ``spark-groups optimize`` on the sink table every N minutes
-beside the running job (0: never). At the end the producer stops, the job catches up and
-is stopped with SIGTERM, and the sink table is checked: every record exactly once. The
-section gives start, end, peak and the slope over the second half (which leaves warm-up
-out); every sample goes to ``bench/results/soak-<time>.csv``. One round.
+One round of ``jobs/ingest.py`` (``spark-submit``, ``delta-group``) on its own Apache Kafka,
+the demo's orders at ``--rate``, ``spark-groups optimize`` every ``--optimize-every-min``;
+every ``--sample-s`` the processes' memory and every table's files (all samples in
+``bench/results/soak-<time>.csv``); at the end, every record once in the table.
 """
 
 from __future__ import annotations
@@ -32,78 +18,34 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import Producer
 
 from bench.harness.docs import RESULTS, ROOT
-from bench.harness.kafka import broker, create_topics, unique
-from bench.harness.procfs import descendants
+from bench.harness.kafka import Flow, broker, create_topics, unique
+from bench.harness.procfs import descendants, process_kind
 
 SECTION = "soak"
 PROCESSES = ("jvm", "reader", "workers")
 
 
-class SteadyProducer(threading.Thread):
-    """Produces the demo's orders round-robin over the partitions at ``rate`` records/s."""
-
-    def __init__(self, servers: str, topic: str, partitions: int, rate: int) -> None:
-        super().__init__(daemon=True)
-        from spark_groups.tools.demo import sample_order
-
-        self._sample = sample_order
-        self._producer = Producer({"bootstrap.servers": servers, "linger.ms": 50})
-        self.topic, self.partitions, self.rate = topic, partitions, rate
-        self.produced = 0
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        started = time.monotonic()
-        while not self.stopped.is_set():
-            due = int((time.monotonic() - started) * self.rate)
-            while self.produced < due:
-                key, value = self._sample(self.produced)
-                try:
-                    self._producer.produce(
-                        self.topic, key=key, value=value, partition=self.produced % self.partitions
-                    )
-                except BufferError:
-                    self._producer.poll(0.1)
-                    continue
-                self.produced += 1
-            self._producer.poll(0)
-            self.stopped.wait(0.05)
-        assert self._producer.flush(60) == 0
-
-
 def _memory_mb(pid: int) -> tuple[str, float, float] | None:
-    """(kind, proportional set size in MB, resident set size in MB) of one process of the
-    job, or None. Summed per kind as PSS, not RSS: the Python workers are forked from one
-    daemon and share pages, which RSS counts in each of them. The reader process is one
-    process, so its RSS (what issue 26's target is about) is recorded too."""
+    """(kind, PSS in MB, RSS in MB) of one process of the job (jvm, reader or workers), or
+    None. Summed per kind as PSS: the workers are forked from one daemon and share pages."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        kind = process_kind(cmdline.decode(errors="replace"))
         rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
     except OSError:
         return None
     fields = {line.split()[0]: line.split()[1] for line in rollup.splitlines()[1:]}
-    pss, rss = fields.get("Pss:"), fields.get("Rss:")
-    if pss is None or rss is None:
+    if kind not in PROCESSES or "Pss:" not in fields or "Rss:" not in fields:
         return None
-    if b"python_streaming_source_runner" in cmdline:
-        kind = "reader"
-    elif b"java" in cmdline.split(b" ")[0]:
-        kind = "jvm"
-    elif b"pyspark" in cmdline:
-        kind = "workers"
-    else:
-        return None
-    return kind, int(pss) / 1024.0, int(rss) / 1024.0
+    return kind, int(fields["Pss:"]) / 1024.0, int(fields["Rss:"]) / 1024.0
 
 
 def _files(path: Path) -> tuple[int, int]:
@@ -162,16 +104,11 @@ def slope_per_hour(rows: list[dict], key: str) -> float:
     ys = [float(r[key]) for r in half]
     mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
     spread = sum((t - mt) ** 2 for t in ts)
-    return (
-        0.0
-        if spread == 0
-        else sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / spread
-    )
+    covariance = sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True))
+    return 0.0 if spread == 0 else covariance / spread
 
 
-def write_config(
-    path: Path, servers: str, topic: str, group: str, work: Path, trigger: str
-) -> None:
+def write_config(path: Path, servers: str, topic: str, group: str, work: Path, trig: str) -> None:
     """The ingest job's TOML, every table in ``work``."""
     path.write_text(
         f"""[source]
@@ -184,7 +121,7 @@ startingOffsets = "earliest"
 [sink]
 path = "{work / "table"}"
 checkpoint = "{work / "checkpoint"}"
-trigger = "{trigger}"
+trigger = "{trig}"
 """
     )
 
@@ -215,7 +152,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """The job for ``--minutes``; the samples go to a CSV of their own."""
-    from spark_groups.tools.demo import spark_log_options
+    from spark_groups.tools.demo import sample_order, spark_log_options
 
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     rows: list[dict] = []
@@ -224,23 +161,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         topic, group = create_topics(servers, args.partitions, prefix="soak")[0], unique("soak")
         config = work / "ingest.toml"
         write_config(config, servers, topic, group, work, args.trigger)
-        producer = SteadyProducer(servers, topic, args.partitions, args.rate)
+        producer = Flow(servers, topic, args.partitions, args.rate, record=sample_order)
         producer.start()
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+        command = ["spark-submit", "--master", "local[2]", "--driver-memory", "1g", "--conf",
+                   "spark.ui.enabled=false", *spark_log_options(),
+                   str(ROOT / "jobs" / "ingest.py"), "--conf", str(config)]  # fmt: skip
         job = subprocess.Popen(
-            [
-                "spark-submit",
-                "--master",
-                "local[2]",
-                "--driver-memory",
-                "1g",
-                "--conf",
-                "spark.ui.enabled=false",
-                *spark_log_options(),
-                str(ROOT / "jobs" / "ingest.py"),
-                "--conf",
-                str(config),
-            ],
+            command,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=open(work / "job.log", "w"),  # noqa: SIM115
@@ -253,30 +181,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     text = (work / "job.log").read_text().splitlines()
                     errors = [line for line in text if "Error" in line or "Exception" in line]
                     raise SystemExit("the job ended early:\n" + "\n".join(errors[:30]))
-                rows.append(sample(job, work, group, producer.produced))
+                rows.append(sample(job, work, group, producer.sent))
                 print(rows[-1], flush=True)
                 if args.optimize_every_min and time.monotonic() >= next_optimize:
                     next_optimize += args.optimize_every_min * 60
                     subprocess.run(["spark-groups", "optimize", str(work / "table")], check=False)
                 time.sleep(args.sample_s)  # the sampling period itself, not a synchronisation
-            producer.stopped.set()
-            producer.join()
+            producer.stop()
             deadline = time.monotonic() + 300
-            while sample(job, work, group, producer.produced)["committed"] < producer.produced:
+            while sample(job, work, group, producer.sent)["committed"] < producer.sent:
                 assert time.monotonic() < deadline, "the job did not catch up within 5 minutes"
                 time.sleep(1)
-            rows.append(sample(job, work, group, producer.produced))
+            rows.append(sample(job, work, group, producer.sent))
         finally:
             job.send_signal(signal.SIGTERM)
             job.wait(120)
-        total, distinct = verify(work / "table", producer.produced)
+        total, distinct = verify(work / "table", producer.sent)
     samples = RESULTS / f"soak-{stamp}.csv"
     with open(samples, "w", newline="") as out:
         writer = csv.DictWriter(out, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     return {"stamp": stamp, "samples": str(samples.relative_to(ROOT)), "sample_s": args.sample_s,
-            "produced": producer.produced, "in_table": total, "distinct": distinct}  # fmt: skip
+            "produced": producer.sent, "in_table": total, "distinct": distinct}  # fmt: skip
 
 
 def render(results: dict[str, Any]) -> str:

@@ -2,21 +2,14 @@
 
     python -m bench split --write-docs
 
-The model scenario: a docstring saying what it measures, ``SECTION``, ``add_arguments``,
-``run`` and ``render`` (bench/__init__.py says how to add one). In one warm ``local[2]``
-SparkSession on an Apache Kafka broker of its own:
+The model scenario (bench/__init__.py). In one warm ``local[2]`` session on its own Apache Kafka:
 
-* the sides (:data:`SIDES`): kafka-group unsplit (one task reads the partition), kafka-group
-  with ``minPartitions=2`` (two tasks, one per core), Spark's own ``format("kafka")`` unsplit
-  and with ``minPartitions=2``; each into ``noop`` with ``Trigger.AvailableNow``, timed as in
-  section 1 (:mod:`bench.harness.spark`);
-* the records: ``--records`` (4,000,000) values of ``--size`` bytes (100) in a one-partition
-  topic, read from offset 0 by every side;
-* the rounds: ``--rounds`` (3), the sides in a rotated order each round; the best round of
-  each side is reported, every round is listed;
-* the no-regression check: 200,000 records over 1,000 partitions (4 topics) through
-  kafka-group with default options (section 4's row), and the time ``plan_tasks`` takes to
-  plan 1,000 ranges with and without a split option.
+* the sides (:data:`SIDES`): kafka-group and Spark's ``format("kafka")``, each unsplit and
+  with ``minPartitions=2``, into ``noop`` with ``Trigger.AvailableNow`` (timed as section 1);
+* the records: ``--records`` (4,000,000) x ``--size`` B (100) in one partition, from offset 0;
+* the rounds: ``--rounds`` (3), the order rotated; best round per side, every round listed;
+* the no-regression check: 200,000 records over 1,000 partitions through kafka-group with
+  default options, and ``plan_tasks`` on 1,000 ranges with and without a split option.
 """
 
 from __future__ import annotations
@@ -74,12 +67,8 @@ def read_once(spark: Any, servers: str, topics: list[str], source: str, extra: d
             run = spark_read(spark, servers, topics, "noop", scratch, source, **extra)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return {
-        "rows": run.rows,
-        "seconds": run.seconds,
-        "rate": run.rate,
-        "cores_busy": sampler.cores_busy(run.window),
-    }
+    return {"rows": run.rows, "seconds": run.seconds, "rate": run.rate,
+            "cores_busy": sampler.cores_busy(run.window)}  # fmt: skip
 
 
 def plan_time_us(ranges: int, rounds: int = 200, **split: int) -> float:

@@ -2,25 +2,10 @@
 
     python -m bench whole_run --records 4000000 --size 100 --partitions 4 --write-docs
 
-* The records: ``--records`` values of ``--size`` bytes in one topic of ``--partitions``
-  partitions on the suite's Apache Kafka, produced once; every side reads all of it from
-  offset 0 into ``noop`` with ``Trigger.AvailableNow``.
-* The sides (the labels are :data:`._whole_run_report.LABELS`): ``kafka-group`` (a fresh
-  group each run), ``spark-kafka`` (Spark's ``format("kafka")`` at its defaults),
-  ``spark-kafka-tuned`` (with :data:`SPARK_TUNED`, chosen by the tuning trials in
-  docs/benchmarks.md, run with ``--tune`` of ``bench/whole_run.py`` at commit f0fc54c),
-  ``python-floor`` (:mod:`bench.harness.const_source`: the same rows prebuilt, no Kafka: what
-  a whole run costs any source on Spark's Python data source API), ``plain-defaults`` and
-  ``plain-tuned`` (one confluent-kafka Consumer with librdkafka's or the reader's settings).
-* The rounds: ``--rounds`` (2), the sides alternating; each side of a round runs in a fresh
-  Python process (``python -m bench whole_run --child``) with a new SparkSession, once cold
-  (nothing run in the session yet) and ``--warm-runs`` (2) times warm.
-
-Each run is timed from ``start()`` to the return of ``awaitTermination()`` (the *whole run*),
-and by the throughput section's *warm-only* time (the sum of ``triggerExecution`` less
-kafka-group's group join; plain loops: ``assign()`` to the last record). CPU by process group
-over the run: :class:`bench.harness.procfs.CpuSampler`. The section (:mod:`._whole_run_report`)
-defines each column.
+Every side (:data:`._whole_run_report.LABELS`; :data:`SPARK_TUNED` from the tuning trials
+made with ``--tune`` of ``bench/whole_run.py`` at commit f0fc54c) reads the same topic from
+offset 0 into ``noop``; ``--rounds`` rounds, sides alternating, each in a fresh process
+(``--child``) with a new session: one cold run and ``--warm-runs`` warm ones.
 """
 
 from __future__ import annotations
@@ -38,7 +23,7 @@ from typing import Any
 
 from bench.harness.docs import ROOT
 from bench.harness.kafka import broker, broker_description, create_topics, produce, unique
-from bench.harness.procfs import CpuSampler, broker_pids, load_average, machine_facts, uptime
+from bench.harness.procfs import CpuSampler, broker_pids, machine_facts, uptime
 from bench.harness.spark import (
     log_file,
     plain_read,
@@ -103,19 +88,13 @@ def spark_run(spark: Any, spec: dict[str, Any], log: Path | None) -> dict[str, A
     finally:
         shutil.rmtree(work, ignore_errors=True)
     triggers_s = run.seconds + run.excluded_s
-    out: dict[str, Any] = {
-        "rows": run.rows,
-        "batches": int((run.phases or {}).get("batches", 0)),
-        "triggers_s": round(triggers_s, 3),
-        "first_latest_offset_s": round(run.excluded_s, 3),
-        "phases_s": run.phases,
-        "define_s": round(define_s, 3),
-        "start_returned_s": round(start_returned_s, 3),
-        "whole_s": round(whole_s, 3),
-        "warm_only_s": round(run.seconds if side == "kafka-group" else triggers_s, 3),
-        "outside_triggers_s": round(whole_s - triggers_s, 3),
-        "cpu_s": cpu,
-    }
+    times = {"triggers_s": triggers_s, "first_latest_offset_s": run.excluded_s,
+             "define_s": define_s, "start_returned_s": start_returned_s, "whole_s": whole_s,
+             "warm_only_s": run.seconds if side == "kafka-group" else triggers_s,
+             "outside_triggers_s": whole_s - triggers_s}  # fmt: skip
+    out: dict[str, Any] = {"rows": run.rows, "batches": int((run.phases or {}).get("batches", 0)),
+                           "phases_s": run.phases, "cpu_s": cpu}  # fmt: skip
+    out.update({k: round(v, 3) for k, v in times.items()})
     if side == "kafka-group" and log is not None:
         phases = reader_log_times(log, group, wall0)
         phases.pop("subscribed_all")
@@ -151,11 +130,8 @@ def child(spec: dict[str, Any]) -> None:
                 raise RuntimeError(f"{spec['side']} run {i}: {run['rows']} of {spec['records']}")
             run["kind"] = "cold" if i == 0 else "warm"
             out["runs"].append(run)
-            print(
-                f"  {spec['side']} {run['kind']}: whole {run['whole_s']:.2f} s, "
-                f"{spec['records'] / run['whole_s']:,.0f} rec/s",
-                flush=True,
-            )
+            line = f"  {spec['side']} {run['kind']}: whole {run['whole_s']:.2f} s, "
+            print(f"{line}{spec['records'] / run['whole_s']:,.0f} rec/s", flush=True)
     finally:
         if spark is not None:
             spark.stop()
@@ -171,12 +147,8 @@ def run_child(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
     with log.open("w") as sink:
         proc = subprocess.Popen(
             [sys.executable, "-m", "bench", "whole_run", "--child", json.dumps(spec)],
-            stdout=subprocess.PIPE,
-            stderr=sink,
-            env=env,
-            cwd=ROOT,
-            text=True,
-        )
+            stdout=subprocess.PIPE, stderr=sink, env=env, cwd=ROOT, text=True,
+        )  # fmt: skip
         assert proc.stdout is not None
         for line in proc.stdout:
             print(line, end="", flush=True)
@@ -184,6 +156,10 @@ def run_child(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
     if code != 0 or not out.exists():
         raise RuntimeError(f"{spec['side']} failed ({code}): {log.read_text()[-3000:]}")
     return json.loads(out.read_text())
+
+
+#: The options the section names.
+CONFIG_KEYS = ("records", "size", "partitions", "rounds", "warm_runs")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -194,7 +170,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warm-runs", type=int, default=2, help="warm runs after each cold one")
     parser.add_argument("--sides", default=",".join(SIDES), help="comma-separated subset")
-    parser.add_argument("--tuned", help="Spark kafka's tuned options as JSON")
     parser.add_argument("--note", action="append", default=[], help="a line for the section")
     parser.add_argument("--keep-trials", default=str(ROOT / "bench" / "results" / "whole_run.json"),
                         help="the saved results whose tuning trials the section keeps")  # fmt: skip
@@ -202,7 +177,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every side ``--rounds`` times, each in a fresh process (see the module doc)."""
-    tuned = json.loads(args.tuned) if args.tuned else SPARK_TUNED
     sides = [s for s in args.sides.split(",") if s]
     scratch = Path(tempfile.mkdtemp(prefix="whole-run-"))
     # The reader processes' log gives kafka-group's phases (set it to keep the log).
@@ -210,7 +184,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     os.environ.setdefault("SPARK_GROUPS_LOG_LEVEL", "INFO")
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = uptime()
-    loads = [load_average()]
+    loads = [os.getloadavg()]
     t_start = time.perf_counter()
     results: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     try:
@@ -219,27 +193,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             topic = create_topics(servers, args.partitions, prefix="whole")[0]
             produce(servers, [topic], args.partitions, args.records, args.size)
             base = {"servers": servers, "topic": topic, "records": args.records,
-                    "partitions": args.partitions, "size": args.size, "tuned": tuned,
+                    "partitions": args.partitions, "size": args.size, "tuned": SPARK_TUNED,
                     "extra_roots": broker_pids()}  # fmt: skip
             for round_no in range(args.rounds):
                 for side in sides[round_no % len(sides) :] + sides[: round_no % len(sides)]:
                     print(f"round {round_no + 1} {side}", flush=True)
                     spec = {**base, "side": side, "runs": 1 + args.warm_runs}
                     results[side].append(run_child(spec, scratch))
-                    loads.append(load_average())
+                    loads.append(os.getloadavg())
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     kept = Path(args.keep_trials)
     return {
         "date": date,
-        "config": {
-            "records": args.records,
-            "size": args.size,
-            "partitions": args.partitions,
-            "rounds": args.rounds,
-            "warm_runs": args.warm_runs,
-        },
-        "spark_tuned": tuned,
+        "config": {k: vars(args)[k] for k in CONFIG_KEYS},
+        "spark_tuned": SPARK_TUNED,
         "load": {"before": load_before, "after": uptime(), "1min": [round(x[0], 2) for x in loads]},
         "seconds": time.perf_counter() - t_start,
         "machine": machine_facts(broker_description("kafka")),

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 #: variable when the library loads) in the long-lived driver processes spark_groups runs in:
 #: 2 arenas instead of 4 per core, and freed pages handed back at once. Over 600 ledger
 #: commits the process's own memory grew by about 37 MB with jemalloc's defaults and by
-#: about 8 MB with these, at the same commit latency (bench/reader_memory.py,
+#: about 8 MB with these, at the same commit latency (the reader-memory section of
 #: docs/benchmarks.md).
 ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
 ALLOCATOR_CONF = "narenas:2,dirty_decay_ms:0,muzzy_decay_ms:0"

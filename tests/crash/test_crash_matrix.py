@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from crash_support import Service, join_and_leave
+from crash_support import join_and_leave
 
-from bench.members import IdProducer, sink_commits, table_ids
+from bench.members import IdProducer, PlainService, sink_commits, table_ids
 from spark_groups.crash_points import ARM_ENV, CRASH_ENV, POINTS
 from spark_groups.handover import SinkTableHandover
 
@@ -184,7 +184,7 @@ def run_cell(servers: str, topic: str, point: str, sig: str, owner: str, root: P
 
     a = Sim(spec("A"), root / "logs")
     others: list[Sim] = []
-    services: list[Service] = []
+    services: list[PlainService] = []
     producer = IdProducer(servers, topic, PARTITIONS, per_second=RATE)
     producer.start()
     try:
@@ -201,7 +201,7 @@ def run_cell(servers: str, topic: str, point: str, sig: str, owner: str, root: P
             others[-1].start()
         elif owner in ("plain", "plain-unaided", "kip848"):
             helper = None if owner == "plain-unaided" else SinkTableHandover(table, group)
-            services.append(Service(servers, topic, group, settings, helper))
+            services.append(PlainService(servers, topic, group, settings, helper))
             services[-1].start()
         elif point == "revocation":  # restart: a member joins and leaves, so A revokes
             fired = root / "arm.fired"

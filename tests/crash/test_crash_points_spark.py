@@ -22,9 +22,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from crash_support import Service, join_and_leave
+from crash_support import join_and_leave
 
-from bench.members import IdProducer, Member, member_spec, reading_commits, table_ids
+from bench.members import (
+    IdProducer,
+    Member,
+    PlainService,
+    member_spec,
+    reading_commits,
+    table_ids,
+)
 from spark_groups.crash_points import ARM_ENV, CRASH_ENV, POINTS
 from spark_groups.handover import SinkTableHandover
 
@@ -76,7 +83,7 @@ def test_each_crash_point_with_spark_members_loses_and_duplicates_nothing(
         "heartbeat.interval.ms": "500",
         "partition.assignment.strategy": "range",
     }
-    service = Service(bootstrap_servers, topic, group, settings, helper)
+    service = PlainService(bootstrap_servers, topic, group, settings, helper)
     producer = IdProducer(bootstrap_servers, topic, PARTITIONS, per_second=100)
     fired: list[str] = []
     producer.start()
@@ -103,12 +110,14 @@ def test_each_crash_point_with_spark_members_loses_and_duplicates_nothing(
                 if point == "leave":
                     Path(member.spec["stop_file"]).touch()
             for member, point, arm in zip(members, points, arms, strict=True):
+                done = arm.with_name(arm.name + ".fired")
+                # The crash point renames the arm file, then writes its name into it.
                 wait_until(
-                    lambda a=arm: a.with_name(a.name + ".fired").exists(),
+                    lambda d=done: d.exists() and bool(d.read_text().split()),
                     300,
                     f"{member.name}'s crash point {point}\n{member.log_text()[-3000:]}",
                 )
-                fired.append(arm.with_name(arm.name + ".fired").read_text().split()[0])
+                fired.append(done.read_text().split()[0])
                 assert member.proc is not None
                 member.proc.wait(120)
                 member.reap()
