@@ -132,3 +132,13 @@ def s3_bucket(s3_server: S3Server) -> str:
     import uuid
 
     return s3_server.create_bucket(f"t{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def streams() -> Iterator[list]:
+    """The ``GroupStream``s a test makes (append them): each stops (commits what it can and
+    leaves its group) when the test ends."""
+    made: list = []
+    yield made
+    for s in made:
+        s.stop()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,14 +120,6 @@ def test_the_option_is_parsed() -> None:
 
 
 # ---------------------------------------------------------------------- the barrier
-
-
-@pytest.fixture
-def streams() -> Iterator[list[GroupStream]]:
-    made: list[GroupStream] = []
-    yield made
-    for s in made:
-        s.stop()
 
 
 def newcomer_of(servers: str, topic: str, group: str) -> GroupMember:

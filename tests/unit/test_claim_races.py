@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,30 +29,43 @@ from spark_groups.group.member import GroupMember
 from spark_groups.group.partitions import Status
 from spark_groups.group.stream import GroupStream
 from spark_groups.offsets import BatchOffset, TopicPartition
-from spark_groups.options import parse_options
+from spark_groups.options import SourceOptions, parse_options
 from spark_groups.sink import DeltaSink, claims
 from spark_groups.sink.claims import claims_of
 from spark_groups.sink.plan import BatchPlan
 
-from broker_support import produce_ids
+from broker_support import produce_ids, wait_until
 from sink_support import SCHEMA, offsets_in, plan, rows, write_task
 
 FAST = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "500"}
 
 
-@pytest.fixture
-def streams() -> Iterator[list[GroupStream]]:
-    made: list[GroupStream] = []
-    yield made
-    for s in made:
-        s.stop()
+def seeded(servers: str, make_topic: Callable[..., str], tmp_path: Path) -> tuple[str, str, Path]:
+    """A topic of 2 partitions with 10 records each, a fresh group, and a sink table that
+    holds offsets 0-4 of both for the group."""
+    topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    produce_ids(servers, topic, range(10 * 2), 2)
+    table = tmp_path / "sink"
+    seed = write_task(table, [rows(0, range(5), topic=topic), rows(1, range(5), topic=topic)])
+    DeltaSink(str(table), group).commit(plan(0, {0: (0, 5), 1: (0, 5)}, topic=topic), seed, SCHEMA)
+    return topic, group, table
 
 
-def wait_until(what: str, done: Callable[[], bool], within: float = 60.0) -> None:
-    deadline = time.monotonic() + within
-    while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+def source_options(
+    servers: str, topic: str, group: str, table: Path, **extra: str
+) -> SourceOptions:
+    """The source's options of a member writing into ``table`` (``sink.table``)."""
+    return parse_options(
+        {
+            "kafka.bootstrap.servers": servers,
+            "subscribe": topic,
+            "group.id": group,
+            "startingOffsets": "earliest",
+            "sink.table": str(table),
+            **FAST,
+            **extra,
+        }
+    )
 
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
@@ -63,21 +76,9 @@ def test_a_partition_revoked_during_its_resume_is_neither_claimed_nor_kept(
     tmp_path: Path,
     strategy: str,
 ) -> None:
-    topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
-    produce_ids(bootstrap_servers, topic, range(10 * 2), 2)
-    table = tmp_path / "sink"
-    seed = write_task(table, [rows(0, range(5), topic=topic), rows(1, range(5), topic=topic)])
-    DeltaSink(str(table), group).commit(plan(0, {0: (0, 5), 1: (0, 5)}, topic=topic), seed, SCHEMA)
-    options = parse_options(
-        {
-            "kafka.bootstrap.servers": bootstrap_servers,
-            "subscribe": topic,
-            "group.id": group,
-            "startingOffsets": "earliest",
-            "partition.assignment.strategy": strategy,
-            "sink.table": str(table),
-            **FAST,
-        }
+    topic, group, table = seeded(bootstrap_servers, make_topic, tmp_path)
+    options = source_options(
+        bootstrap_servers, topic, group, table, **{"partition.assignment.strategy": strategy}
     )
     b, a = GroupStream(options), GroupStream(options)
     streams.extend([b, a])
@@ -99,7 +100,7 @@ def test_a_partition_revoked_during_its_resume_is_neither_claimed_nor_kept(
         if point != "resuming" or threading.current_thread() is not b_thread[0] or fired:
             return
         fired.append(True)
-        wait_until("A's first batch", a_plans)
+        wait_until(a_plans, what="A's first batch")
 
     fired: list[bool] = []
     with crash_points.installed(at):
@@ -155,23 +156,8 @@ def test_a_range_the_sink_fenced_is_never_committed_and_is_read_again_from_the_t
     ended mid-claim) fences this member's batch of a partition out of the table; the safe
     point leaves that range out of the Kafka commit, and the partition is claimed again and
     read from the table's position."""
-    topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
-    produce_ids(bootstrap_servers, topic, range(10 * 2), 2)
-    table = tmp_path / "sink"
-    seed = write_task(table, [rows(0, range(5), topic=topic), rows(1, range(5), topic=topic)])
-    DeltaSink(str(table), group).commit(plan(0, {0: (0, 5), 1: (0, 5)}, topic=topic), seed, SCHEMA)
-    stream = GroupStream(
-        parse_options(
-            {
-                "kafka.bootstrap.servers": bootstrap_servers,
-                "subscribe": topic,
-                "group.id": group,
-                "startingOffsets": "earliest",
-                "sink.table": str(table),
-                **FAST,
-            }
-        )
-    )
+    topic, group, table = seeded(bootstrap_servers, make_topic, tmp_path)
+    stream = GroupStream(source_options(bootstrap_servers, topic, group, table))
     streams.append(stream)
     batch = BatchOffset.from_json(stream.latest_offset(BatchOffset.initial().to_json(), None))
     p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
@@ -208,23 +194,8 @@ def test_a_stop_while_a_revocation_waits_releases_the_revoking_partitions_too(
     member still holds their claims, so it releases them like any other (found by the crash
     matrix, cell ``revocation``/SIGTERM: the in-flight batch landed after the member left,
     and a plain service read it again from Kafka)."""
-    topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
-    produce_ids(bootstrap_servers, topic, range(10 * 2), 2)
-    table = tmp_path / "sink"
-    seed = write_task(table, [rows(0, range(5), topic=topic), rows(1, range(5), topic=topic)])
-    DeltaSink(str(table), group).commit(plan(0, {0: (0, 5), 1: (0, 5)}, topic=topic), seed, SCHEMA)
-    stream = GroupStream(
-        parse_options(
-            {
-                "kafka.bootstrap.servers": bootstrap_servers,
-                "subscribe": topic,
-                "group.id": group,
-                "startingOffsets": "earliest",
-                "sink.table": str(table),
-                **FAST,
-            }
-        )
-    )
+    topic, group, table = seeded(bootstrap_servers, make_topic, tmp_path)
+    stream = GroupStream(source_options(bootstrap_servers, topic, group, table))
     streams.append(stream)
     batch = BatchOffset.from_json(stream.latest_offset(BatchOffset.initial().to_json(), None))
     revoked = frozenset(batch.ends())
@@ -233,11 +204,11 @@ def test_a_stop_while_a_revocation_waits_releases_the_revoking_partitions_too(
     )
     barrier.start()  # waits for the batch, which is still "running"
     wait_until(
-        "the revocation to begin",
         lambda: all(
             (s := stream._partitions.get(tp)) is not None and s.status is Status.REVOKING
             for tp in revoked
         ),
+        what="the revocation to begin",
     )
     stream.stop()  # what SIGTERM runs
     barrier.join(30)

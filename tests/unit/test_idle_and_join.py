@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer
@@ -21,14 +21,6 @@ from spark_groups.group import first_assignment
 from spark_groups.offsets import BatchOffset, TopicPartition
 
 from broker_support import broker_kind, produce_ids, wait_until
-
-
-@pytest.fixture
-def streams() -> Iterator[list]:
-    made: list = []
-    yield made
-    for s in made:
-        s.stop()
 
 
 def metrics_of(stream) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -97,14 +97,6 @@ def test_a_range_read_under_an_old_claim_is_left_out_with_or_without_a_notice() 
 
 
 # ---------------------------------------------------------------- GroupStream, real broker
-
-
-@pytest.fixture
-def streams() -> Iterator[list[GroupStream]]:
-    made: list[GroupStream] = []
-    yield made
-    for s in made:
-        s.stop()
 
 
 def stream_of(

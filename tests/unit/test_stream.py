@@ -9,10 +9,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
@@ -26,14 +25,6 @@ from spark_groups.options import parse_options
 from broker_support import produce_ids
 
 FAST = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "500"}
-
-
-@pytest.fixture
-def streams() -> Iterator[list[GroupStream]]:
-    made: list[GroupStream] = []
-    yield made
-    for s in made:
-        s.stop()
 
 
 def make_stream(
