@@ -9,8 +9,8 @@ scenarios that run whole groups (bench/scenarios/rolling.py):
 * :class:`IdProducer`: a producer thread writing ids 0, 1, 2, ... at a rate;
 * :class:`PlainService`: a plain confluent-kafka consumer service in the same group;
 * :func:`member_spec`: the spec the member processes of one group share;
-* :func:`sink_commits`, :func:`reading_commits`, :func:`partitions_written`,
-  :func:`table_ids`: what the sink table holds, read with delta-rs (cheap enough to poll).
+* :func:`sink_commits`, :func:`reading_commits`: the sink table's commits, read from its log
+  (cheap enough to poll).
 """
 
 from __future__ import annotations
@@ -27,11 +27,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from deltalake import DeltaTable, QueryBuilder
 
 from spark_groups.offsets import OffsetRange
 from spark_groups.sink.plan import read_batch_plan
@@ -41,13 +39,6 @@ from spark_groups.tools.checkout import package_checkout
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MEMBER_SCRIPT = Path(__file__).with_name("sink_member.py")
-
-
-def table_ids(table: Path | str, storage_options: Mapping[str, str] | None = None) -> list[int]:
-    """Every id in the newest version of the table (duplicates kept), via delta-rs."""
-    dt = DeltaTable(str(table), storage_options=storage_options)
-    reader = QueryBuilder().register("t", dt).execute("SELECT id FROM t")
-    return pa.table(reader.read_all()).column("id").to_pylist()
 
 
 class IdProducer(threading.Thread):
@@ -121,16 +112,6 @@ def reading_commits(table: str, member: str) -> int:
         if c["spark_groups.member"] == member
         and any(json.loads(c.get("spark_groups.ranges", "{}")).values())
     )
-
-
-def partitions_written(commits: list[dict], member: str) -> set[str]:
-    """The Kafka partitions (``topic-p``) that ``member``'s commits wrote rows for."""
-    out = set()
-    for c in commits:
-        if c["spark_groups.member"] == member:
-            ranges = json.loads(c["spark_groups.ranges"])
-            out |= {f"{topic}-{p}" for topic, parts in ranges.items() for p in parts}
-    return out
 
 
 def member_spec(

@@ -43,12 +43,12 @@ from pathlib import Path
 import pytest
 from crash_support import join_and_leave
 
-from bench.members import IdProducer, PlainService, sink_commits, table_ids
+from bench.members import IdProducer, PlainService, sink_commits
 from spark_groups.crash_points import ARM_ENV, CRASH_ENV, POINTS
 from spark_groups.handover import SinkTableHandover
 
 from broker_support import broker_kind, wait_until
-from helpers import unique
+from helpers import table_ids, unique
 
 REPO = Path(__file__).resolve().parents[2]
 SIM = Path(__file__).with_name("sim_member.py")

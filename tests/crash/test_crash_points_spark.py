@@ -30,13 +30,12 @@ from bench.members import (
     PlainService,
     member_spec,
     reading_commits,
-    table_ids,
 )
 from spark_groups.crash_points import ARM_ENV, CRASH_ENV, POINTS
 from spark_groups.handover import SinkTableHandover
 
 from broker_support import broker_kind, wait_until
-from helpers import unique
+from helpers import table_ids, unique
 
 PARTITIONS = 4
 GROUP = {

@@ -1,4 +1,5 @@
-"""Helpers shared by the integration tests (producing, options, polling)."""
+"""Helpers shared by the integration tests (producing, options, polling, the sink table's
+ids); the crash and chaos tests import them too."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ import importlib.util
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
+from deltalake import DeltaTable, QueryBuilder
 
 from spark_groups.tools.spark_jars import JarsMissingError, spark_jars
 
@@ -102,6 +106,13 @@ def source(spark: Any, opts: dict, checkpoint: Path | str) -> Any:
     if not ADMISSION_CONTROL and "checkpointLocation" not in opts:
         opts = {**opts, "checkpointLocation": str(checkpoint)}
     return spark.readStream.format("kafka-group").options(**opts).load()
+
+
+def table_ids(table: Path | str, storage_options: Mapping[str, str] | None = None) -> list[int]:
+    """Every id in the newest version of the table (duplicates kept), via delta-rs."""
+    dt = DeltaTable(str(table), storage_options=storage_options)
+    reader = QueryBuilder().register("t", dt).execute("SELECT id FROM t")
+    return pa.table(reader.read_all()).column("id").to_pylist()
 
 
 def unique(prefix: str) -> str:

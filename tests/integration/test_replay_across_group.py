@@ -15,12 +15,11 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaPartition
 from pyspark.sql import functions as F
 
-from bench.members import table_ids
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 
 from broker_support import committed_offsets, produce_ids, wait_until
-from helpers import FAST_GROUP, group_options, needs_available_now, unique
+from helpers import FAST_GROUP, group_options, needs_available_now, table_ids, unique
 
 
 def run(spark: Any, opts: dict, table: Path, checkpoint: Path, group: str, fail_from: int | None):

@@ -19,13 +19,12 @@ from bench.members import (
     member_spec,
     reading_commits,
     stop_all,
-    table_ids,
     unfinished_batch,
 )
 from spark_groups.offsets import OffsetRange
 
 from broker_support import broker_kind, wait_until
-from helpers import plain_consumer_config, unique
+from helpers import plain_consumer_config, table_ids, unique
 
 PARTITIONS = 4
 

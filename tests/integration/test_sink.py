@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,10 +17,8 @@ from bench.members import (
     IdProducer,
     Member,
     member_spec,
-    partitions_written,
     sink_commits,
     stop_all,
-    table_ids,
 )
 from spark_groups.ledger.table import OffsetLedger
 from spark_groups.offsets import TopicPartition
@@ -29,7 +28,14 @@ from spark_groups.tools.s3_server import S3Server
 from spark_groups.tools.spark_jars import jar_conf
 
 from broker_support import committed_offsets, log_end_offsets, produce_ids, wait_until
-from helpers import delta_spark_here, group_options, needs_available_now, source, unique
+from helpers import (
+    delta_spark_here,
+    group_options,
+    needs_available_now,
+    source,
+    table_ids,
+    unique,
+)
 
 
 def run_into_sink(
@@ -232,6 +238,16 @@ def test_read_delta_reads_exactly_the_files_of_one_version(spark, tmp_path: Path
 
 
 # ---------------------------------------------------------------------- two member processes
+
+
+def partitions_written(commits: list[dict], member: str) -> set[str]:
+    """The Kafka partitions (``topic-p``) that ``member``'s sink commits wrote rows for."""
+    out = set()
+    for c in commits:
+        if c["spark_groups.member"] == member:
+            ranges = json.loads(c["spark_groups.ranges"])
+            out |= {f"{topic}-{p}" for topic, parts in ranges.items() for p in parts}
+    return out
 
 
 def on_s3(spec: dict, s3: S3Server, bucket: str) -> tuple[dict, dict[str, str], dict[str, str]]:
