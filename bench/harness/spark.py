@@ -103,16 +103,12 @@ def plain_read(
     return Run(seen, took, whole_s=time.perf_counter() - started)
 
 
-def source_options(servers: str, topics: Sequence[str], group: str, **extra: str) -> dict:
-    """Options of a kafka-group source reading ``topics`` from the start."""
-    return {
-        "kafka.bootstrap.servers": servers,
-        "subscribe": ",".join(topics),
-        "group.id": group,
-        "startingOffsets": "earliest",
-        **{f"kafka.{k}": v for k, v in GROUP_TIMING.items()},
-        **extra,
-    }
+def source_options(servers: str, topics: Sequence[str], group: str = "", **extra: str) -> dict:
+    """Options reading ``topics`` from the start: Spark's ``kafka`` source's or, with
+    ``group``, kafka-group's in that group with ``GROUP_TIMING``; ``extra`` win."""
+    in_group = {"group.id": group, **{f"kafka.{k}": v for k, v in GROUP_TIMING.items()}}
+    return {"kafka.bootstrap.servers": servers, "subscribe": ",".join(topics),
+            "startingOffsets": "earliest", **(in_group if group else {}), **extra}  # fmt: skip
 
 
 def _window(reports: list[Any], skip_join: bool) -> tuple[float, float] | None:
@@ -152,20 +148,16 @@ def timed_run(query: Any, what: str, skip_join: bool) -> Run:
     )  # fmt: skip
 
 
-def stream(
-    spark: Any, source: str, servers: str, topics: Sequence[str], group: str = "", **extra: Any
-) -> Any:
-    """A streaming DataFrame of ``topics`` from offset 0: ``kafka-group`` (group ``group``),
-    Spark's ``kafka``, or ``const`` (no Kafka: ``extra`` gives the constant source's rows,
-    partitions and size); ``extra`` are the source's options."""
+def stream(spark: Any, source: str, options: dict) -> Any:
+    """A streaming DataFrame of ``source``: ``kafka-group`` or Spark's ``kafka``
+    (``options``: :func:`source_options`), or ``const`` (no Kafka: ``options`` give the
+    constant source's rows, partitions and size)."""
     if source == "const":
         from bench.harness.const_source import STREAM_FORMAT, ConstArrowStreamSource
 
         spark.dataSource.register(ConstArrowStreamSource)
-        return spark.readStream.format(STREAM_FORMAT).options(**extra).load()
-    opts = {"kafka.bootstrap.servers": servers, "subscribe": ",".join(topics),
-            "startingOffsets": "earliest", **({"group.id": group} if group else {})}  # fmt: skip
-    return spark.readStream.format(source).options(**{**opts, **extra}).load()
+        source = STREAM_FORMAT
+    return spark.readStream.format(source).options(**options).load()
 
 
 def spark_read(
@@ -178,8 +170,8 @@ def spark_read(
     timed as the module doc says."""
     group = unique(f"bench-{sink}")
     work = scratch / group
-    opts = source_options(servers, topics, group, **extra) if source == "kafka-group" else extra
-    df = stream(spark, source, servers, topics, **opts)
+    opts = source_options(servers, topics, group if source == "kafka-group" else "", **extra)
+    df = stream(spark, source, opts)
     if sink != "noop":
         df = df.selectExpr("value", "topic", "partition", "offset")
     writer = (
@@ -208,8 +200,8 @@ def each_batch(spark: Any, options: dict, fn: Any, trigger_ms: int, checkpoint: 
     """A started kafka-group query with ``options`` calling ``fn(df, batch_id)`` (its
     ``foreachBatch``) every ``trigger_ms``."""
     return (
-        spark.readStream.format("kafka-group").options(**options).load()
-        .writeStream.foreachBatch(fn).trigger(processingTime=f"{trigger_ms} milliseconds")
+        stream(spark, "kafka-group", options).writeStream.foreachBatch(fn)
+        .trigger(processingTime=f"{trigger_ms} milliseconds")
         .option("checkpointLocation", str(checkpoint)).start()
     )  # fmt: skip
 

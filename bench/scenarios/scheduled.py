@@ -21,7 +21,7 @@ from typing import Any
 
 from bench.harness.kafka import PRODUCTION_GROUP_SETTINGS, broker, create_topics, produce, unique
 from bench.harness.procfs import machine_facts
-from bench.harness.spark import log_file, reader_log_times, spark_session, stream
+from bench.harness.spark import log_file, reader_log_times, source_options, spark_session, stream
 
 SECTION = "scheduled"
 
@@ -80,10 +80,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def _reader(spark: Any, side: str, servers: str, topic: str, group: str, rows: int) -> Any:
     options = SIDES[side]
     if side == "python-source":
-        return stream(spark, "const", servers, [topic], rows=rows, partitions=1, size=100)
+        return stream(spark, "const", {"rows": rows, "partitions": 1, "size": 100})
     if options is None:
-        return stream(spark, "kafka", servers, [topic])
-    return stream(spark, "kafka-group", servers, [topic], group, **options)
+        return stream(spark, "kafka", source_options(servers, [topic]))
+    # In the group with Kafka's own timing (not GROUP_TIMING), as a scheduled job.
+    return stream(spark, "kafka-group", {**source_options(servers, [topic]), "group.id": group,
+                                         **options})  # fmt: skip
 
 
 def run_once(

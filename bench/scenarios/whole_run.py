@@ -54,11 +54,12 @@ SPARK_TUNED: dict[str, str] = {
 def _reader(spark: Any, spec: dict[str, Any], group: str) -> Any:
     side, servers, topics = spec["side"], spec["servers"], [spec["topic"]]
     if side == "python-floor":
-        const = {k: spec[k] for k in ("records", "partitions", "size")}
-        return stream(spark, "const", servers, topics, rows=const.pop("records"), **const)
+        const = {"rows": spec["records"], "partitions": spec["partitions"], "size": spec["size"]}
+        return stream(spark, "const", const)
     if side == "kafka-group":
-        return stream(spark, side, servers, topics, **source_options(servers, topics, group))
-    return stream(spark, "kafka", servers, topics, **spec["tuned"] if "tuned" in side else {})
+        return stream(spark, side, source_options(servers, topics, group))
+    tuned = spec["tuned"] if "tuned" in side else {}
+    return stream(spark, "kafka", source_options(servers, topics, **tuned))
 
 
 def spark_run(spark: Any, spec: dict[str, Any], log: Path | None) -> dict[str, Any]:
