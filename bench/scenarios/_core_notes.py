@@ -128,34 +128,22 @@ def scale_notes(sc: dict[str, Any], led: dict[str, Any]) -> list[str]:
             "first commit (delta-rs' library, runtime and table snapshot; without DataFusion "
             "it is about as much: the reader-memory section), independent of the "
             "partition count. The imports alone (pyspark, pyarrow, deltalake) take "
-            f"{st['imports_rss_mb']:.0f} MB." + memory_note(st.get("memory_mb"))
+            f"{st['imports_rss_mb']:.0f} MB."
+        )
+    if nl and st["rss_mb"] >= 150:
+        notes[-1] += (
+            " The RSS target is missed by what a Delta writer in this process needs (step by "
+            "step in the reader-memory section); keeping the ledger's writer out of the reader "
+            "process would mean a second process or the JVM."
         )
     notes.append(
         f"- Ledger: p50 {led['ledger_p50_s'] * 1000:.1f} ms over the last {led['window']:,} of "
-        f"{led['batches']:,} commits. `bench/ledger_bench.py` (at commit f0fc54c) showed the "
-        "unmaintained ledger "
-        "for comparison (it degrades to well over 100 ms by 10k commits); the remaining cost "
-        "is one Delta commit (write a small Parquet file and a log entry) per batch, and it "
-        "moves with machine load. It also grows with the Delta log, which delta-rs lists on "
-        f"every commit: this run makes its {led['batches']:,} commits in "
-        f"{led.get('total_s', 0) / 60:.0f} minutes, and the ledger keeps two minutes of log "
-        "(an hour before issue 34; the figures of that change are in its notes below)."
+        f"{led['batches']:,} commits: one Delta commit (write a small Parquet file and a log "
+        "entry) per batch, and it moves with machine load. It also grows with the Delta log, "
+        f"which delta-rs lists on every commit: this run makes its {led['batches']:,} commits "
+        f"in {led.get('total_s', 0) / 60:.0f} minutes, and the ledger keeps two minutes of log."
     )
     return [*notes, ""]
-
-
-def memory_note(memory: dict[str, float] | None) -> str:
-    if not memory:
-        return ""
-    return (
-        f" Of the RSS, {memory['file']:.0f} MB are pages of mapped files, almost all shared "
-        f"libraries' code (delta-rs' library alone {memory['deltalake_lib']:.0f} MB): "
-        "clean pages, shared with every process that maps the library and dropped by the "
-        f"kernel under memory pressure; the process's own memory is {memory['anonymous']:.0f} "
-        "MB. The RSS target is missed by what a Delta writer in this process needs "
-        "(step by step in the reader-memory section); keeping the ledger's writer out of the "
-        "reader process would mean a second process or the JVM."
-    )
 
 
 def ceiling_cell(row: dict[str, Any], ceiling_rate: float, section_1_size: int) -> str:
