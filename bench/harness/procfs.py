@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 
@@ -57,17 +58,12 @@ def machine_facts(broker: str) -> dict[str, str]:
             return "not installed"
 
     mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
-    cpu = platform.processor() or "?"
-    try:
-        with open("/proc/cpuinfo") as info:
-            cpu = next(
-                (line.split(":", 1)[1].strip() for line in info if line.startswith("model name")),
-                cpu,
-            )
-    except OSError:
-        pass
+    models: list[str] = []
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:
+        models = [line.split(":", 1)[1].strip() for line in info if line.startswith("model name")]
     return {
-        "cores": str(os.cpu_count()), "RAM": f"{mem_gb:.1f} GB", "CPU": cpu,
+        "cores": str(os.cpu_count()), "RAM": f"{mem_gb:.1f} GB",
+        "CPU": models[0] if models else platform.processor() or "?",
         "OS": f"{platform.system()} {platform.release()}", "Python": platform.python_version(),
         "pyspark": package("pyspark"), "confluent-kafka": package("confluent-kafka"),
         "librdkafka": __import__("confluent_kafka").libversion()[0],
@@ -97,21 +93,21 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def _stat(pid: str) -> tuple[int, float, float] | None:
-    """(parent pid, own CPU seconds, CPU seconds of reaped children) of a process, or None
-    if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    tick = os.sysconf("SC_CLK_TCK")
-    own = (int(fields[11]) + int(fields[12])) / tick
-    reaped = (int(fields[13]) + int(fields[14])) / tick
-    return int(fields[1]), own, reaped
+def _all_stats() -> dict[str, tuple[int, float, float]]:
+    """(parent pid, own CPU seconds, CPU seconds of reaped children) of every process."""
+    tick, stats = os.sysconf("SC_CLK_TCK"), {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                f = stat.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone
+        stats[pid] = (int(f[1]), (int(f[11]) + int(f[12])) / tick, (int(f[13]) + int(f[14])) / tick)
+    return stats
 
 
-def _cmdline(pid: str) -> str:
+def cmdline(pid: int | str) -> str:
+    """A process's command line, its arguments joined by spaces ("" if it is gone)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmd:
             return cmd.read().replace(b"\0", b" ").decode(errors="replace")
@@ -119,20 +115,11 @@ def _cmdline(pid: str) -> str:
         return ""
 
 
-def _all_stats() -> dict[str, tuple[int, float, float]]:
-    stats = {}
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            stat = _stat(pid)
-            if stat is not None:
-                stats[pid] = stat
-    return stats
-
-
-def _children(stats: dict[str, tuple[int, float, float]]) -> dict[str, list[str]]:
+def _children(stats: Mapping[str, tuple]) -> dict[str, list[str]]:
+    """The pids by parent pid (the first field of each stat)."""
     children: dict[str, list[str]] = {}
-    for pid, (ppid, _, _) in stats.items():
-        children.setdefault(str(ppid), []).append(pid)
+    for pid, stat in stats.items():
+        children.setdefault(str(stat[0]), []).append(pid)
     return children
 
 
@@ -149,7 +136,7 @@ def descendants(root: int) -> list[int]:
 
 def broker_pids() -> list[int]:
     """This process's descendants that run the broker (for :class:`CpuSampler`'s roots)."""
-    return [p for p in descendants(os.getpid()) if "kafka.kafka" in _cmdline(str(p)).lower()]
+    return [p for p in descendants(os.getpid()) if "kafka.kafka" in cmdline(str(p)).lower()]
 
 
 #: The process groups :class:`CpuSampler` reports, in the order the tables show them.
@@ -200,7 +187,7 @@ class CpuSampler:
             if pid in out:
                 continue
             known = self._prev.get(pid)
-            kind = known[1] if known is not None else process_kind(_cmdline(pid))
+            kind = known[1] if known is not None else process_kind(cmdline(pid))
             ppid, own, reaped = stats[pid]
             out[pid] = (ppid, kind, own, reaped)
             todo += children.get(pid, [])
@@ -211,15 +198,10 @@ class CpuSampler:
         for pid, (_, kind, own, _) in now.items():
             before = prev.get(pid)
             self.totals[kind] += own - (before[2] if before is not None else 0.0)
-        gone: dict[str, list[str]] = {}
-        for pid, (ppid, _, _, _) in prev.items():
-            if pid not in now:
-                gone.setdefault(str(ppid), []).append(pid)
+        gone = _children({pid: stat for pid, stat in prev.items() if pid not in now})
         for pid, (_, kind, _, reaped) in now.items():
             before = prev.get(pid)
-            if before is None:
-                continue
-            grew = reaped - before[3]
+            grew = reaped - before[3] if before is not None else 0.0
             if grew <= 0:
                 continue
             vanished = gone.get(pid, [])

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from bench.harness.docs import RESULTS, ROOT
 from bench.harness.kafka import Flow, broker, create_topics, unique
-from bench.harness.procfs import descendants, process_kind
+from bench.harness.procfs import cmdline, descendants, process_kind
 
 SECTION = "soak"
 PROCESSES = ("jvm", "reader", "workers")
@@ -36,9 +36,8 @@ PROCESSES = ("jvm", "reader", "workers")
 def _memory_mb(pid: int) -> tuple[str, float, float] | None:
     """(kind, PSS in MB, RSS in MB) of one process of the job (jvm, reader or workers), or
     None. Summed per kind as PSS: the workers are forked from one daemon and share pages."""
+    kind = process_kind(cmdline(pid))
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-        kind = process_kind(cmdline.decode(errors="replace"))
         rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
     except OSError:
         return None
