@@ -104,20 +104,21 @@ def run_throughput(cfg: Config, spark: Any, servers: str, scratch: Path, say: Ca
         spark_read(spark, servers, warm, "noop", scratch, "kafka")
         const_source.const_arrow_rate(spark, 20_000, cfg.partitions, cfg.size)
 
+    read = functools.partial(spark_read, spark, servers, topics)
+    measured = {
+        "plain": lambda: plain_read(servers, topics, cfg.partitions, cfg.records),
+        "read_range": lambda: Run(
+            *_core_parts.read_range_rate(servers, topics, cfg.partitions, ends)
+        ),
+        "spark_ceiling": lambda: Run(
+            *const_source.const_arrow_rate(spark, cfg.records, cfg.partitions, cfg.size)
+        ),
+        "spark_kafka": lambda: read("noop", scratch, "kafka"),
+        "noop": lambda: read("noop", scratch),
+        "delta-group": lambda: read("delta-group", scratch),
+    }
     runs: dict[str, list[Run]] = {}
     for round_no in range(cfg.rounds):
-        measured = {
-            "plain": lambda: plain_read(servers, topics, cfg.partitions, cfg.records),
-            "read_range": lambda: Run(
-                *_core_parts.read_range_rate(servers, topics, cfg.partitions, ends)
-            ),
-            "spark_ceiling": lambda: Run(
-                *const_source.const_arrow_rate(spark, cfg.records, cfg.partitions, cfg.size)
-            ),
-            "spark_kafka": lambda: spark_read(spark, servers, topics, "noop", scratch, "kafka"),
-            "noop": lambda: spark_read(spark, servers, topics, "noop", scratch),
-        }
-        measured["delta-group"] = lambda: spark_read(spark, servers, topics, "delta-group", scratch)
         for name, fn in measured.items():
             sampler = CpuSampler().start()
             run = fn()
@@ -131,9 +132,7 @@ def run_throughput(cfg: Config, spark: Any, servers: str, scratch: Path, say: Ca
         say(f"spark delta-spark process, kafka -> {name}: {run.rows:,} rows, {run.rate:,.0f} rec/s")
     best = {name: max(rs, key=lambda r: r.rate) for name, rs in runs.items()}
     profiler = cProfile.Profile()
-    profiler.enable()
-    _core_parts.read_range_rate(servers, topics, cfg.partitions, ends)
-    profiler.disable()
+    profiler.runcall(_core_parts.read_range_rate, servers, topics, cfg.partitions, ends)
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(10)
     return {
@@ -219,29 +218,20 @@ def run_all(cfg: Config, spark: Any, servers: str, scratch: Path, say: Callable 
     started = time.perf_counter()
     results: dict[str, Any] = {"config": asdict(cfg), "section_s": {}}
 
-    def section(name: str, fn: Callable[[], Any]) -> Any:
+    def section(name: str, fn: Callable[..., Any], *args: Any) -> Any:
         t0 = time.perf_counter()
-        out = fn()
+        out = fn(*args)
         results["section_s"][name] = round(time.perf_counter() - t0, 1)
         loads.append(os.getloadavg())
         say(f"-- {name} done in {results['section_s'][name]} s, load {loads[-1][0]:.2f}")
         return out
 
-    results["throughput"] = section(
-        "throughput", lambda: run_throughput(cfg, spark, servers, scratch, say)
-    )
-    results["handover"] = section(
-        "handover", lambda: run_handover(cfg, spark, servers, scratch, say)
-    )
-    results["growth"], results["scale"] = section(
-        "growth+scale", lambda: run_growth_and_scale(cfg, spark, servers, scratch, say)
-    )
-    results["ledger"] = section(
-        "ledger",
-        lambda: _core_parts.ledger_commits(
-            servers, cfg.ledger_batches, cfg.ledger_partitions, min(1000, cfg.ledger_batches)
-        ),
-    )
+    common = (cfg, spark, servers, scratch, say)
+    results["throughput"] = section("throughput", run_throughput, *common)
+    results["handover"] = section("handover", run_handover, *common)
+    results["growth"], results["scale"] = section("growth+scale", run_growth_and_scale, *common)
+    ledger = (servers, cfg.ledger_batches, cfg.ledger_partitions, min(1000, cfg.ledger_batches))
+    results["ledger"] = section("ledger", _core_parts.ledger_commits, *ledger)
     say(f"ledger {results['ledger']}")
     results["load_1min"] = [round(x[0], 2) for x in loads]
     results["seconds"] = time.perf_counter() - started
