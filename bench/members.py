@@ -226,12 +226,7 @@ def stop_all(members: Iterable[Member], stop_file: Path, timeout_s: float = 90.0
 def unfinished_batch(checkpoint: str) -> list[OffsetRange]:
     """The ranges of the newest batch in a (local) checkpoint's offset log that Spark has not
     marked finished: what the query replays when it starts again ([] when none)."""
-    offsets = Path(checkpoint) / "offsets"
-    ids = (
-        sorted(int(p.name) for p in offsets.iterdir() if p.name.isdigit())
-        if offsets.is_dir()
-        else []
-    )
+    ids = sorted(int(p.name) for p in (Path(checkpoint) / "offsets").glob("*") if p.name.isdigit())
     if not ids or is_committed(checkpoint, ids[-1]):
         return []
     return list(read_batch_plan(checkpoint, ids[-1]).ranges.values())
