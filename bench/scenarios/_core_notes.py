@@ -115,10 +115,7 @@ def scale_notes(sc: dict[str, Any], led: dict[str, Any]) -> list[str]:
         notes.append(
             f"- Driver time: asking the log ends (`_end_offsets`, one ListOffsets request per "
             f"broker) is {ends / total:.0%} of `latest_offset`; committing the previous batch "
-            f"(ledger + Kafka) is {commit / total:.0%}; the rest is planning and bookkeeping. "
-            "`endOffsets=fetch` (second row) adds a small fetch per partition whose listed "
-            "end moved, to confirm the log end on brokers whose ListOffsets under-reports "
-            "(Tansu, see [brokers.md](brokers.md))."
+            f"(ledger + Kafka) is {commit / total:.0%}; the rest is planning and bookkeeping."
         )
     nl, st = sc.get("stream_no_ledger"), sc["stream"]
     if nl:
@@ -196,12 +193,11 @@ def growth_notes(results: dict[str, Any]) -> list[str]:
             for r in sized
         )
         notes.append(
-            "- Large values: a Python data source that does no Kafka work at all (constant "
-            "Arrow batches of rows of that size into noop) is itself far below the plain loop "
+            "- Large values: the Python source ceiling is itself far below the plain loop "
             f"({cells}). That is Spark's own path from a Python worker's Arrow batches to its "
             "rows, on the same two cores, so no source on Spark's Python data source API reaches "
-            "0.5x the plain loop at these sizes on this machine; Spark's own kafka source "
-            "(its rows built in the JVM) is slower still."
+            "0.5x the plain loop at these sizes on this machine; Spark's own kafka source (its "
+            "rows built in the JVM) is slower still."
         )
     phases = big.get("noop_phases_s")
     if phases:

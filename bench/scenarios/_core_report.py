@@ -109,12 +109,8 @@ def render(results: dict[str, Any]) -> str:
         "",
         "Rows counted: "
         + ", ".join(f"{n} {runs[n]['rows']:,}" for n in runs)
-        + (
-            f"; the delta-group table holds {runs['delta-group']['written']:,} rows"
-            if "delta-group" in runs
-            else ""
-        )
-        + f" (produced {t['records']:,}).",
+        + f"; the delta-group table holds {runs['delta-group']['written']:,} rows (produced "
+        f"{t['records']:,}).",
         "",
         *_delta_sinks(t),
         "## 2. Handover",
@@ -209,11 +205,10 @@ def render(results: dict[str, Any]) -> str:
         "",
         "## 4. Cost growth",
         "",
-        'Throughput (plain, Spark\'s `format("kafka")` -> noop and kafka-group -> noop, as in '
-        "section 1) and driver time per batch (as in section 3) by partition count and record "
-        "size. The *Python source ceiling* is section 1's constant-Arrow source with values of "
-        "the row's size, in 4 tasks: what any source built on Spark's Python data source API "
-        "could reach with such rows, Kafka aside.",
+        "Throughput (as in section 1) and driver time per batch (as in section 3) by partition "
+        "count and record size. *Python source ceiling*: section 1's constant-Arrow source with "
+        "values of the row's size, in 4 tasks (what any source on Spark's Python data source API "
+        "could reach with such rows, Kafka aside).",
         "",
         "| partitions | value size | records | plain rec/s | Spark kafka rec/s | kafka-group "
         "rec/s | kafka-group / Spark kafka | kafka-group / plain | Python source ceiling "
@@ -254,12 +249,9 @@ def _delta_sinks(t: dict[str, Any]) -> list[str]:
         "",
         "The same records into a Delta table: kafka-group -> `delta-group` (exactly-once, "
         "delta-rs, pyspark 4.3) and Spark's `format(\"kafka\")` -> Spark's own "
-        '`format("delta")` sink (delta-spark 4.4.0, whose jars need pyspark 4.2: a Spark '
-        "application of its own, `bench/harness/spark_delta_proc.py`, local[2] on the same "
-        "machine, "
-        "after a warm-up query of each kind), each the best of the section's rounds. The "
-        "sink's cost per record is the run into the table less the same source into `noop` "
-        "(the delta-group sink-cost section below takes it apart).",
+        '`format("delta")` sink (pyspark 4.2, in a process of its own), each the best of the '
+        "section's rounds. The sink's cost per record is the run into the table less the same "
+        "source into `noop` (the delta-group sink-cost section below takes it apart).",
         "",
         "| path | records/s | µs per record | of which the sink (µs) | rows in the table |",
         "| --- | ---: | ---: | ---: | ---: |",
