@@ -43,6 +43,16 @@ class Run:
         return self.rows / self.seconds
 
 
+#: The settings of every benchmark's local[2] session (Spark's Delta sink's process too).
+SESSION_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.driver.memory": "1g",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
 def spark_session() -> Any:
     """The local[2] SparkSession every Spark figure uses, with Spark's own Kafka source."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -52,17 +62,8 @@ def spark_session() -> Any:
     import spark_groups
     from spark_groups.tools.spark_jars import jar_conf
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("spark-groups-bench")
-        .config(map=jar_conf("spark-kafka"))
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
+    builder = SparkSession.builder.master("local[2]").appName("spark-groups-bench")
+    session = builder.config(map={**jar_conf("spark-kafka"), **SESSION_CONF}).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     spark_groups.register(session)
     return session
@@ -216,9 +217,9 @@ def spark_delta_sink(
     work = scratch / unique("bench-spark-delta")
     work.mkdir(parents=True)
     out = work / "result.json"
-    spec = {"conf": {**jar_conf("delta-spark", "spark-kafka", line="4.2"), **DELTA_SQL_CONF},
-            "servers": servers, "topics": list(topics), "warmup": list(warmup), "rounds": rounds,
-            "work": str(work / "run"), "out": str(out)}  # fmt: skip
+    conf = {**jar_conf("delta-spark", "spark-kafka", line="4.2"), **DELTA_SQL_CONF, **SESSION_CONF}
+    spec = {"conf": conf, "servers": servers, "topics": list(topics), "warmup": list(warmup),
+            "rounds": rounds, "work": str(work / "run"), "out": str(out)}  # fmt: skip
     script = Path(__file__).with_name("spark_delta_proc.py")
     log = work / "spark.log"
     try:

@@ -4,7 +4,8 @@
 
 Run by :func:`bench.harness.spark.spark_delta_sink` (delta-spark does not run on pyspark 4.3):
 ``format("kafka")`` from offset 0 into ``noop``, then into ``format("delta")``. Imports only
-pyspark. SPEC: ``conf``, ``servers``, ``topics``, ``warmup``, ``rounds``, ``work``, ``out``.
+pyspark. SPEC: ``conf`` (the session's settings), ``servers``, ``topics``, ``warmup``,
+``rounds``, ``work``, ``out``.
 """
 
 from __future__ import annotations
@@ -17,20 +18,12 @@ from typing import Any
 
 def _run(spark: Any, spec: dict, sink: str) -> dict:
     work = Path(spec["work"]) / sink
-    df = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", spec["servers"])
-        .option("subscribe", ",".join(spec["topics"]))
-        .option("startingOffsets", "earliest")
-        .load()
-    )
-    writer = df.writeStream.trigger(availableNow=True).option(
-        "checkpointLocation", str(work / "checkpoint")
-    )
-    if sink == "delta":
-        query = writer.format("delta").start(str(work / "table"))
-    else:
-        query = writer.format("noop").start()
+    source = spark.readStream.format("kafka").option("startingOffsets", "earliest")
+    source = source.option("kafka.bootstrap.servers", spec["servers"])
+    df = source.option("subscribe", ",".join(spec["topics"])).load()
+    writer = df.writeStream.trigger(availableNow=True).format(sink)
+    writer = writer.option("checkpointLocation", str(work / "checkpoint"))
+    query = writer.start(str(work / "table") if sink == "delta" else None)
     query.awaitTermination(900)
     if query.isActive or query.exception() is not None:
         raise RuntimeError(f"the {sink} query did not end well: {query.exception()}")
@@ -48,15 +41,7 @@ def main() -> int:
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master("local[2]").appName("spark-groups-bench-delta")
-    for key, value in spec["conf"].items():
-        builder = builder.config(key, value)
-    spark = (
-        builder.config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
+    spark = builder.config(map=spec["conf"]).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
         if spec.get("warmup"):
