@@ -137,10 +137,7 @@ def spark_handover(
     ]  # fmt: skip
     subscribed = reader_log_times(log_file(), group)["subscribed_all"]
     t_sub = subscribed[-1] if len(subscribed) >= 2 else float("nan")
-    kept: set[int] = set()
-    for t, parts in a_batches:
-        if t > settle + 1.0:
-            kept |= parts
+    kept: set[int] = set().union(*(parts for t, parts in a_batches if t > settle + 1.0))
     window = [parts for t, parts in a_batches if t0 <= t <= b_first[0]]
     times = [t0] + [t for t, _ in a_batches if t0 <= t <= b_first[0]] + [b_first[0]]
     return {

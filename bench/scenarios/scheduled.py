@@ -70,9 +70,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             spark.stop()
     results["machine"] = machine_facts("kafka")
     results["broker_group_settings"] = PRODUCTION_GROUP_SETTINGS
-    results["args"] = {
-        k: v for k, v in vars(args).items() if k in ("runs", "records", "partitions")
-    }
+    results["args"] = {k: vars(args)[k] for k in ("runs", "records", "partitions")}
     print(json.dumps(results["summary"], indent=2))
     return results
 
@@ -177,8 +175,7 @@ def render(results: dict[str, Any]) -> str:
         "## Scheduled runs: AvailableNow, one run after the other (issue 25)",
         "",
         f"`{results['command']}`, {results['when']}, load average {results['load_before']} before "
-        "and "
-        f"{results['load_after']} after, {machine.get('cpu', '')}. Each run is a new "
+        f"and {results['load_after']} after, {machine.get('cpu', '')}. Each run is a new "
         "AvailableNow query of the same group and checkpoint into `noop` (via `foreachBatch`), "
         f"after {results['args']['records']:,} new records on {results['args']['partitions']} "
         "partitions; Apache Kafka with Kafka's default group settings "

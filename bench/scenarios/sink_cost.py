@@ -97,14 +97,13 @@ def render(results: dict[str, Any]) -> str:
         "## The delta-group sink's cost, piece by piece (issue 34)",
         "",
         f"Command: `{results['command']}`. Run on {results['when']}. In one warm `local[2]` "
-        "session on "
-        f"its own Apache Kafka broker: {results['records']:,} records x {results['size']} B "
-        "in 4 partitions, kafka-group -> `noop`, -> `discard-arrow` (a Python stream writer "
-        "that takes each task's Arrow batches and drops them: Spark moving the rows to a "
-        "Python sink, no sink work) and -> `delta-group` (the same columns as section 1's "
-        f"run: value, topic, partition, offset); best of {len(sides['noop'])} rounds, sides "
-        "alternating. Then the sink's Python writer alone, in one process without Spark, on "
-        "batches of 10,000 rows of one partition.",
+        f"session on its own Apache Kafka broker: {results['records']:,} records x "
+        f"{results['size']} B in 4 partitions, kafka-group -> `noop`, -> `discard-arrow` (a "
+        "Python stream writer that takes each task's Arrow batches and drops them: Spark moving "
+        "the rows to a Python sink, no sink work) and -> `delta-group` (the same columns as "
+        f"section 1's run: value, topic, partition, offset); best of {len(sides['noop'])} "
+        "rounds, sides alternating. Then the sink's Python writer alone, in one process without "
+        "Spark, on batches of 10,000 rows of one partition.",
         "",
         "| piece | µs per record |",
         "| --- | ---: |",

@@ -142,10 +142,9 @@ def render(results: dict[str, Any]) -> str:
         "## Split ranges: one partition, one task or two (issue 34)",
         "",
         f"Command: `{results['command']}`. Run on {results['when']}; load average before and "
-        "after: "
-        f"{results['load_before']} / {results['load_after']}. {results['records']:,} records x "
-        f"{results['size']} B in **one partition**, read from offset 0 into `noop` with "
-        "`Trigger.AvailableNow` in one warm `local[2]` session, every side in each of "
+        f"after: {results['load_before']} / {results['load_after']}. {results['records']:,} "
+        f"records x {results['size']} B in **one partition**, read from offset 0 into `noop` "
+        "with `Trigger.AvailableNow` in one warm `local[2]` session, every side in each of "
         f"{results['rounds']} rounds (order rotated); time as in section 1. Best round, then "
         "every round.",
         "",
