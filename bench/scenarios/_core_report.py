@@ -6,19 +6,8 @@ import math
 from typing import Any
 
 from bench.harness.docs import met, rate, ratio
-from bench.scenarios._core_notes import (
-    ceiling_cell,
-    cpu_budget,
-    growth_notes,
-    memory_rows,
-    ms,
-    no_ledger_rows,
-    profile_head,
-    read_path_words,
-    scale_notes,
-    sec,
-    write_plot,
-)
+from bench.scenarios import _core_notes as notes
+from bench.scenarios._core_notes import ms, sec, write_plot
 
 __all__ = ["render", "write_plot"]
 
@@ -90,21 +79,21 @@ def render(results: dict[str, Any]) -> str:
         "",
         "Where the time goes. The executor read path alone (`read_range` over the same "
         f"partitions in one process, no Spark) runs at {rr / plain:.2f}x the plain loop; its "
-        f"profile is below ({read_path_words(results['machine'])}). A Python data source that "
-        "does no Kafka work at all (one prebuilt Arrow batch of the same schema, yielded again "
-        f"and again) reaches {rate(ceil)} records/s = {ceil / plain:.2f}x the plain loop: "
+        f"profile is below ({notes.read_path_words(results['machine'])}). A Python data source "
+        "that does no Kafka work at all (one prebuilt Arrow batch of the same schema, yielded "
+        f"again and again) reaches {rate(ceil)} records/s = {ceil / plain:.2f}x the plain loop: "
         "that is Spark's own cost of taking Arrow batches from a Python worker into the JVM "
         f"as rows. kafka-group reaches {noop / ceil:.2f}x of that ceiling. The CPU column "
         "shows the rest: per record, kafka-group pays the Python read path *and* Spark's "
         "conversion (plus planning, the commit log and the ledger), all on the same cores as "
         "the broker, where the plain loop pays only the first. "
-        + cpu_budget(runs, int(results["machine"].get("cores", 1)))
+        + notes.cpu_budget(runs, int(results["machine"].get("cores", 1)))
         + f" The warm time excludes the first batch's group join "
         f"({runs['noop']['excluded_s']:.1f} s); the CPU column covers the whole query, start-up "
         "included.",
         "",
         "```",
-        *profile_head(t.get("read_range_profile", ""), 14),
+        *notes.profile_head(t.get("read_range_profile", ""), 14),
         "```",
         "",
         "Rows counted: "
@@ -124,7 +113,7 @@ def render(results: dict[str, Any]) -> str:
         "| --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
     limit = cfg["trigger_ms"] / 1000 + 2
-    notes, batches = [""], []
+    handover_notes, batches = [""], []
     for strategy, res in results["handover"].items():
         p, s = res["plain"], res["spark"]
         if math.isfinite(s.get("sub_to_first_record_s", math.nan)):
@@ -138,7 +127,7 @@ def render(results: dict[str, Any]) -> str:
             f"| {strategy} | kafka-group | {sec(s.get('start_to_subscribe_s', math.nan))} | "
             f"{sec(to_parts)} | {sec(to_first)} | {extra:+.2f} s | {met(extra <= limit)} |",
         ]
-        notes.append(
+        handover_notes.append(
             f"- {strategy}: partitions -> first record takes "
             f"{p['to_first_record_s'] - p['to_partitions_s']:.2f} s plain and "
             f"{s['to_first_record_s'] - s['to_partitions_s']:.2f} s for kafka-group (the new "
@@ -150,7 +139,7 @@ def render(results: dict[str, Any]) -> str:
             f"{sec(s['a_longest_gap_s'])} |"
         )
     lines += [
-        *notes,
+        *handover_notes,
         "",
         "Batches of the first member between the second's start and its first record:",
         "",
@@ -185,8 +174,8 @@ def render(results: dict[str, Any]) -> str:
         f"{ratio(st['rss_mb'], pl['rss_mb'])} | < 150 MB: {met(st['rss_mb'] < 150)} |",
         f"| of which imports alone (pyspark, spark_groups, deltalake, pyarrow) (MB) | "
         f"{st['imports_rss_mb']:.0f} | | | |",
-        *memory_rows(st.get("memory_mb")),
-        *no_ledger_rows(sc.get("stream_no_ledger"), pl),
+        *notes.memory_rows(st.get("memory_mb")),
+        *notes.no_ledger_rows(sc.get("stream_no_ledger"), pl),
         f"| join until the first plan (s) | {sec(st['join_s'])} | {sec(pl['join_s'])} | | |",
         f"| ledger commit p50 (ms), last {led['window']:,} of {led['batches']:,} batches x "
         f"{led['partitions']} partitions, compaction every {led.get('compact_every', 200)} | "
@@ -196,11 +185,11 @@ def render(results: dict[str, Any]) -> str:
         f"{met(led['ledger_p50_s'] < 0.03)} |",
         f"| ledger commit p95 (ms) | {ms(led['ledger_p95_s'])} | {ms(led['kafka_p95_s'])} | | |",
         "",
-        *scale_notes(sc, led),
+        *notes.scale_notes(sc, led),
         "Profile of the driver's batches (endOffsets=auto, cumulative time):",
         "",
         "```",
-        *profile_head(sc["stream_profiled"].get("profile", "")),
+        *notes.profile_head(sc["stream_profiled"].get("profile", "")),
         "```",
         "",
         "## 4. Cost growth",
@@ -225,11 +214,11 @@ def render(results: dict[str, Any]) -> str:
             f"{rate(r['plain_rate'])} | {rate(skr) if math.isfinite(skr) else 'n/a'} | "
             f"{rate(r['noop_rate'])} | {ratio(r['noop_rate'], skr)} | "
             f"{ratio(r['noop_rate'], r['plain_rate'])} | "
-            f"{ceiling_cell(r, cr, results['throughput']['size'])} | "
+            f"{notes.ceiling_cell(r, cr, results['throughput']['size'])} | "
             f"{skr * r['size'] / 1e6:,.1f} | {r['noop_rate'] * r['size'] / 1e6:,.1f} | "
             f"{ms(r.get('plan_stream_s', math.nan))} | {ms(r.get('plan_plain_s', math.nan))} |"
         )
-    lines += ["", *growth_notes(results), "![cost growth](benchmarks.png)"]
+    lines += ["", *notes.growth_notes(results), "![cost growth](benchmarks.png)"]
     return "\n".join(lines)
 
 
