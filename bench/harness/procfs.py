@@ -264,9 +264,7 @@ class BusySampler:
 
     def cores_busy(self, window: tuple[float, float] | None) -> float | None:
         """Average busy cores over ``window`` (epoch seconds), from the samples inside it."""
-        if window is None:
-            return None
-        inside = [s for s in self.samples if window[0] <= s[0] <= window[1]]
+        inside = [s for s in self.samples if window and window[0] <= s[0] <= window[1]]
         if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
             return None
         return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])

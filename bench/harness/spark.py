@@ -175,15 +175,11 @@ def spark_read(
     df = stream(spark, source, opts)
     if sink != "noop":
         df = df.selectExpr("value", "topic", "partition", "offset")
-    writer = (
-        df.writeStream.trigger(availableNow=True)
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .format(sink)
-    )
+    writer = df.writeStream.trigger(availableNow=True).format(sink)
+    writer = writer.option("checkpointLocation", str(work / "checkpoint"))
     if sink == "delta-group":
-        query = writer.option("group.id", group).start(str(work / "table"))
-    else:
-        query = writer.start()
+        writer = writer.option("group.id", group)
+    query = writer.start(str(work / "table") if sink == "delta-group" else None)
     try:
         run = timed_run(query, f"{source} -> {sink}", skip_join=source == "kafka-group")
         if sink == "delta-group":  # the rows in the table

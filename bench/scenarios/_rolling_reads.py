@@ -112,11 +112,8 @@ def duplicates_by_cause(
     table and by the plain consumer, the latter split by whether the table's row lies in a
     batch a SIGTERMed member had planned and replayed when it started again (``replayed``:
     its ranges)."""
-    out = {
-        "in_table_twice": 0,
-        "table_and_service_in_replayed_batch": 0,
-        "table_and_service_other": 0,
-    }
+    causes = ("in_table_twice", "table_and_service_in_replayed_batch", "table_and_service_other")
+    out = dict.fromkeys(causes, 0)
     for record_id in twice:
         places = reads.handled[record_id]
         if sum(1 for where, _, _ in places if where == "table") > 1:

@@ -135,10 +135,8 @@ def render(results: dict[str, Any]) -> str:
         cells = [LABELS[side]]
         for kind in ("cold", "warm"):
             cpu = r.get(f"{kind}_cpu_s_per_m", {})
-            total = sum(cpu.values())
-            cells.append(
-                " / ".join(f"{cpu.get(k, 0):.2f}" for k in PROCESS_KINDS) + f" = {total:.2f}"
-            )
+            shares = " / ".join(f"{cpu.get(k, 0):.2f}" for k in PROCESS_KINDS)
+            cells.append(f"{shares} = {sum(cpu.values()):.2f}")
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
