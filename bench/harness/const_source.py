@@ -84,9 +84,7 @@ class _ConstStreamReader(_ConstRows, DataSourceStreamReader, SupportsTriggerAvai
         return {"batch": 1}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        if start == end:
-            return []
-        return [InputPartition(i) for i in range(self.parts)]
+        return [] if start == end else [InputPartition(i) for i in range(self.parts)]
 
     def commit(self, end: dict) -> None:
         """Nothing to commit."""

@@ -162,12 +162,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         command = ["spark-submit", "--master", "local[2]", "--driver-memory", "1g", "--conf",
                    "spark.ui.enabled=false", *spark_log_options(),
                    str(ROOT / "jobs" / "ingest.py"), "--conf", str(config)]  # fmt: skip
-        job = subprocess.Popen(
-            command,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=open(work / "job.log", "w"),  # noqa: SIM115
-        )
+        with (work / "job.log").open("w") as log:  # the job keeps its own descriptor of it
+            job = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
         started = time.monotonic()
         next_optimize = started + args.optimize_every_min * 60
         try:
