@@ -154,11 +154,9 @@ def run_way(
             })  # fmt: skip
             say(f"{way}: {json.dumps(restarts[-1])}")
             for other in members:
-                assert other.proc is not None
-                if other.proc.poll() is not None:
-                    raise RuntimeError(
-                        f"{way}: member {other.name} exited: {other.log_text()[-2000:]}"
-                    )
+                if other.proc is None or other.proc.poll() is not None:
+                    tail = other.log_text()[-2000:]
+                    raise RuntimeError(f"{way}: member {other.name} exited: {tail}")
         pass_until = time.time() + args.settle
         time.sleep(args.settle)  # handovers still settling after the last member reads
         producer.stop_event.set()
