@@ -175,8 +175,9 @@ def render(results: dict[str, Any]) -> str:
         "## Scheduled runs: AvailableNow, one run after the other (issue 25)",
         "",
         f"`{results['command']}`, {results['when']}, load average {results['load_before']} before "
-        f"and {results['load_after']} after, {machine.get('cpu', '')}. Each run is a new "
-        "AvailableNow query of the same group and checkpoint into `noop` (via `foreachBatch`), "
+        f"and {results['load_after']} after, on {machine['cores']} cores ({machine['CPU']}). "
+        "Each run is a new AvailableNow query of the same group and checkpoint into `noop` (via "
+        "`foreachBatch`), "
         f"after {results['args']['records']:,} new records on {results['args']['partitions']} "
         "partitions; Apache Kafka with Kafka's default group settings "
         "(`group.initial.rebalance.delay.ms=3000`, 45 s sessions, KIP-848's 5 s heartbeat). "
