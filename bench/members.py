@@ -136,10 +136,12 @@ def member_spec(
 
 
 class Member:
-    """One member process running bench/sink_member.py."""
+    """One member process: ``script`` (bench/sink_member.py, a Spark application, unless
+    given: the crash matrix runs tests/crash/sim_member.py) with ``spec`` and its name as
+    ``member``, in its own process group, logging to ``logs/NAME-RUN.log``."""
 
-    def __init__(self, name: str, spec: dict, logs: Path) -> None:
-        self.name, self.spec, self.logs = name, spec, logs
+    def __init__(self, name: str, spec: dict, logs: Path, script: Path = MEMBER_SCRIPT) -> None:
+        self.name, self.spec, self.logs, self.script = name, spec, logs, script
         self.proc: subprocess.Popen | None = None
         self.runs = 0
 
@@ -155,7 +157,7 @@ class Member:
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         env = dict(os.environ, SPARK_GROUPS_LOG_LEVEL="INFO", PYTHONPATH=path, **(env or {}))
         self.proc = subprocess.Popen(
-            [sys.executable, str(MEMBER_SCRIPT), json.dumps({**self.spec, "member": self.name})],
+            [sys.executable, str(self.script), json.dumps({**self.spec, "member": self.name})],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -189,6 +191,17 @@ class Member:
                 return
             time.sleep(0.1)
         self.reap()
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Ask the member to stop the way it watches for it (``spec["stop_file"]``), wait for
+        it to exit, then SIGKILL whatever is left of its process group."""
+        try:
+            if self.proc is not None and self.proc.poll() is None:
+                Path(self.spec["stop_file"]).touch()
+                self.proc.wait(timeout_s)
+        finally:
+            self.kill()
+            self.reap()
 
     def kill(self) -> None:
         """SIGKILL the member's whole process group (driver, JVM, Python workers)."""

@@ -11,7 +11,7 @@ after its sink committed, a replay of the last logged batch after a restart). Sp
 nothing to what the crash-point matrix checks, and without its JVM a member starts in a
 second, so the matrix runs every cell.
 
-SPEC keys: ``servers``, ``topic``, ``group``, ``table``, ``checkpoint``, ``name``,
+SPEC keys: ``servers``, ``topic``, ``group``, ``table``, ``checkpoint``, ``member`` (its name),
 ``stop_file``, ``kafka`` (librdkafka settings of the member), ``max_records``. The crash
 points (``spark_groups.crash_points``) fire from the environment the test sets.
 """
@@ -102,7 +102,7 @@ def run_batch(
 def main() -> None:
     spec = json.loads(sys.argv[1])
     logging.basicConfig(
-        level=logging.INFO, format=f"%(asctime)s {spec['name']} %(name)s %(message)s"
+        level=logging.INFO, format=f"%(asctime)s {spec['member']} %(name)s %(message)s"
     )
     options = parse_options(
         {
@@ -117,7 +117,7 @@ def main() -> None:
         }
     )
     stream = GroupStream(options)
-    sink = DeltaSink(spec["table"], spec["group"], member=spec["name"])
+    sink = DeltaSink(spec["table"], spec["group"], member=spec["member"])
     checkpoint = Checkpoint(spec["checkpoint"])
     start, spark_id = BatchOffset.initial(), -1
     last = checkpoint.last()

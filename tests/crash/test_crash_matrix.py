@@ -28,22 +28,17 @@ for records to be produced); one Spark end-to-end cell per point lives in
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from crash_support import join_and_leave
 
-from bench.members import IdProducer, PlainService, sink_commits
+from bench.members import IdProducer, Member, PlainService, sink_commits
 from spark_groups.crash_points import ARM_ENV, CRASH_ENV, POINTS
 from spark_groups.handover import SinkTableHandover
 
@@ -69,50 +64,6 @@ PARALLEL = int(os.environ.get("CRASH_MATRIX_PARALLEL", "6"))
 pytestmark = pytest.mark.skipif(
     broker_kind() != "kafka", reason="KIP-848 and plain consumers in the group (Apache Kafka)"
 )
-
-
-@dataclass
-class Sim:
-    """One sim_member process."""
-
-    spec: dict
-    logs: Path
-    env: dict = field(default_factory=dict)
-    proc: subprocess.Popen | None = None
-    runs: int = 0
-
-    def start(self, **env: str) -> None:
-        self.runs += 1
-        log = (self.logs / f"{self.spec['name']}-{self.runs}.log").open("w")
-        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-        self.proc = subprocess.Popen(
-            [sys.executable, str(SIM), json.dumps(self.spec)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(os.environ, PYTHONPATH=path, **env),
-            start_new_session=True,
-        )
-        log.close()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            Path(self.spec["stop_file"]).touch()
-            try:
-                self.proc.wait(60)
-            finally:
-                self.kill()
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-
-    def log_text(self) -> str:
-        return "".join(
-            p.read_text(errors="replace")
-            for p in sorted(self.logs.glob(f"{self.spec['name']}-*.log"))
-        )
 
 
 #: Where an unaided service can find a batch in the table that Kafka does not have yet: a
@@ -171,7 +122,7 @@ def run_cell(servers: str, topic: str, point: str, sig: str, owner: str, root: P
     def spec(name: str) -> dict:
         return {
             "servers": servers, "topic": topic, "group": group, "table": table,
-            "checkpoint": str(root / f"cp-{name}"), "name": name,
+            "checkpoint": str(root / f"cp-{name}"),
             "stop_file": str(root / f"stop-{name}"), "kafka": settings, "max_records": MAX_RECORDS,
         }  # fmt: skip
 
@@ -182,13 +133,13 @@ def run_cell(servers: str, topic: str, point: str, sig: str, owner: str, root: P
         steps.append((name, time.monotonic()))
         (root / "steps.txt").write_text("\n".join(f"{n} {t - steps[0][1]:.2f}" for n, t in steps))
 
-    a = Sim(spec("A"), root / "logs")
-    others: list[Sim] = []
+    a = Member("A", spec("A"), root / "logs", SIM)
+    others: list[Member] = []
     services: list[PlainService] = []
     producer = IdProducer(servers, topic, PARTITIONS, per_second=RATE)
     producer.start()
     try:
-        a.start(**{CRASH_ENV: f"{point}:{sig}", ARM_ENV: str(arm)})
+        a.start({CRASH_ENV: f"{point}:{sig}", ARM_ENV: str(arm)})
         wait_until(
             lambda: commits_by(table, "A") >= 2,
             60,
@@ -197,7 +148,7 @@ def run_cell(servers: str, topic: str, point: str, sig: str, owner: str, root: P
         step("two commits")
         arm.touch()
         if owner in ("spark",):
-            others.append(Sim(spec("B"), root / "logs"))
+            others.append(Member("B", spec("B"), root / "logs", SIM))
             others[-1].start()
         elif owner in ("plain", "plain-unaided", "kip848"):
             helper = None if owner == "plain-unaided" else SinkTableHandover(table, group)
@@ -216,7 +167,7 @@ def run_cell(servers: str, topic: str, point: str, sig: str, owner: str, root: P
         assert a.proc is not None
         a.proc.wait(60)
         step("crashed")
-        a.kill()  # whatever is left of its process group
+        a.reap()  # whatever is left of its process group
         if owner == "restart":
             Path(a.spec["stop_file"]).unlink(missing_ok=True)
             a.start()
@@ -245,8 +196,8 @@ def run_cell(servers: str, topic: str, point: str, sig: str, owner: str, root: P
         producer.stop_event.set()
         for s in services:
             s.stop_event.set()
-        for sim in [a, *others]:
-            sim.stop() if sim.proc is not None and sim.proc.poll() is None else sim.kill()
+        for member in [a, *others]:
+            member.stop()
         step("stopped")
     in_table = Counter(table_ids(table))
     served = Counter(i for s in services for i in s.ids)
