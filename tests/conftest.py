@@ -70,8 +70,8 @@ def make_topic(bootstrap_servers: str):
 
 def _native_or_skip() -> None:
     """Skip the test where the native read path's C extension is not built (or cannot load)
-    and the environment does not require it; with ``SPARK_GROUPS_READ_PATH=native`` (CI) fail
-    it instead."""
+    and the environment does not require it; with ``SPARK_GROUPS_READ_PATH=native`` fail it
+    instead. (CI checks that the extension loads before the suite, so none is skipped there.)"""
     from spark_groups.read import native
 
     if not native.available():
@@ -84,8 +84,8 @@ def _native_or_skip() -> None:
 def read_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Run the test on each executor read path (``SPARK_GROUPS_READ_PATH`` set for its
     duration). The native case is skipped only where the C extension is not built (or cannot
-    load) and the environment does not require it: with ``SPARK_GROUPS_READ_PATH=native`` (CI)
-    it runs, and fails if the native path cannot. A task read on the other path fails the test."""
+    load) and the environment does not require it: with ``SPARK_GROUPS_READ_PATH=native`` it
+    runs, and fails if the native path cannot. A task read on the other path fails the test."""
     from spark_groups.read import native, reader
 
     path = request.param
