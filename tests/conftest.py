@@ -30,6 +30,30 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError("; ".join(found))
 
 
+#: The tests that start member processes (each its own Spark application or several) or a
+#: Spark cluster: each keeps the machine's two cores busy for a minute or more. Marked
+#: ``heavy``: `.ci/run` runs them one after another (``-m heavy``), beside the other tests
+#: (``-m "not heavy"``, mostly waiting on the broker); two heavy tests side by side slowed
+#: each other past their deadlines (README, "What `bash .ci/run` costs").
+HEAVY = (
+    "tests/chaos/",
+    "tests/crash/",
+    "tests/integration/test_cluster.py",
+    "tests/integration/test_member_kill.py",
+    "tests/integration/test_mixed_group.py",
+    "tests/integration/test_rolling_deploy.py",
+    "tests/integration/test_sink_maintenance_s3.py",
+    "tests/integration/test_sink.py::test_two_member_processes_one_killed_mid_batch",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests of :data:`HEAVY` ``heavy``."""
+    for item in items:
+        if item.nodeid.startswith(HEAVY):
+            item.add_marker(pytest.mark.heavy)
+
+
 @pytest.fixture(scope="session")
 def bootstrap_servers() -> Iterator[str]:
     """A broker for the whole test run: ``$BOOTSTRAP_SERVERS``, Apache Kafka, or Tansu."""
