@@ -214,7 +214,8 @@ def spark_delta_sink(
     work.mkdir(parents=True)
     out = work / "result.json"
     conf = {**jar_conf("delta-spark", "spark-kafka", line="4.2"), **DELTA_SQL_CONF, **SESSION_CONF}
-    spec = {"conf": conf, "servers": servers, "topics": list(topics), "warmup": list(warmup),
+    spec = {"conf": conf, "options": source_options(servers, topics),
+            "warmup": source_options(servers, warmup) if warmup else None,
             "rounds": rounds, "work": str(work / "run"), "out": str(out)}  # fmt: skip
     script = Path(__file__).with_name("spark_delta_proc.py")
     log = work / "spark.log"

@@ -4,8 +4,7 @@
 
 Run by :func:`bench.harness.spark.spark_delta_sink` (delta-spark does not run on pyspark 4.3):
 ``format("kafka")`` from offset 0 into ``noop``, then into ``format("delta")``. Imports only
-pyspark. SPEC: ``conf`` (the session's settings), ``servers``, ``topics``, ``warmup``,
-``rounds``, ``work``, ``out``.
+pyspark. SPEC: ``conf``, ``options`` (kafka's), ``warmup`` (or null), ``rounds``, ``work``, ``out``.
 """
 
 from __future__ import annotations
@@ -16,11 +15,9 @@ from pathlib import Path
 from typing import Any
 
 
-def _run(spark: Any, spec: dict, sink: str) -> dict:
-    work = Path(spec["work"]) / sink
-    source = spark.readStream.format("kafka").option("startingOffsets", "earliest")
-    source = source.option("kafka.bootstrap.servers", spec["servers"])
-    df = source.option("subscribe", ",".join(spec["topics"])).load()
+def _run(spark: Any, options: dict, work: Path, sink: str) -> dict:
+    work = work / sink
+    df = spark.readStream.format("kafka").options(**options).load()
     writer = df.writeStream.trigger(availableNow=True).format(sink)
     writer = writer.option("checkpointLocation", str(work / "checkpoint"))
     query = writer.start(str(work / "table") if sink == "delta" else None)
@@ -45,13 +42,13 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     try:
         if spec.get("warmup"):
-            _run(spark, {**spec, "topics": spec["warmup"], "work": spec["work"] + "-w"}, "noop")
-            _run(spark, {**spec, "topics": spec["warmup"], "work": spec["work"] + "-w"}, "delta")
+            for sink in ("noop", "delta"):
+                _run(spark, spec["warmup"], Path(spec["work"] + "-w"), sink)
         # Best of the rounds per sink (as the kafka-group runs beside it), fresh work each.
         out: dict[str, dict] = {}
         for round_ in range(int(spec.get("rounds", 1))):
             for sink in ("noop", "delta"):
-                run = _run(spark, {**spec, "work": f"{spec['work']}-{round_}"}, sink)
+                run = _run(spark, spec["options"], Path(f"{spec['work']}-{round_}"), sink)
                 if sink not in out or run["seconds"] < out[sink]["seconds"]:
                     out[sink] = run
         Path(spec["out"]).write_text(json.dumps(out))
