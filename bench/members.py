@@ -145,6 +145,11 @@ class Member:
         self.proc: subprocess.Popen | None = None
         self.runs = 0
 
+    @property
+    def running(self) -> bool:
+        """The member's driver process was started and has not exited."""
+        return self.proc is not None and self.proc.poll() is None
+
     def start(self, env: Mapping[str, str] | None = None) -> None:
         """Start the member (again); ``env`` adds to its environment (the crash points')."""
         self.runs += 1
@@ -196,7 +201,8 @@ class Member:
         """Ask the member to stop the way it watches for it (``spec["stop_file"]``), wait for
         it to exit, then SIGKILL whatever is left of its process group."""
         try:
-            if self.proc is not None and self.proc.poll() is None:
+            if self.running:
+                assert self.proc is not None
                 Path(self.spec["stop_file"]).touch()
                 self.proc.wait(timeout_s)
         finally:
@@ -205,7 +211,8 @@ class Member:
 
     def kill(self) -> None:
         """SIGKILL the member's whole process group (driver, JVM, Python workers)."""
-        if self.proc is not None and self.proc.poll() is None:
+        if self.running:
+            assert self.proc is not None
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(30)
 

@@ -154,7 +154,7 @@ def run_way(
             })  # fmt: skip
             say(f"{way}: {json.dumps(restarts[-1])}")
             for other in members:
-                if other.proc is None or other.proc.poll() is not None:
+                if not other.running:
                     tail = other.log_text()[-2000:]
                     raise RuntimeError(f"{way}: member {other.name} exited: {tail}")
         pass_until = time.time() + args.settle

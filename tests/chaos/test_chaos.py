@@ -49,11 +49,13 @@ class AloConsumer:
         )  # fmt: skip
         log.close()
 
-    def alive(self) -> bool:
+    @property
+    def running(self) -> bool:
+        """As :attr:`bench.members.Member.running`."""
         return self.proc is not None and self.proc.poll() is None
 
     def signal(self, sig: int) -> None:
-        if self.alive():
+        if self.running:
             assert self.proc is not None
             os.killpg(self.proc.pid, sig)
             self.proc.wait(60)
@@ -63,10 +65,6 @@ class AloConsumer:
         for path in self.out_dir.glob("alo-*.txt"):
             out.extend(int(line) for line in path.read_text().split("\n") if line.strip())
         return out
-
-
-def alive(member: Member) -> bool:
-    return member.proc is not None and member.proc.poll() is None
 
 
 def terminate(member: Member) -> None:
@@ -105,7 +103,7 @@ def test_chaos_every_record_exactly_once_and_at_least_once(
 
     def act(action: str, target: Member | AloConsumer) -> bool:
         is_alo = isinstance(target, AloConsumer)
-        live = target.alive() if is_alo else alive(target)
+        live = target.running
         if action in ("join", "restart"):
             if live:
                 return False

@@ -82,7 +82,7 @@ def test_a_rolling_restart_of_every_spark_member_loses_and_duplicates_nothing(
                 300,  # a Spark start: ~20 s on a quiet machine, minutes on a loaded one
                 f"the restarted {m.name} to read again",
             )
-            assert all(o.proc is not None and o.proc.poll() is None for o in members)
+            assert all(o.running for o in members)
         producer.stop_event.set()
         producer.join(60)
         assert producer.error is None, producer.error
