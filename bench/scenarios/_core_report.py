@@ -170,7 +170,8 @@ def render(results: dict[str, Any]) -> str:
         f"the log end, such as Tansu) | {ms(fe['batch_p50_s'])} | {ms(pl['batch_p50_s'])} | "
         f"{ratio(fe['batch_p50_s'], pl['batch_p50_s'])} | |",
         f"| reader-process RSS (MB) | {st['rss_mb']:.0f} | {pl['rss_mb']:.0f} | "
-        f"{ratio(st['rss_mb'], pl['rss_mb'])} | < 150 MB: {met(st['rss_mb'] < 150)} |",
+        f"{ratio(st['rss_mb'], pl['rss_mb'])} | < {notes.RSS_TARGET_MB} MB: "
+        f"{met(st['rss_mb'] < notes.RSS_TARGET_MB)} |",
         f"| of which imports alone (pyspark, spark_groups, deltalake, pyarrow) (MB) | "
         f"{st['imports_rss_mb']:.0f} | | | |",
         *notes.memory_rows(st.get("memory_mb")),
