@@ -103,6 +103,91 @@ class LocalTableOnClusterError(OptionError):
         return (type(self), (self.path, self.master))
 
 
+class PipelineMismatchError(OptionError):
+    """The ``delta-group`` sink and the ``kafka-group`` source that planned its batch name a
+    setting they both take differently: the sink's ``option`` is ``sink_value``, the
+    source's ``source_option`` is ``source_value`` (batch ``batch``, a Spark batch id). The
+    sink takes the value from the source; nothing of the batch is written or committed."""
+
+    def __init__(
+        self, option: str, sink_value: str, source_option: str, source_value: str, batch: int
+    ) -> None:
+        self.sink_value = sink_value
+        self.source_option = source_option
+        self.source_value = source_value
+        self.batch = batch
+        super().__init__(
+            option,
+            f"the delta-group sink's {option} {sink_value!r} differs from {source_option} "
+            f"{source_value!r} of the kafka-group source that planned Spark batch {batch}. "
+            f"The sink takes its {option} from the source: leave {option} out of the sink "
+            f"(or make it {source_value!r}), or change the source's {source_option} if that "
+            "is the one at fault. Nothing of the batch was written to the table or committed",
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (
+            type(self),
+            (self.option, self.sink_value, self.source_option, self.source_value, self.batch),
+        )
+
+
+class SinkNotWrittenError(OptionError):
+    """Spark finished batch ``batch`` of a source with ``sink.table``, but the table at
+    ``path`` holds none of ``partitions`` of it under this member's claims: the query's sink
+    does not write that table through ``delta-group`` (``format("delta")``,
+    ``foreachBatch`` or another table). Nothing of the batch is committed to Kafka."""
+
+    def __init__(self, path: str, batch: int, partitions: Iterable[TopicPartition]) -> None:
+        self.path = path
+        self.batch = batch
+        self.partitions = tuple(sorted(partitions))
+        shown = ", ".join(str(tp) for tp in self.partitions[:10])
+        more = f" and {len(self.partitions) - 10} more" if len(self.partitions) > 10 else ""
+        super().__init__(
+            "sink.table",
+            f"Spark finished batch {batch}, but the delta-group table {path} does not hold "
+            f"{shown}{more} of it, and their claims there are still this member's: the "
+            "query's sink does not write this table through the delta-group sink "
+            "(format('delta'), foreachBatch or another path?). sink.table is the "
+            "delta-group sink's table: write with .writeStream.format('delta-group') (it "
+            "takes the table and the group from this source), or remove sink.table. Nothing "
+            "of the batch was committed to Kafka; restarted with the same checkpoint after "
+            "the fix, the query commits it first",
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.path, self.batch, self.partitions))
+
+
+class GroupTableMismatchError(OptionError):
+    """Consumer group ``group`` last committed ``partition`` from a query writing the
+    ``delta-group`` table ``other`` (``by``: who, from the commit's metadata), while this
+    query's ``sink.table`` is ``table``: one group feeds one table, or neither table holds
+    the group's records once (and the claims of one cannot fence a member of the other)."""
+
+    def __init__(
+        self, group: str, partition: TopicPartition, table: str, other: str, by: str
+    ) -> None:
+        self.group = group
+        self.partition = partition
+        self.table = table
+        self.other = other
+        self.by = by
+        super().__init__(
+            "sink.table",
+            f"group {group} last committed {partition} from a query writing the delta-group "
+            f"table {other} ({by}); this query's sink.table is {table}. One group feeds one "
+            f"delta-group table: give this query a group.id of its own, or set sink.table "
+            f"to {other}. To move the group to {table} for good, stop every member of the "
+            f"group and set its offsets with spark-groups reset {group} (docs/cli.md): the "
+            "next member resumes from those",
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.group, self.partition, self.table, self.other, self.by))
+
+
 class BrokerUnreachableError(SparkGroupsError):
     """No broker of ``kafka.bootstrap.servers`` answered within the allowed time.
 

@@ -7,7 +7,9 @@ group assigned since the last plan (``PartitionTable.begin_resume``):
    restarted, the topic was recreated), so a log that went backwards is seen.
 2. Read where the group stands: the ledger's newest row and Kafka's committed offset (with
    its metadata: who committed), and with ``sink.table`` the sink's transaction versions,
-   read in the commit that claims the partitions in the table (``group.claims``).
+   read in the commit that claims the partitions in the table (``group.claims``). Before the
+   claim, a partition the group last committed from a query writing another delta-group
+   table stops the query (``GroupTableMismatchError``: one group feeds one table).
 3. Where the sink is ahead of both (it commits a batch before the source's safe point, so
    after a crash it can be one batch ahead), commit its position to Kafka and the ledger.
 4. Name the ranges another consumer of the group committed past where spark_groups stood
@@ -35,7 +37,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from spark_groups import crash_points
-from spark_groups.errors import CommitError
+from spark_groups.errors import CommitError, GroupTableMismatchError
 from spark_groups.group import gaps, resume
 from spark_groups.group.bookkeeping import Bookkeeping
 from spark_groups.group.claims import Claims
@@ -90,10 +92,12 @@ class Arrivals:
         crash_points.reached("resuming")
         resolver.forget(new)
         committed = resume.committed(new, self.committer.ledger, member)
+        if self.claims.arbiter is not None:
+            self._check_one_table(committed.kafka, self.claims.arbiter.path)
         known = committed.known()
         sink: dict[TopicPartition, int] = {}
         token: int | None = None
-        if options.sink_path is not None:
+        if self.claims.enabled:
             token, sink = self.claims.claim(member, new)
             self._catch_up_with_sink(member, sink, known)
         handovers = resume.handovers(committed.kafka, resume.furthest(committed.ledger_own, sink))
@@ -122,9 +126,19 @@ class Arrivals:
                         books.partitions.set_claim(tp, token)
                 books.partitions.set_handover(tp, handovers.get(tp))
         log.info("resuming %d partitions: %s", len(new), _resumed_text(sources))
-        if options.sink_path is not None:
+        if self.claims.enabled:
             who = {tp: commit_metadata.read(md).text for tp, (_, md) in committed.kafka.items()}
             self._hold(gaps.unexplained(resumed, sink, handovers, who))
+
+    def _check_one_table(self, kafka: Mapping[TopicPartition, tuple[int, str]], table: str) -> None:
+        """Step 2's check with ``sink.table``: a partition the group last committed from a
+        query writing another delta-group table (its commit metadata says which) raises
+        :class:`~spark_groups.errors.GroupTableMismatchError` before anything is claimed:
+        one group feeds one table."""
+        for tp, (_, metadata) in sorted(kafka.items()):
+            who = commit_metadata.read(metadata)
+            if who.sink is not None and who.sink.rstrip("/") != table.rstrip("/"):
+                raise GroupTableMismatchError(self.options.group_id, tp, table, who.sink, who.text)
 
     def recheck_held(self) -> None:
         """Every few seconds, release the held partitions the sink's table has reached (an
@@ -135,10 +149,8 @@ class Arrivals:
         if not held or time.monotonic() - self._held_checked < gaps.RECHECK_S:
             return
         self._held_checked = time.monotonic()
-        assert self.options.sink_path is not None
-        table = resume.sink_positions(
-            self.options.sink_path, self.options.group_id, list(held), self.options.storage_options
-        )
+        assert self.claims.arbiter is not None
+        table = self.claims.arbiter.holdings(held).positions
         done = list(gaps.released(held, table))
         with self.books.lock:
             self.books.partitions.release(done)

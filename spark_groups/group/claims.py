@@ -1,7 +1,8 @@
 """This member's claims on its partitions in the sink's table, and giving them back.
 
-With the source option ``sink.table`` (the ``delta-group`` sink's table) a member *claims*
-each partition it resumes in the table (``spark_groups.sink.claims``): the table then writes
+With the source option ``sink.table`` (the ``delta-group`` sink's table, asked through its
+:class:`~spark_groups.group.arbiter.Arbiter`) a member *claims* each partition it resumes in
+the table: the table then writes
 that partition only from batches carrying the member's token. That is what makes a graceful
 stop exact by construction instead of by timing:
 
@@ -38,13 +39,12 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 
 from spark_groups.errors import CommitError, SinkClaimError
+from spark_groups.group.arbiter import Arbiter
 from spark_groups.group.bookkeeping import Bookkeeping
 from spark_groups.group.commit import BatchCommitter
 from spark_groups.group.member import GroupMember
 from spark_groups.metrics import StreamMetrics
 from spark_groups.offsets import OffsetRange, TopicPartition, positions_text
-from spark_groups.options import SourceOptions
-from spark_groups.sink import claims
 
 log = logging.getLogger(__name__)
 
@@ -54,16 +54,17 @@ RELEASE_TIMEOUT_S = 10.0
 
 
 class Claims:
-    """The claims of one stream (see the module doc); inert without ``sink.table``."""
+    """The claims of one stream (see the module doc) in the sink's table (``arbiter``); inert
+    without one (no ``sink.table``)."""
 
     def __init__(
         self,
-        options: SourceOptions,
+        arbiter: Arbiter | None,
         books: Bookkeeping,
         committer: BatchCommitter,
         metrics: StreamMetrics,
     ) -> None:
-        self.options = options
+        self.arbiter = arbiter
         self.books = books
         self.committer = committer
         self.metrics = metrics
@@ -75,7 +76,7 @@ class Claims:
     @property
     def enabled(self) -> bool:
         """True with the source option ``sink.table``."""
-        return self.options.sink_path is not None
+        return self.arbiter is not None
 
     @contextlib.contextmanager
     def settled(self, serve: Callable[[float], None] | None = None) -> Iterator[None]:
@@ -108,17 +109,10 @@ class Claims:
     def _claim(
         self, member: GroupMember, partitions: list[TopicPartition]
     ) -> tuple[int | None, dict[TopicPartition, int]]:
-        assert self.options.sink_path is not None
-        token = claims.new_token()
+        assert self.arbiter is not None
+        token = self.arbiter.new_token()
         try:
-            claimed = claims.claim(
-                self.options.sink_path,
-                self.options.group_id,
-                partitions,
-                token,
-                storage_options=self.options.storage_options,
-                member=member.member_id,
-            )
+            claimed = self.arbiter.claim(partitions, token, member=member.member_id)
         except SinkClaimError as exc:
             log.warning("%s; reading them without a claim", exc)
             return None, self._positions(partitions)
@@ -171,15 +165,10 @@ class Claims:
             known = books.partitions.committed_offsets()
         if not tokens:
             return set()
-        assert self.options.sink_path is not None
+        assert self.arbiter is not None
         try:
-            released = claims.release(  # 2b
-                self.options.sink_path,
-                self.options.group_id,
-                tokens,
-                storage_options=self.options.storage_options,
-                member=member.member_id,
-                timeout_s=RELEASE_TIMEOUT_S,
+            released = self.arbiter.release(  # 2b
+                tokens, member=member.member_id, timeout_s=RELEASE_TIMEOUT_S
             )
         except SinkClaimError as exc:
             log.error(
@@ -234,12 +223,5 @@ class Claims:
 
     def _positions(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """The table's positions without a claim (the claim failed)."""
-        from spark_groups.group.resume import sink_positions
-
-        assert self.options.sink_path is not None
-        return sink_positions(
-            self.options.sink_path,
-            self.options.group_id,
-            partitions,
-            self.options.storage_options,
-        )
+        assert self.arbiter is not None
+        return self.arbiter.holdings(partitions).positions

@@ -12,7 +12,9 @@ A batch is committed from one of three places, never two at once (:attr:`BatchCo
 The order of one commit (:meth:`BatchCommitter.commit_ranges`):
 
 0. At the safe point, with ``sink.table``: only the ranges the sink's table holds (the sink
-   leaves out a partition whose claim moved on; Kafka never gets past the table).
+   leaves out a partition whose claim moved on; Kafka never gets past the table). A range
+   missing under a claim that did not move, or no table at all, means the query's sink
+   does not write the table: the query stops (``SinkNotWrittenError``).
 1. Take the committable ranges (``PartitionTable.committable``: owned, not given up since the
    batch was planned, past what is known committed).
 2. Commit them to Kafka (OffsetCommit) on the member's thread, only partitions still owned
@@ -43,7 +45,8 @@ from collections.abc import Collection
 from datetime import UTC, datetime
 
 from spark_groups import crash_points
-from spark_groups.errors import CommitError, StaleGenerationError
+from spark_groups.errors import CommitError, SinkNotWrittenError, StaleGenerationError
+from spark_groups.group import durable
 from spark_groups.group.bookkeeping import Bookkeeping
 from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.member import GroupMember
@@ -117,11 +120,18 @@ class BatchCommitter:
         it would put Kafka past the table, and the partition's next owner would find a gap
         nothing explains. A partition the group still gives this member under the batch's
         claim is searched again (``PartitionTable.fenced``): the next plan claims it anew and
-        reads it from the table's position."""
+        reads it from the table's position.
+
+        A range missing while its claim is still the batch's token cannot be the sink's
+        doing (the delta-group sink writes such a range or fails the batch), nor can a
+        table that does not exist after Spark finished a batch: the query's sink does not
+        write this table through delta-group, and
+        :class:`~spark_groups.errors.SinkNotWrittenError` stops the query before anything
+        is committed."""
         if self.durability.sink is None or self.options.at_most_once:
             return batch
-        held = self.durability.in_sink(batch.ranges)
-        if held is None:
+        holdings = self.durability.sink_holdings(batch.ranges)
+        if holdings is None:
             log.warning(
                 "batch %d: the sink table cannot be read; nothing of the batch is committed "
                 "now (later batches commit past it)",
@@ -129,7 +139,19 @@ class BatchCommitter:
             )
             return BatchOffset.of(batch.batch, [])
         tokens = batch.claim_map()
+        held = durable.held(batch.ranges, holdings)
         missing = [r for r in batch.ranges if r not in held]
+        unwritten = [
+            r.topic_partition
+            for r in missing
+            if not holdings.exists
+            or (
+                r.topic_partition in tokens
+                and holdings.claims.get(r.topic_partition) == tokens[r.topic_partition]
+            )
+        ]
+        if unwritten:
+            raise SinkNotWrittenError(self.durability.sink.path, batch.batch, unwritten)
         if missing:
             claimed = [r for r in missing if r.topic_partition in tokens]
             with self.books.lock:
@@ -142,7 +164,7 @@ class BatchCommitter:
                 "batch %d: the sink table %s does not hold %s (the sink left them out: their "
                 "claim moved on since the batch was planned); not committed%s",
                 batch.batch,
-                self.durability.sink,
+                self.durability.sink.path,
                 ", ".join(map(str, missing)),
                 f"; {partitions_text([r.topic_partition for r in again])} resume again from the "
                 "table's position"
@@ -288,4 +310,6 @@ class BatchCommitter:
 
     def metadata(self, member: GroupMember, what: str) -> str:
         """The metadata of this member's OffsetCommit for ``what`` (who committed)."""
-        return commit_metadata.make(member.member_id, what, self.options.kafka.get("client.id", ""))
+        return commit_metadata.make(
+            member.member_id, what, self.options.kafka.get("client.id", ""), self.options.sink_path
+        )

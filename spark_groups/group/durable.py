@@ -8,9 +8,9 @@ waiting at the barrier asks here instead, with one of two signals the user can t
   ``<checkpoint>/commits/<id>`` once batch ``id`` and its sink finished (see
   ``spark_groups.storage.checkpoint``; on S3 it is read with the source's ``storage.*`` options).
   Any sink.
-* **the sink** (source option ``sink.table``, the ``delta-group`` sink's table): the sink's
-  commit sets each Kafka partition's transaction version to the end of the range it wrote,
-  so a version at or past a range's end means its records are in the table.
+* **the sink** (source option ``sink.table``, the ``delta-group`` sink's table, asked through
+  its :class:`~spark_groups.group.arbiter.Arbiter`): a partition's position there at or past
+  a range's end means the range's records are in the table.
 
 Either says "durable" only for what is: a commit-log entry of the Spark batch whose logged
 offsets are exactly this batch, or records already in the sink table. With ``sink.table`` the
@@ -26,6 +26,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from spark_groups.errors import OptionError
+from spark_groups.group.arbiter import Arbiter, Holdings
 from spark_groups.offsets import BatchOffset, OffsetRange
 from spark_groups.storage import checkpoint
 
@@ -33,18 +34,17 @@ log = logging.getLogger(__name__)
 
 
 class DurabilityWatch:
-    """The durability signals of one query: its checkpoint and/or its sink table."""
+    """The durability signals of one query: its checkpoint and/or its sink table (``sink``,
+    the table's arbiter)."""
 
     def __init__(
         self,
         checkpoint_path: str | None,
-        sink_path: str | None,
-        group_id: str,
+        sink: Arbiter | None,
         storage_options: Mapping[str, str] | None = None,
     ) -> None:
         self.checkpoint = checkpoint_path
-        self.sink = sink_path
-        self.group_id = group_id
+        self.sink = sink
         self.storage_options = dict(storage_options) if storage_options else None
         self._checked = False
         self._reachable = False
@@ -127,20 +127,20 @@ class DurabilityWatch:
     def in_sink(self, ranges: Sequence[OffsetRange]) -> list[OffsetRange] | None:
         """The ``ranges`` whose records the sink's table holds (``sink.table``); None when
         the table cannot be read."""
-        assert self.sink is not None
-        from spark_groups.sink.commit import committed_positions
-
-        try:
-            versions = committed_positions(
-                self.sink,
-                self.group_id,
-                [r.topic_partition for r in ranges],
-                self.storage_options,
-            )
-        except Exception as exc:
-            self._warn_once("sink", f"cannot read the sink table {self.sink}: {exc}")
+        holdings = self.sink_holdings(ranges)
+        if holdings is None:
             return None
-        return [r for r in ranges if versions.get(r.topic_partition, -1) >= r.until_offset]
+        return held(ranges, holdings)
+
+    def sink_holdings(self, ranges: Sequence[OffsetRange]) -> Holdings | None:
+        """The sink table's positions and claims for the partitions of ``ranges``; None
+        (logged once) when the table cannot be read."""
+        assert self.sink is not None
+        try:
+            return self.sink.holdings([r.topic_partition for r in ranges])
+        except Exception as exc:
+            self._warn_once("sink", f"cannot read the sink table {self.sink.path}: {exc}")
+            return None
 
     def _warn_once(self, signal: str, message: str) -> None:
         level = logging.DEBUG if signal in self._warned else logging.WARNING
@@ -153,3 +153,8 @@ class DurabilityWatch:
             del self._spark_ids[batch]
         for batch in [b for b in self._logged if b <= through_batch]:
             del self._logged[batch]
+
+
+def held(ranges: Sequence[OffsetRange], holdings: Holdings) -> list[OffsetRange]:
+    """The ``ranges`` whose records the table (``holdings``) holds."""
+    return [r for r in ranges if holdings.positions.get(r.topic_partition, -1) >= r.until_offset]

@@ -110,20 +110,6 @@ def handovers(
     return out
 
 
-def sink_positions(
-    sink_path: str,
-    group_id: str,
-    partitions: Sequence[TopicPartition],
-    storage_options: Mapping[str, str] | None = None,
-) -> dict[TopicPartition, int]:
-    """The exactly-once sink table's next offset per partition (absent: never written)."""
-    from spark_groups.sink.commit import committed_positions as positions
-
-    return positions(
-        sink_path, group_id, partitions, dict(storage_options) if storage_options else None
-    )
-
-
 def starting_offsets(
     rules: Mapping[TopicPartition, StartRule],
     resolver: EndOffsetResolver,

@@ -46,6 +46,7 @@ from typing import Any
 from spark_groups import crash_points
 from spark_groups.errors import BrokerUnreachableError
 from spark_groups.group import first_assignment
+from spark_groups.group.arbiter import Arbiter
 from spark_groups.group.arrivals import Arrivals
 from spark_groups.group.available_now import AvailableNowTargets
 from spark_groups.group.barrier import RevocationBarrier
@@ -64,7 +65,7 @@ from spark_groups.group.report import latest_report
 from spark_groups.group.sigterm import leave_on_sigterm
 from spark_groups.ledger import OffsetLedger
 from spark_groups.metrics import StreamMetrics
-from spark_groups.offsets import BatchOffset, TopicPartition, partitions_text
+from spark_groups.offsets import BatchOffset, Pipeline, TopicPartition, partitions_text
 from spark_groups.options import SourceOptions
 from spark_groups.spark.worker_logging import log_to_stderr
 from spark_groups.storage.delta import bound_allocator
@@ -73,9 +74,18 @@ log = logging.getLogger(__name__)
 
 
 class GroupStream:
-    """One query's consumer-group membership and offset bookkeeping on the driver."""
+    """One query's consumer-group membership and offset bookkeeping on the driver.
 
-    def __init__(self, options: SourceOptions) -> None:
+    ``arbiter`` is the sink's table as the group asks it (``group.arbiter``), required with
+    the source option ``sink.table`` and built for it by the sink
+    (``spark_groups.sink.arbiter.for_source``)."""
+
+    def __init__(self, options: SourceOptions, arbiter: Arbiter | None = None) -> None:
+        if (options.sink_path is None) != (arbiter is None):
+            raise ValueError(
+                "GroupStream takes an arbiter exactly when the source has sink.table: "
+                "spark_groups.sink.arbiter.for_source(options) builds it"
+            )
         log_to_stderr()
         bound_allocator()  # this is the reader process: the ledger's delta-rs loads here
         self.options = options
@@ -100,13 +110,12 @@ class GroupStream:
             if options.history_path
             else None
         )
-        self._durability = DurabilityWatch(
-            options.checkpoint, options.sink_path, options.group_id, options.storage_options
-        )
+        self._pipeline = Pipeline(options.group_id, options.sink_path)
+        self._durability = DurabilityWatch(options.checkpoint, arbiter, options.storage_options)
         self._committer = BatchCommitter(
             options, self._books, ledger, self._durability, self.metrics
         )
-        self._claims = Claims(options, self._books, self._committer, self.metrics)
+        self._claims = Claims(arbiter, self._books, self._committer, self.metrics)
         self._arrivals = Arrivals(options, self._books, self._committer, self.metrics, self._claims)
         self._replays = Replays(options, self._books, self._arrivals, self._durability)
         max_poll = int(options.kafka.get("max.poll.interval.ms", "300000"))
@@ -250,7 +259,11 @@ class GroupStream:
             ]
             outside = [h for h in map(books.partitions.handover_into, ranges) if h is not None]
             claims = books.partitions.claims()
-            batch = BatchOffset.of(start.batch + 1, ranges, outside, claims) if ranges else None
+            batch = (
+                BatchOffset.of(start.batch + 1, ranges, outside, claims, self._pipeline)
+                if ranges
+                else None
+            )
             if batch is not None:
                 books.partitions.planned(batch.batch, batch.ranges)
                 books.batches.add(batch)

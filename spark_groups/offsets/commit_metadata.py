@@ -4,12 +4,16 @@ Kafka stores a free metadata string with each committed offset (OffsetCommit /
 OffsetFetch; ``offset.metadata.max.bytes``, 4096 by default). Every commit of the
 ``kafka-group`` source carries a short JSON object there::
 
-    {"by":"spark_groups","member":"rdkafka-6b1c…","client":"orders-etl-a","what":"batch 7"}
+    {"by":"spark_groups","member":"rdkafka-6b1c…","client":"orders-etl-a","what":"batch 7",
+     "sink":"/tables/orders"}
 
 ``member`` is the group member id of the query's driver (as ``kafka-consumer-groups
 --describe`` shows it), ``client`` its ``kafka.client.id`` when set, ``what`` the batch
-(``batch N``), ``sink catch-up`` or ``starting offset``. It holds no configuration value
-other than those two ids, so no secret.
+(``batch N``), ``sink catch-up`` or ``starting offset``, and ``sink`` the ``delta-group``
+table the query writes (its source option ``sink.table``, resolved) when it has one: the
+next owner of the partition checks that it writes the same table (one group feeds one
+table). It holds no configuration value other than those ids and the table's path, so no
+secret.
 
 A commit whose metadata is not of this form was made by someone else: a plain consumer of
 the group (kafka-python and most clients send an empty string), a tool, or a spark_groups
@@ -26,13 +30,19 @@ from dataclasses import dataclass
 OURS = "spark_groups"
 #: How many characters of another client's metadata are kept (shown in logs and errors).
 SHOWN_CHARS = 80
+#: The longest table path recorded: the whole string must stay well under the broker's
+#: ``offset.metadata.max.bytes`` (4096 by default), or the commit is refused.
+MAX_SINK_CHARS = 1024
 
 
-def make(member_id: str, what: str, client_id: str = "") -> str:
-    """The metadata string of a commit by ``member_id`` (and ``client_id``) for ``what``."""
+def make(member_id: str, what: str, client_id: str = "", sink: str | None = None) -> str:
+    """The metadata string of a commit by ``member_id`` (and ``client_id``) for ``what``,
+    by a query writing the delta-group table ``sink`` (when it has ``sink.table``)."""
     value = {"by": OURS, "member": member_id, "what": what}
     if client_id:
         value["client"] = client_id
+    if sink is not None and len(sink) <= MAX_SINK_CHARS:
+        value["sink"] = sink
     return json.dumps(value, separators=(",", ":"))
 
 
@@ -44,6 +54,8 @@ class Committer:
 
     ours: bool
     text: str
+    #: The delta-group table the committing query writes (spark_groups' commits only).
+    sink: str | None = None
 
 
 def read(metadata: str | None) -> Committer:
@@ -57,7 +69,10 @@ def read(metadata: str | None) -> Committer:
             who = f"spark_groups member {value.get('member', '?')}"
             if value.get("client"):
                 who += f" (client {value['client']})"
-            return Committer(True, f"{who}, {value.get('what', '?')}")
+            sink = value.get("sink")
+            return Committer(
+                True, f"{who}, {value.get('what', '?')}", sink if isinstance(sink, str) else None
+            )
     if not metadata:
         return Committer(False, "another consumer of the group (no commit metadata)")
     shown = "".join(c if c.isprintable() else "?" for c in metadata[:SHOWN_CHARS])

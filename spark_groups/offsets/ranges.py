@@ -19,6 +19,13 @@ only while the table's claim is still that token (``spark_groups.sink.claims``),
 whose member gave the partition up cannot land it afterwards::
 
     "claims": {"orders": {"0": 8121975233051, "3": 8121975233051}}
+
+``group`` and ``sink`` (the :class:`Pipeline`) name the consumer group that planned the batch
+and, with ``sink.table``, the ``delta-group`` table its claims are in. The sink takes both
+from here, so a pipeline says each once, and refuses a batch whose values differ from its
+own options (``spark_groups.sink.pipeline``)::
+
+    "group": "orders-etl", "sink": "/tables/orders"
 """
 
 from __future__ import annotations
@@ -97,6 +104,16 @@ class Handover:
 
 
 @dataclass(frozen=True)
+class Pipeline:
+    """Who planned a batch: the consumer group (``group``, the source's ``group.id``) and
+    the ``delta-group`` table it claims partitions in (``sink``, the source's ``sink.table``
+    as resolved; None without it). No secret: a group id and a table path."""
+
+    group: str
+    sink: str | None = None
+
+
+@dataclass(frozen=True)
 class BatchOffset:
     """The plan of one micro-batch: its sequence number and one range per partition read,
     the :class:`Handover` of each range that starts where another consumer committed, and
@@ -106,6 +123,9 @@ class BatchOffset:
     ranges: tuple[OffsetRange, ...] = field(default_factory=tuple)
     outside: tuple[Handover, ...] = field(default_factory=tuple)
     claims: tuple[tuple[TopicPartition, int], ...] = field(default_factory=tuple)
+    #: Who planned it (None in offsets written before it was added, and in internal copies); not
+    #: part of a batch's identity: two offsets of one batch compare equal with or without it.
+    pipeline: Pipeline | None = field(default=None, compare=False)
 
     @classmethod
     def initial(cls) -> BatchOffset:
@@ -119,6 +139,7 @@ class BatchOffset:
         ranges: Iterable[OffsetRange],
         outside: Iterable[Handover] = (),
         claims: Mapping[TopicPartition, int] | None = None,
+        pipeline: Pipeline | None = None,
     ) -> BatchOffset:
         """Build a batch offset with its ranges (handovers, claims) in a canonical (sorted)
         order; only the claims of partitions it reads are kept."""
@@ -137,6 +158,7 @@ class BatchOffset:
             ranges=ranges,
             outside=tuple(sorted(outside, key=_handover_key)),
             claims=kept,
+            pipeline=pipeline,
         )
 
     def claim_map(self) -> dict[TopicPartition, int]:
@@ -159,6 +181,10 @@ class BatchOffset:
             for tp, token in self.claims:
                 claims.setdefault(tp.topic, {})[str(tp.partition)] = token
             value["claims"] = claims
+        if self.pipeline is not None:
+            value["group"] = self.pipeline.group
+            if self.pipeline.sink is not None:
+                value["sink"] = self.pipeline.sink
         return value
 
     @classmethod
@@ -188,7 +214,11 @@ class BatchOffset:
                 for topic, parts in value.get("claims", {}).items()
                 for part, token in parts.items()
             }
-            return cls.of(int(value["batch"]), ranges, outside, claims)
+            group, sink = value.get("group"), value.get("sink")
+            pipeline = None
+            if group is not None:
+                pipeline = Pipeline(str(group), None if sink is None else str(sink))
+            return cls.of(int(value["batch"]), ranges, outside, claims, pipeline)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise SparkGroupsError(
                 f"not a spark_groups offset (was the checkpoint written by another source?): "

@@ -21,9 +21,9 @@ from spark_groups.sink.options import SinkOptions
 log = logging.getLogger(__name__)
 
 
-def compact_if_due(options: SinkOptions, version: int | None) -> bool:
-    """Compact the table of ``options`` when its new ``version`` is a multiple of
-    ``options.compact_every``; return True when a compaction ran and committed."""
+def compact_if_due(options: SinkOptions, path: str, version: int | None) -> bool:
+    """Compact the table at ``path`` (written with ``options``) when its new ``version`` is a
+    multiple of ``options.compact_every``; return True when a compaction ran and committed."""
     every = options.compact_every
     if not every or version is None or version == 0 or version % every:
         return False
@@ -31,14 +31,14 @@ def compact_if_due(options: SinkOptions, version: int | None) -> bool:
 
     started = time.monotonic()
     try:
-        result = optimize(options.path, options.storage_options, f"sink:{options.member}")
+        result = optimize(path, options.storage_options, f"sink:{options.member}")
     except MaintenanceRunningError as exc:
-        log.info("sink %s: compaction at version %d skipped: %s", options.path, version, exc)
+        log.info("sink %s: compaction at version %d skipped: %s", path, version, exc)
         return False
     except Exception as exc:  # the batch is committed; the next period tries again
         log.warning(
             "sink %s: compaction at version %d failed (the batch is committed): %s: %s",
-            options.path,
+            path,
             version,
             type(exc).__name__,
             exc,
@@ -46,7 +46,7 @@ def compact_if_due(options: SinkOptions, version: int | None) -> bool:
         return False
     log.info(
         "sink %s: compacted at version %d in %.1f s: %d file(s) -> %d",
-        options.path,
+        path,
         version,
         time.monotonic() - started,
         result.before.files,

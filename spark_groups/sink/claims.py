@@ -38,10 +38,10 @@ import random
 import secrets
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from spark_groups.errors import SinkClaimError
+from spark_groups.group.arbiter import Claimed
 from spark_groups.offsets import TopicPartition, positions_text
 from spark_groups.sink.table import load, versions
 from spark_groups.storage.files import table_uri
@@ -81,17 +81,6 @@ def claims_of(
         if token is not None:
             out[tp] = int(token)
     return out
-
-
-@dataclass(frozen=True)
-class Claimed:
-    """A claim or release that landed: the table ``version`` it was made on and, per
-    partition it covered, the table's position there (absent: never written)."""
-
-    version: int
-    positions: dict[TopicPartition, int] = field(default_factory=dict)
-    #: Release only: partitions whose claim was no longer this member's (claimed anew).
-    not_mine: tuple[TopicPartition, ...] = ()
 
 
 def claim(

@@ -46,10 +46,12 @@ _ALIASES = {"kafka.group.id": "group.id"}
 
 @dataclass(frozen=True)
 class SinkOptions:
-    """The parsed, validated options of one ``delta-group`` query."""
+    """The parsed, validated options of one ``delta-group`` query. ``path`` and ``group_id``
+    are None when not given: the sink then takes them from the ``kafka-group`` source that
+    planned the batch (``spark_groups.sink.pipeline``)."""
 
-    path: str
-    group_id: str
+    path: str | None
+    group_id: str | None
     checkpoint: str
     partition_by: tuple[str, ...] | None = None
     merge_schema: bool = False
@@ -94,20 +96,11 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             raise OptionError(name, "given twice (once through an alias)")
         ours[name] = str(value)
 
-    path = ours.get("path", "").strip()
-    if path:
+    path: str | None = ours.get("path", "").strip() or None
+    if path is not None:
         path = check_location(path, storage, option="path")
-    else:
-        raise OptionError(
-            "path", "the Delta table to write is required: .start(path) or .option('path', ...)"
-        )
-    group_id = ours.get("group.id", "").strip()
-    if not group_id:
-        raise OptionError(
-            "group.id",
-            "required: the consumer group of the kafka-group source that feeds this sink "
-            "(it is part of the table's transaction ids)",
-        )
+        check_commit_safety(path, storage, "path", prefix=STORAGE_PREFIX)
+    group_id = ours.get("group.id", "").strip() or None
     checkpoint = ours.get("checkpointLocation", "").strip()
     if checkpoint:
         checkpoint = check_location(checkpoint, storage, option="checkpointLocation")
@@ -135,7 +128,6 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         raise OptionError(
             "compactEvery", f"a number of table versions (0: never), got {compact_raw!r}"
         )
-    check_commit_safety(path, storage, "path", prefix=STORAGE_PREFIX)
     return SinkOptions(
         path=path,
         group_id=group_id,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from spark_groups.errors import SinkError, SparkGroupsError
 from spark_groups.kafka.secrets import scrub
-from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition
+from spark_groups.offsets import BatchOffset, Handover, OffsetRange, Pipeline, TopicPartition
 from spark_groups.storage.checkpoint import kafka_group_offset, offset_log_path
 from spark_groups.storage.files import location
 from spark_groups.storage.replays import read_notice
@@ -33,13 +33,15 @@ from spark_groups.storage.replays import read_notice
 class BatchPlan:
     """The Kafka offset ranges of one Spark micro-batch (``batch_id``), one per partition,
     and the :class:`~spark_groups.offsets.Handover` of each range that starts where another
-    consumer of the group committed (``outside``), and the claim token each partition was
-    read under (``claims``, ``spark_groups.sink.claims``)."""
+    consumer of the group committed (``outside``), the claim token each partition was
+    read under (``claims``, ``spark_groups.sink.claims``), and the group and table of the
+    source that planned it (``pipeline``; None in offsets that do not record them)."""
 
     batch_id: int
     ranges: Mapping[TopicPartition, OffsetRange] = field(default_factory=dict)
     outside: Mapping[TopicPartition, Handover] = field(default_factory=dict)
     claims: Mapping[TopicPartition, int] = field(default_factory=dict)
+    pipeline: Pipeline | None = None
 
     @classmethod
     def of(
@@ -48,6 +50,7 @@ class BatchPlan:
         ranges: list[OffsetRange] | tuple[OffsetRange, ...],
         outside: list[Handover] | tuple[Handover, ...] = (),
         claims: Mapping[TopicPartition, int] | None = None,
+        pipeline: Pipeline | None = None,
     ) -> BatchPlan:
         """A plan from a list of ranges (one per partition), handovers and claims."""
         by_tp: dict[TopicPartition, OffsetRange] = {}
@@ -57,7 +60,7 @@ class BatchPlan:
             by_tp[r.topic_partition] = r
         handed = {h.topic_partition: h for h in outside}
         kept = {tp: t for tp, t in (claims or {}).items() if tp in by_tp}
-        return cls(batch_id=batch_id, ranges=by_tp, outside=handed, claims=kept)
+        return cls(batch_id, by_tp, handed, kept, pipeline)
 
 
 def parse_offset_log(
@@ -74,6 +77,7 @@ def parse_offset_log(
     ranges: list[OffsetRange] = []
     outside: list[Handover] = []
     claims: dict[TopicPartition, int] = {}
+    pipelines: list[Pipeline | None] = []
     found = False
     for line in lines[2:]:
         value = kafka_group_offset(line)
@@ -84,6 +88,7 @@ def parse_offset_log(
         except SparkGroupsError as exc:
             raise SinkError(f"{where}: unreadable kafka-group offset: {exc}") from exc
         found = True
+        pipelines.append(offset.pipeline)
         if as_read is not None:
             offset = as_read(offset) or offset
         ranges.extend(offset.ranges)
@@ -94,7 +99,23 @@ def parse_offset_log(
             f"{where}: batch {batch_id} has no kafka-group source offset: the delta-group "
             "sink only takes queries that read a kafka-group source"
         )
-    return BatchPlan.of(batch_id, ranges, outside, claims)
+    pipeline = pipeline_of(pipelines, batch_id)
+    return BatchPlan.of(batch_id, ranges, outside, claims, pipeline)
+
+
+def pipeline_of(pipelines: list[Pipeline | None], batch: int) -> Pipeline | None:
+    """The one pipeline of a batch's ``kafka-group`` offsets (None when none records one).
+    Raises :class:`~spark_groups.errors.SinkError` for sources of different groups or
+    tables: one delta-group sink writes one group's partitions into one table."""
+    known = {p for p in pipelines if p is not None}
+    if len(known) > 1:
+        shown = "; ".join(f"group {p.group}, sink.table {p.sink}" for p in sorted(known, key=str))
+        raise SinkError(
+            f"Spark batch {batch} reads kafka-group sources of different groups or tables "
+            f"({shown}): a delta-group sink writes one group into one table. Give the sources "
+            "one group.id and sink.table, or write each through a query of its own"
+        )
+    return next(iter(known), None)
 
 
 def read_batch_plan(

@@ -3,15 +3,18 @@
 ::
 
     query = (df.writeStream.format("delta-group")
-             .option("group.id", "orders-etl")                  # the source's group
              .option("checkpointLocation", "/chk/orders-etl")
-             .start("/tables/orders"))
+             .start())        # the table and the group: the source's sink.table and group.id
 
 Where each piece runs (Spark's Python data source API):
 
 * ``DeltaGroupDataSource.streamWriter()``: in a Python worker on the driver, for every
-  micro-batch, and again in the worker that commits it. Options, the query's columns and
-  whether the checkpoint can be read are checked there, so a pipeline without the
+  micro-batch (after Spark logged its offsets), and again in the worker that commits it.
+  The table and the group are taken from the batch's source there
+  (``spark_groups.sink.pipeline``), so a sink whose ``path`` or ``group.id`` disagrees with
+  the source's ``sink.table`` or ``group.id`` fails before any task writes. Options, the
+  query's columns and whether the checkpoint can be read are checked there, so a pipeline
+  without the
   ``topic``/``partition``/``offset`` columns fails its first batch with a clear
   :class:`~spark_groups.errors.SinkError`, one whose checkpoint this Python cannot read
   (on S3 without ``storage.*`` options that reach it) with an
@@ -45,10 +48,11 @@ from urllib.parse import unquote
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
 
-from spark_groups.errors import SinkError
+from spark_groups.errors import SinkError, SparkGroupsError
 from spark_groups.sink.autocompact import compact_if_due
 from spark_groups.sink.commit import DeltaSink
 from spark_groups.sink.options import SINK_FORMAT, SinkOptions, parse_sink_options
+from spark_groups.sink.pipeline import SinkTarget, check_target, target_for_next_batch, target_of
 from spark_groups.sink.placement import check_table_reachable
 from spark_groups.sink.plan import read_batch_plan
 from spark_groups.sink.writer import (
@@ -122,17 +126,22 @@ class DeltaGroupStreamWriter(_WriterBase):
     """Writes a batch's rows on executors; commits or aborts the batch on the driver."""
 
     def __init__(
-        self, options: SinkOptions, schema: pa.Schema, partition_by: tuple[str, ...]
+        self,
+        options: SinkOptions,
+        target: SinkTarget,
+        schema: pa.Schema,
+        partition_by: tuple[str, ...],
     ) -> None:
         self.options = options
+        self.target = target
         self.schema = schema
         self.partition_by = partition_by
 
     def _sink(self) -> DeltaSink:
         o = self.options
         return DeltaSink(
-            o.path,
-            o.group_id,
+            self.target.path,
+            self.target.group_id,
             storage_options=o.storage_options,
             partition_by=self.partition_by,
             merge_schema=o.merge_schema,
@@ -151,14 +160,14 @@ class DeltaGroupStreamWriter(_WriterBase):
         context = TaskContext.get()
         if context is not None:  # before any file: a local table on a cluster is refused
             check_table_reachable(
-                self.options.path,
+                self.target.path,
                 context.getLocalProperty(MASTER_PROPERTY),
                 self.options.shared_mount,
             )
         batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
         prefix = f"{int(batch):05d}-" if batch is not None and batch.isdigit() else ""
         writer = TaskFileWriter(
-            table_uri(self.options.path),
+            table_uri(self.target.path),
             self.schema,
             self.partition_by,
             compression=self.options.compression,
@@ -176,13 +185,14 @@ class DeltaGroupStreamWriter(_WriterBase):
         try:
             options = self.options
             plan = read_batch_plan(
-                options.checkpoint, batchId, options.storage_options, options.group_id
+                options.checkpoint, batchId, options.storage_options, self.target.group_id
             )
-        except SinkError:
+            check_target(self.target, target_of(options, plan.pipeline, batchId), batchId)
+        except SparkGroupsError:
             self._sink().abort(files)
             raise
         result = self._sink().commit(plan, files, self.schema)
-        compact_if_due(self.options, result.version)
+        compact_if_due(self.options, self.target.path, result.version)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver side: a task failed; delete the files the others wrote."""
@@ -190,7 +200,7 @@ class DeltaGroupStreamWriter(_WriterBase):
         files = _files_of(messages)
         log.warning(
             "sink %s: batch %d aborted by Spark; deleting %d file(s)",
-            self.options.path,
+            self.target.path,
             batchId,
             len(files),
         )
@@ -229,14 +239,15 @@ class DeltaGroupDataSource(DataSource):
         # The commit reads the batch's plan there: fail now, before any task writes, if this
         # Python cannot (on S3: no storage.* options that reach it).
         check_readable(o.checkpoint, o.storage_options)
+        target = target_for_next_batch(o)  # the table and group, from the batch's source
         partition_by = o.partition_by
         if partition_by is None:
             existing = DeltaSink(
-                o.path, o.group_id, storage_options=o.storage_options
+                target.path, target.group_id, storage_options=o.storage_options
             ).table_partition_columns()
             partition_by = existing or ()
         check_schema(arrow, partition_by)
-        return DeltaGroupStreamWriter(o, arrow, tuple(partition_by))
+        return DeltaGroupStreamWriter(o, target, arrow, tuple(partition_by))
 
 
 # ---------------------------------------------------------------------- reading back

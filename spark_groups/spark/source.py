@@ -75,8 +75,9 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def _driver(self) -> Any:
         if self._stream is None:
             from spark_groups.group.stream import GroupStream  # driver-only dependencies
+            from spark_groups.sink.arbiter import for_source
 
-            self._stream = GroupStream(self.options)
+            self._stream = GroupStream(self.options, for_source(self.options))
         return self._stream
 
     def initialOffset(self) -> dict[str, Any]:

@@ -167,6 +167,16 @@ def latest_logged(
     return None
 
 
+def newest_entry(
+    checkpoint: str, storage_options: Mapping[str, str] | None = None
+) -> tuple[int, list[BatchOffset]] | None:
+    """(Spark batch id, this source's offsets in it) of the newest offset-log entry, the
+    offsets empty when that entry holds none of this source's; None when the log is empty."""
+    for entry in _entries(checkpoint, storage_options):
+        return entry
+    return None
+
+
 def _entries(
     checkpoint: str, storage_options: Mapping[str, str] | None
 ) -> Iterator[tuple[int, list[BatchOffset]]]:

@@ -32,6 +32,7 @@ from spark_groups.group.stream import GroupStream
 from spark_groups.offsets import BatchOffset
 from spark_groups.options import parse_options
 from spark_groups.read.reader import read_ranges
+from spark_groups.sink.arbiter import for_source
 from spark_groups.sink.commit import DeltaSink
 from spark_groups.sink.plan import read_batch_plan
 from spark_groups.sink.writer import TaskFileWriter
@@ -116,7 +117,7 @@ def main() -> None:
             **{f"kafka.{k}": v for k, v in spec.get("kafka", {}).items()},
         }
     )
-    stream = GroupStream(options)
+    stream = GroupStream(options, for_source(options))
     sink = DeltaSink(spec["table"], spec["group"], member=spec["member"])
     checkpoint = Checkpoint(spec["checkpoint"])
     start, spark_id = BatchOffset.initial(), -1

@@ -66,7 +66,7 @@ def test_a_batch_is_found_by_its_offsets_not_its_number(tmp_path: Path) -> None:
 def test_another_querys_commit_log_is_not_durability(tmp_path: Path) -> None:
     log_batch(tmp_path, 0, OTHER, committed=True)
     ours = BatchOffset.of(0, [OffsetRange("t", 0, 0, 10)])
-    watch = DurabilityWatch(str(tmp_path), None, "g")
+    watch = DurabilityWatch(str(tmp_path), None)
     assert watch.durable(ours, ours.ranges) == []
     with pytest.raises(OptionError) as caught:
         watch.check_checkpoint(ours)
@@ -88,8 +88,8 @@ UNREACHABLE = {
 
 def test_a_checkpoint_this_process_cannot_read_fails_the_first_safe_point(tmp_path) -> None:
     # Not created yet is fine: Spark creates it when the query starts.
-    DurabilityWatch(str(tmp_path / "new"), None, "g").check_checkpoint(BatchOffset.initial())
-    watch = DurabilityWatch("s3a://bucket/chk", None, "g", UNREACHABLE)
+    DurabilityWatch(str(tmp_path / "new"), None).check_checkpoint(BatchOffset.initial())
+    watch = DurabilityWatch("s3a://bucket/chk", None, UNREACHABLE)
     with pytest.raises(OptionError) as caught:
         watch.check_checkpoint(BatchOffset.initial())  # before any batch ran
     assert caught.value.option == "checkpointLocation"

@@ -31,6 +31,7 @@ from spark_groups.group.stream import GroupStream
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.options import SourceOptions, parse_options
 from spark_groups.sink import DeltaSink, claims
+from spark_groups.sink.arbiter import for_source
 from spark_groups.sink.claims import claims_of
 from spark_groups.sink.plan import BatchPlan
 
@@ -80,7 +81,7 @@ def test_a_partition_revoked_during_its_resume_is_neither_claimed_nor_kept(
     options = source_options(
         bootstrap_servers, topic, group, table, **{"partition.assignment.strategy": strategy}
     )
-    b, a = GroupStream(options), GroupStream(options)
+    b, a = GroupStream(options, for_source(options)), GroupStream(options, for_source(options))
     streams.extend([b, a])
     initial = BatchOffset.initial().to_json()
     b_thread: list[threading.Thread] = []
@@ -157,7 +158,8 @@ def test_a_range_the_sink_fenced_is_never_committed_and_is_read_again_from_the_t
     point leaves that range out of the Kafka commit, and the partition is claimed again and
     read from the table's position."""
     topic, group, table = seeded(bootstrap_servers, make_topic, tmp_path)
-    stream = GroupStream(source_options(bootstrap_servers, topic, group, table))
+    options = source_options(bootstrap_servers, topic, group, table)
+    stream = GroupStream(options, for_source(options))
     streams.append(stream)
     batch = BatchOffset.from_json(stream.latest_offset(BatchOffset.initial().to_json(), None))
     p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
@@ -195,7 +197,8 @@ def test_a_stop_while_a_revocation_waits_releases_the_revoking_partitions_too(
     matrix, cell ``revocation``/SIGTERM: the in-flight batch landed after the member left,
     and a plain service read it again from Kafka)."""
     topic, group, table = seeded(bootstrap_servers, make_topic, tmp_path)
-    stream = GroupStream(source_options(bootstrap_servers, topic, group, table))
+    options = source_options(bootstrap_servers, topic, group, table)
+    stream = GroupStream(options, for_source(options))
     streams.append(stream)
     batch = BatchOffset.from_json(stream.latest_offset(BatchOffset.initial().to_json(), None))
     revoked = frozenset(batch.ends())

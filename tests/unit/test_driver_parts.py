@@ -152,7 +152,7 @@ def committer(tmp_path: Path, *, ledger: bool = True) -> tuple[BatchCommitter, B
         options,
         books,
         OffsetLedger(str(tmp_path / "ledger"), "g") if ledger else None,
-        DurabilityWatch(None, None, "g"),
+        DurabilityWatch(None, None),
         StreamMetrics(),
     )
     return made, books

@@ -19,6 +19,7 @@ from spark_groups.group.replay import UNNAMED, decide
 from spark_groups.group.stream import GroupStream
 from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition
 from spark_groups.options import parse_options
+from spark_groups.sink.arbiter import for_source
 from spark_groups.sink.plan import read_batch_plan
 from spark_groups.storage.replays import notice_path
 
@@ -102,19 +103,18 @@ def test_a_range_read_under_an_old_claim_is_left_out_with_or_without_a_notice() 
 def stream_of(
     streams: list[GroupStream], servers: str, topic: str, group: str, **extra: str
 ) -> GroupStream:
-    stream = GroupStream(
-        parse_options(
-            {
-                "kafka.bootstrap.servers": servers,
-                "subscribe": topic,
-                "group.id": group,
-                "startingOffsets": "earliest",
-                "kafka.session.timeout.ms": "6000",
-                "kafka.heartbeat.interval.ms": "500",
-                **extra,
-            }
-        )
+    options = parse_options(
+        {
+            "kafka.bootstrap.servers": servers,
+            "subscribe": topic,
+            "group.id": group,
+            "startingOffsets": "earliest",
+            "kafka.session.timeout.ms": "6000",
+            "kafka.heartbeat.interval.ms": "500",
+            **extra,
+        }
     )
+    stream = GroupStream(options, for_source(options))
     streams.append(stream)
     return stream
 

@@ -23,16 +23,16 @@ def test_compacts_only_at_a_multiple_and_keeps_every_row(tmp_path: Path) -> None
     path = tmp_path / "t"
     small_files(path, 6)  # versions 0..5
     options = SinkOptions(str(path), "g", str(tmp_path / "cp"), member="m", compact_every=5)
-    assert not compact_if_due(options, 4)
-    assert not compact_if_due(options, None)  # nothing committed: nothing to count
+    assert not compact_if_due(options, str(path), 4)
+    assert not compact_if_due(options, str(path), None)  # nothing committed: nothing to count
     assert len(DeltaTable(str(path)).file_uris()) == 6
-    assert compact_if_due(options, 5)
+    assert compact_if_due(options, str(path), 5)
     table = DeltaTable(str(path))
     assert len(table.file_uris()) == 1
     assert sorted(table.to_pyarrow_dataset().to_table().column("offset").to_pylist()) == list(
         range(6)
     )
-    assert not compact_if_due(SinkOptions(str(path), "g", "cp", compact_every=0), 10)
+    assert not compact_if_due(SinkOptions(str(path), "g", "cp", compact_every=0), str(path), 10)
 
 
 def test_a_taken_lease_skips_the_turn_without_failing_the_batch(tmp_path: Path) -> None:
@@ -41,7 +41,7 @@ def test_a_taken_lease_skips_the_turn_without_failing_the_batch(tmp_path: Path) 
     until_ms = take_lease(str(path), None, "optimize:ops@host")
     options = SinkOptions(str(path), "g", "cp", member="m", compact_every=2)
     try:
-        assert not compact_if_due(options, 4)
+        assert not compact_if_due(options, str(path), 4)
         assert len(DeltaTable(str(path)).file_uris()) == 4
     finally:
         release_lease(str(path), None, "optimize:ops@host", until_ms)

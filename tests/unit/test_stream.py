@@ -21,6 +21,7 @@ from spark_groups.group.stream import GroupStream
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.options import parse_options
+from spark_groups.sink.arbiter import for_source
 
 from broker_support import produce_ids
 
@@ -45,7 +46,8 @@ def make_stream(
     }
     if ledger is not None:
         opts["offsets.table"] = str(ledger)
-    stream = GroupStream(parse_options(opts))
+    options = parse_options(opts)
+    stream = GroupStream(options, for_source(options))
     streams.append(stream)
     return stream
 

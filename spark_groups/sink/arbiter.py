@@ -1,0 +1,83 @@
+"""The ``delta-group`` table as the group's arbiter (``spark_groups.group.arbiter``).
+
+:class:`DeltaArbiter` answers the group's questions about one table and one consumer group
+with the sink's own modules: the positions (``spark_groups.sink.table``) and the claims
+(``spark_groups.sink.claims``). :func:`for_source` builds it for a ``kafka-group`` source
+with ``sink.table``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from spark_groups.group.arbiter import Claimed, Holdings
+from spark_groups.offsets import TopicPartition
+from spark_groups.options import SourceOptions
+from spark_groups.sink import claims
+from spark_groups.sink.table import load, versions
+from spark_groups.storage.files import table_uri
+
+
+class DeltaArbiter:
+    """The delta-group table at ``path`` for consumer group ``group_id`` (an
+    :class:`~spark_groups.group.arbiter.Arbiter`)."""
+
+    def __init__(
+        self, path: str, group_id: str, storage_options: Mapping[str, str] | None = None
+    ) -> None:
+        self.path = path
+        self.group_id = group_id
+        self.storage_options = dict(storage_options) if storage_options else None
+
+    def holdings(self, partitions: Iterable[TopicPartition]) -> Holdings:
+        """The table's positions and claims for ``partitions`` from its newest snapshot."""
+        wanted = sorted(set(partitions))
+        table = load(table_uri(self.path), self.storage_options)
+        if table is None:
+            return Holdings(exists=False)
+        if not wanted:
+            return Holdings(exists=True)
+        return Holdings(
+            True,
+            versions(table, self.group_id, wanted),
+            claims.claims_of(table, self.group_id, wanted),
+        )
+
+    def new_token(self) -> int:
+        """A fresh claim token."""
+        return claims.new_token()
+
+    def claim(
+        self, partitions: Iterable[TopicPartition], token: int, *, member: str
+    ) -> Claimed | None:
+        """Claim ``partitions`` under ``token`` (``spark_groups.sink.claims.claim``)."""
+        return claims.claim(
+            self.path,
+            self.group_id,
+            partitions,
+            token,
+            storage_options=self.storage_options,
+            member=member,
+        )
+
+    def release(
+        self, tokens: Mapping[TopicPartition, int], *, member: str, timeout_s: float
+    ) -> Claimed | None:
+        """Release the partitions still held with ``tokens``
+        (``spark_groups.sink.claims.release``)."""
+        return claims.release(
+            self.path,
+            self.group_id,
+            tokens,
+            storage_options=self.storage_options,
+            member=member,
+            timeout_s=timeout_s,
+        )
+
+
+def for_source(options: SourceOptions) -> DeltaArbiter | None:
+    """The arbiter of a ``kafka-group`` source: its ``sink.table`` for its ``group.id``
+    (None without ``sink.table``)."""
+    if options.sink_path is None:
+        return None
+    return DeltaArbiter(options.sink_path, options.group_id, options.storage_options)

@@ -1,0 +1,111 @@
+"""The table and the group a batch is written to, said once: by the source that planned it.
+
+A ``kafka-group`` source writes into every batch's Spark offset the consumer group that
+planned it and the ``delta-group`` table it claims partitions in (``BatchOffset.pipeline``:
+its options ``group.id`` and ``sink.table``). The sink takes both from there, so a pipeline
+names each once:
+
+1. **Before any task writes** (``streamWriter``, which Spark calls for every micro-batch
+   after it logged the batch's offsets): from the newest entry of the query's offset log
+   (:func:`target_for_next_batch`). A query whose newest entry holds no ``kafka-group``
+   offset is refused here (:class:`~spark_groups.errors.SinkError`).
+2. **At the commit**: from the batch's own plan (``spark_groups.sink.plan``); a plan that
+   names another table or group than the one the tasks wrote to is refused before the
+   commit, and its files are deleted (:func:`check_target`).
+
+Given on the sink too (``path``, ``group.id``), a value must agree with the source's, or the
+batch fails with :class:`~spark_groups.errors.PipelineMismatchError` naming both. Without a
+value from the source (a source without ``sink.table``, or offsets logged before sources
+recorded it) the sink's own options are required.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spark_groups.errors import OptionError, PipelineMismatchError, SinkError
+from spark_groups.offsets import Pipeline
+from spark_groups.sink.options import SinkOptions
+from spark_groups.sink.plan import pipeline_of
+from spark_groups.storage.checkpoint import newest_entry, offset_log_path
+from spark_groups.storage.object_stores import STORAGE_PREFIX, check_commit_safety
+
+
+@dataclass(frozen=True)
+class SinkTarget:
+    """The table (``path``, resolved) and the consumer group (``group_id``) a batch is
+    written for."""
+
+    path: str
+    group_id: str
+
+
+def same_table(a: str, b: str) -> bool:
+    """Whether two resolved table paths name the same table."""
+    return a.rstrip("/") == b.rstrip("/")
+
+
+def target_of(options: SinkOptions, pipeline: Pipeline | None, batch: int) -> SinkTarget:
+    """The table and group of Spark batch ``batch``: the source's (``pipeline``) where it
+    names them, else the sink's ``options``. Raises
+    :class:`~spark_groups.errors.PipelineMismatchError` where both name one and they differ,
+    and :class:`~spark_groups.errors.OptionError` where neither does."""
+    path, group = options.path, options.group_id
+    if pipeline is not None:
+        if pipeline.sink is not None:
+            if path is not None and not same_table(path, pipeline.sink):
+                raise PipelineMismatchError("path", path, "sink.table", pipeline.sink, batch)
+            if path is None:  # the sink's own storage.* options must make its commits safe
+                check_commit_safety(
+                    pipeline.sink, options.storage_options, "sink.table", prefix=STORAGE_PREFIX
+                )
+            path = pipeline.sink
+        if group is not None and group != pipeline.group:
+            raise PipelineMismatchError("group.id", group, "group.id", pipeline.group, batch)
+        group = pipeline.group
+    if path is None:
+        raise OptionError(
+            "path",
+            "the Delta table to write is required: .start(path), or the kafka-group source "
+            "option sink.table, which this query's source does not set (the sink then takes "
+            "the table from it)",
+        )
+    if group is None:
+        raise OptionError(
+            "group.id",
+            "required: the consumer group of the kafka-group source that feeds this sink. "
+            "A source of this release records it in every batch's offsets; those of this "
+            "checkpoint do not (written by an older release), so give it to the sink",
+        )
+    return SinkTarget(path, group)
+
+
+def target_for_next_batch(options: SinkOptions) -> SinkTarget:
+    """Step 1: the target of the batch about to run, from the newest entry of the offset log
+    in the sink's ``checkpointLocation``. Raises :class:`~spark_groups.errors.SinkError` when
+    that entry holds no ``kafka-group`` offset."""
+    entry = newest_entry(options.checkpoint, options.storage_options)
+    if entry is None:  # nothing logged yet: the sink's own options
+        return target_of(options, None, -1)
+    batch_id, offsets = entry
+    if not offsets:
+        raise SinkError(
+            f"{offset_log_path(options.checkpoint, batch_id)}: batch {batch_id} has no "
+            "kafka-group source offset: the delta-group sink only takes queries that read a "
+            "kafka-group source (its batches' planned offsets are what make each record "
+            "land once). Write other queries with format('delta') (delta-spark) or "
+            "foreachBatch; nothing was written"
+        )
+    return target_of(options, pipeline_of([o.pipeline for o in offsets], batch_id), batch_id)
+
+
+def check_target(written: SinkTarget, planned: SinkTarget, batch: int) -> None:
+    """Step 2: the tasks wrote to ``written``; the batch's plan says ``planned``. Raises
+    :class:`~spark_groups.errors.PipelineMismatchError` when they differ (the caller deletes
+    the files and commits nothing)."""
+    if not same_table(written.path, planned.path):
+        raise PipelineMismatchError("path", written.path, "sink.table", planned.path, batch)
+    if written.group_id != planned.group_id:
+        raise PipelineMismatchError(
+            "group.id", written.group_id, "group.id", planned.group_id, batch
+        )
