@@ -92,8 +92,17 @@ class Arrivals:
         crash_points.reached("resuming")
         resolver.forget(new)
         committed = resume.committed(new, self.committer.ledger, member)
-        if self.claims.arbiter is not None:
-            self._check_one_table(committed.kafka, self.claims.arbiter.path)
+        if self.claims.arbiter is not None:  # one group feeds one table
+            other = resume.other_table(committed.kafka, self.claims.arbiter.path)
+            if other is not None:
+                tp, committer = other
+                raise GroupTableMismatchError(
+                    options.group_id,
+                    tp,
+                    self.claims.arbiter.path,
+                    str(committer.sink),
+                    committer.text,
+                )
         known = committed.known()
         sink: dict[TopicPartition, int] = {}
         token: int | None = None
@@ -129,16 +138,6 @@ class Arrivals:
         if self.claims.enabled:
             who = {tp: commit_metadata.read(md).text for tp, (_, md) in committed.kafka.items()}
             self._hold(gaps.unexplained(resumed, sink, handovers, who))
-
-    def _check_one_table(self, kafka: Mapping[TopicPartition, tuple[int, str]], table: str) -> None:
-        """Step 2's check with ``sink.table``: a partition the group last committed from a
-        query writing another delta-group table (its commit metadata says which) raises
-        :class:`~spark_groups.errors.GroupTableMismatchError` before anything is claimed:
-        one group feeds one table."""
-        for tp, (_, metadata) in sorted(kafka.items()):
-            who = commit_metadata.read(metadata)
-            if who.sink is not None and who.sink.rstrip("/") != table.rstrip("/"):
-                raise GroupTableMismatchError(self.options.group_id, tp, table, who.sink, who.text)
 
     def recheck_held(self) -> None:
         """Every few seconds, release the held partitions the sink's table has reached (an

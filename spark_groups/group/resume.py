@@ -110,6 +110,20 @@ def handovers(
     return out
 
 
+def other_table(
+    kafka: Mapping[TopicPartition, tuple[int, str]], table: str
+) -> tuple[TopicPartition, commit_metadata.Committer] | None:
+    """The first partition whose Kafka commit (``kafka``: offset and metadata) a query writing
+    another delta-group table than ``table`` made, with who made it; None when there is none
+    (commits without a table in their metadata are not counted: plain consumers, tools,
+    queries without ``sink.table``)."""
+    for tp, (_, metadata) in sorted(kafka.items()):
+        who = commit_metadata.read(metadata)
+        if who.sink is not None and who.sink.rstrip("/") != table.rstrip("/"):
+            return tp, who
+    return None
+
+
 def starting_offsets(
     rules: Mapping[TopicPartition, StartRule],
     resolver: EndOffsetResolver,
