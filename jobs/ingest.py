@@ -244,12 +244,9 @@ def run(config: JobConfig) -> None:
     spark_groups.register(spark)
     source = {"sink.table": config.table_path, **config.source}
     df = spark.readStream.format(spark_groups.FORMAT).options(**source).load()
-    group = config.source.get("group.id") or config.source["kafka.group.id"]
-    writer = (
-        df.writeStream.format(spark_groups.SINK_FORMAT)
-        .option("path", config.table_path)
-        .option("group.id", group)
-        .option("member", "spark-groups-ingest")
+    # The sink takes its table and group from the source (sink.table, group.id): said once.
+    writer = df.writeStream.format(spark_groups.SINK_FORMAT).option(
+        "member", "spark-groups-ingest"
     )
     # The source's storage.* options (credentials, endpoint, conditional put) reach the sink
     # too: its table is the source's sink.table, on the same store as the ledger.

@@ -98,6 +98,7 @@ orders = (
     .option("subscribe", topic)
     .option("group.id", group)
     .option("offsets.table", offsets_table)
+    .option("sink.table", table_path)  # the exactly-once sink's table, said here only
     .options(**storage)
     .option("startingOffsets", "earliest")
     .option("maxOffsetsPerTrigger", "100000")  # runtimes 17.3/18: the one availableNow batch
@@ -118,14 +119,13 @@ orders = (
 # COMMAND ----------
 
 query = (
-    orders.writeStream.format("delta-group")
-    .option("group.id", group)
+    orders.writeStream.format("delta-group")  # table and group: the source's
     .option("member", member)
     .option("checkpointLocation", checkpoint)
     .options(**storage)
     .trigger(availableNow=True)
     .queryName(f"{group}-{member}")
-    .start(table_path)
+    .start()
 )
 query.awaitTermination()
 

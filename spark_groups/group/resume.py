@@ -1,22 +1,16 @@
-"""Where a newly assigned partition resumes.
+"""Where a newly assigned partition resumes: the pure decisions over the five records of
+where a partition stands (Kafka with its commit metadata, the ledger, the sink's table,
+Spark's checkpoint; the rebalance history is never read to resume). Their order of
+precedence is stated once, in docs/architecture.md ("Where a partition stands: five
+records, one order"): committed (the furthest of Kafka, the ledger and the table), else the
+checkpoint's last batch, else ``startingOffsets`` (``earliest`` for partitions that appear
+later).
 
-In order of precedence:
-
-1. **committed**: the furthest of the ledger's last ``until`` (option ``offsets.table``) and
-   the group's committed offset in Kafka, and of the exactly-once sink's table (option
-   ``sink.table``) where that is further still;
-2. **checkpoint**: with no commit anywhere, a partition the checkpoint's last batch read
-   continues after that batch (as Spark's kafka source would);
-3. **startingOffsets** at the query's first plan, and **earliest** for partitions that
-   appear later (a topic grew, a pattern matched a new topic), as Spark's kafka source does.
-
-A partition whose Kafka commit was made by another consumer of the group (a plain consumer
-service: its commit metadata is not spark_groups', see :mod:`spark_groups.offsets.commit_metadata`)
-past where spark_groups itself last stood resumes there too; :func:`handovers` names those
-ranges so the exactly-once sink can tell them from loss.
-
-The decisions (:func:`choose`, :func:`handovers`) are pure; the look-ups take the clients
-they need.
+:func:`choose` applies it; :func:`handovers` names the ranges another consumer of the group
+committed past where spark_groups stood, so the exactly-once sink can tell them from loss;
+:func:`other_table` finds a commit made for another delta-group table (one group feeds one
+table). :func:`committed` and :func:`starting_offsets` are the look-ups, with the clients
+they take.
 """
 
 from __future__ import annotations
