@@ -134,7 +134,8 @@ class PipelineMismatchError(OptionError):
 
 class SinkNotWrittenError(OptionError):
     """Spark finished batch ``batch`` of a source with ``sink.table``, but the table at
-    ``path`` holds none of ``partitions`` of it under this member's claims: the query's sink
+    ``path`` does not hold ``partitions`` of it although their claims there did not move on
+    (still the batch's tokens, or none): the query's sink
     does not write that table through ``delta-group`` (``format("delta")``,
     ``foreachBatch`` or another table). Nothing of the batch is committed to Kafka."""
 
@@ -147,7 +148,7 @@ class SinkNotWrittenError(OptionError):
         super().__init__(
             "sink.table",
             f"Spark finished batch {batch}, but the delta-group table {path} does not hold "
-            f"{shown}{more} of it, and their claims there are still this member's: the "
+            f"{shown}{more} of it, and their claims there did not move on: the "
             "query's sink does not write this table through the delta-group sink "
             "(format('delta'), foreachBatch or another path?). sink.table is the "
             "delta-group sink's table: write with .writeStream.format('delta-group') (it "

@@ -13,7 +13,7 @@ The order of one commit (:meth:`BatchCommitter.commit_ranges`):
 
 0. At the safe point, with ``sink.table``: only the ranges the sink's table holds (the sink
    leaves out a partition whose claim moved on; Kafka never gets past the table). A range
-   missing under a claim that did not move, or no table at all, means the query's sink
+   missing under a claim that did not move on, or no table at all, means the query's sink
    does not write the table: the query stops (``SinkNotWrittenError``).
 1. Take the committable ranges (``PartitionTable.committable``: owned, not given up since the
    batch was planned, past what is known committed).
@@ -122,10 +122,10 @@ class BatchCommitter:
         claim is searched again (``PartitionTable.fenced``): the next plan claims it anew and
         reads it from the table's position.
 
-        A range missing while its claim is still the batch's token cannot be the sink's
-        doing (the delta-group sink writes such a range or fails the batch), nor can a
-        table that does not exist after Spark finished a batch: the query's sink does not
-        write this table through delta-group, and
+        A range missing while its claim did not move on (still the batch's token, or no
+        claim at all) cannot be the sink's doing (the delta-group sink writes such a range
+        or fails the batch), nor can a table that does not exist after Spark finished a
+        batch: the query's sink does not write this table through delta-group, and
         :class:`~spark_groups.errors.SinkNotWrittenError` stops the query before anything
         is committed."""
         if self.durability.sink is None or self.options.at_most_once:
@@ -141,15 +141,7 @@ class BatchCommitter:
         tokens = batch.claim_map()
         held = durable.held(batch.ranges, holdings)
         missing = [r for r in batch.ranges if r not in held]
-        unwritten = [
-            r.topic_partition
-            for r in missing
-            if not holdings.exists
-            or (
-                r.topic_partition in tokens
-                and holdings.claims.get(r.topic_partition) == tokens[r.topic_partition]
-            )
-        ]
+        unwritten = durable.not_written(batch, holdings)
         if unwritten:
             raise SinkNotWrittenError(self.durability.sink.path, batch.batch, unwritten)
         if missing:
@@ -204,6 +196,16 @@ class BatchCommitter:
                         self.commit_ranges(
                             member, BatchOffset.of(batch.batch, durable), from_barrier=False
                         )
+                elif self.durability.finished_but_not_written(batch):
+                    log.error(  # nothing to stop: the query ended; the next run fails too
+                        "leaving with batch %d not committed: %s",
+                        batch.batch,
+                        SinkNotWrittenError(
+                            self.durability.sink.path if self.durability.sink else "",
+                            batch.batch,
+                            [r.topic_partition for r in batch.ranges],
+                        ),
+                    )
                 else:
                     log.info("leaving with batch %d unfinished: not committed", batch.batch)
             except Exception as exc:  # leaving the group matters more; the next owner re-reads

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 
 from spark_groups.errors import OptionError
 from spark_groups.group.arbiter import Arbiter, Holdings
-from spark_groups.offsets import BatchOffset, OffsetRange
+from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition
 from spark_groups.storage import checkpoint
 
 log = logging.getLogger(__name__)
@@ -142,6 +142,15 @@ class DurabilityWatch:
             self._warn_once("sink", f"cannot read the sink table {self.sink.path}: {exc}")
             return None
 
+    def finished_but_not_written(self, batch: BatchOffset) -> bool:
+        """With both signals: Spark's commit log has ``batch`` (planned here), yet the sink's
+        table holds none of it while its claims are still the batch's tokens, or there is no
+        table: the query's sink does not write the table (:func:`not_written`)."""
+        if self.sink is None or self.checkpoint is None or not self._in_commit_log(batch):
+            return False
+        holdings = self.sink_holdings(batch.ranges)
+        return holdings is not None and bool(not_written(batch, holdings))
+
     def _warn_once(self, signal: str, message: str) -> None:
         level = logging.DEBUG if signal in self._warned else logging.WARNING
         self._warned.add(signal)
@@ -158,3 +167,22 @@ class DurabilityWatch:
 def held(ranges: Sequence[OffsetRange], holdings: Holdings) -> list[OffsetRange]:
     """The ``ranges`` whose records the table (``holdings``) holds."""
     return [r for r in ranges if holdings.positions.get(r.topic_partition, -1) >= r.until_offset]
+
+
+def not_written(batch: BatchOffset, holdings: Holdings) -> list[TopicPartition]:
+    """The partitions of ``batch`` (which Spark finished) whose range the table does not hold
+    although their claim there did not move on since the batch was planned: the claim is
+    still the batch's token, or the partition has no claim at all (the batch read it before
+    the table existed, or the table was made anew); all of them when there is no table. The
+    delta-group sink writes such a range or fails the batch (it leaves out only ranges whose
+    claim moved on), so these prove the query's sink does not write the table."""
+    tokens = batch.claim_map()
+    kept = held(batch.ranges, holdings)
+    out = []
+    for r in batch.ranges:
+        if r in kept:
+            continue
+        claim = holdings.claims.get(r.topic_partition)
+        if not holdings.exists or claim is None or claim == tokens.get(r.topic_partition):
+            out.append(r.topic_partition)
+    return out

@@ -1,6 +1,7 @@
 """kafka-group into delta-spark's own writers: the pipelines users try before ``delta-group``.
 
-* Spark's Delta sink (``format("delta")``) in one session: each record once.
+* Spark's Delta sink (``format("delta")``) in one session: each record once; with the source
+  option ``sink.table`` (the delta-group sink's table) the query stops before committing.
 * Spark's Delta sink in two members of one group: it is idempotent per (query id, batch id)
   (Delta's ``txnAppId``/``txnVersion``), not per Kafka partition, so a member that takes over
   a killed member's partitions appends the killed member's last batch again.
@@ -32,7 +33,7 @@ from spark_groups.crash_points import ARM_ENV, CRASH_ENV
 from spark_groups.tools.spark_jars import DELTA_SQL_CONF, jar_conf
 
 from broker_support import committed_offsets, log_end_offsets, produce_ids, wait_until
-from helpers import group_options, unique
+from helpers import group_options, needs_available_now, unique
 
 #: A member's session with delta-spark (its jars for this Spark line, Delta's SQL).
 DELTA_MEMBER_CONF = {**jar_conf("delta-spark"), **DELTA_SQL_CONF, **SMALL_DELTA_JOBS}
@@ -116,6 +117,31 @@ def test_kafka_group_into_sparks_delta_sink_in_one_session_every_id_once(
         60,
         "the group's offsets to reach the log ends",
     )
+
+
+@needs_available_now  # before 4.2 AvailableNow is one batch, never handed back to the source
+def test_sink_table_with_sparks_delta_sink_stops_before_committing(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    """sink.table names the delta-group sink's table; a query that writes it with Spark's
+    own Delta sink stops at the source's first safe point with SinkNotWrittenError, and
+    nothing is committed to Kafka (issue 43)."""
+    topic = make_topic(2)
+    produce_ids(bootstrap_servers, topic, range(200), 2)
+    group, table, cp = unique("g"), tmp_path / "table", tmp_path / "cp"
+    opts = group_options(bootstrap_servers, topic, group, None, **{"sink.table": str(table)})
+    query = (
+        ids_source(spark, opts, cp)
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(cp))
+        .trigger(availableNow=True)
+        .start(str(table))
+    )
+    assert query.awaitTermination(300), "AvailableNow query did not end"
+    error = query.exception()
+    assert error is not None
+    assert "SinkNotWrittenError" in str(error) and "option 'sink.table'" in str(error)
+    assert committed_offsets(bootstrap_servers, group, topic, 2) == {}
 
 
 def test_sparks_delta_sink_in_two_members_appends_a_killed_members_last_batch_again(

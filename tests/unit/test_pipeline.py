@@ -212,6 +212,22 @@ def test_a_range_missing_under_a_claim_that_did_not_move_stops_the_query_without
     assert "claim moved on" not in caplog.text
 
 
+def test_a_range_read_before_the_table_had_claims_and_missing_from_it_stops_the_query(
+    tmp_path: Path,
+) -> None:
+    """Another engine (delta-spark's format("delta")) created the table at sink.table: the
+    first batch was planned before any claim, and the table has none."""
+    table = tmp_path / "t"
+    commit, books, _ = committer(table)
+    land(table, 0, {1: (0, 3)})  # the table exists; partition 0 was never written or claimed
+    batch = BatchOffset.of(1, [OffsetRange(TOPIC, 0, 0, 4)])
+    books.batches.add(batch)
+    member = Member()
+    with pytest.raises(SinkNotWrittenError) as stopped:
+        commit.safe_point(member, batch)  # type: ignore[arg-type]
+    assert stopped.value.partitions == (TP0,) and member.commits == []
+
+
 def test_a_range_the_sink_fenced_is_left_out_with_the_warning_and_the_query_goes_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
