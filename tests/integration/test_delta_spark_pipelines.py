@@ -137,8 +137,14 @@ def test_sink_table_with_sparks_delta_sink_stops_before_committing(
         .trigger(availableNow=True)
         .start(str(table))
     )
-    assert query.awaitTermination(300), "AvailableNow query did not end"
-    error = query.exception()
+    error: BaseException | None = None
+    try:  # Spark raises the query's error from awaitTermination
+        assert query.awaitTermination(300), "AvailableNow query did not end"
+        error = query.exception()
+    except AssertionError:
+        raise
+    except Exception as exc:
+        error = exc
     assert error is not None
     assert "SinkNotWrittenError" in str(error) and "option 'sink.table'" in str(error)
     assert committed_offsets(bootstrap_servers, group, topic, 2) == {}

@@ -297,8 +297,6 @@ SINK_BASE = {"path": "/t", "group.id": "g", "checkpointlocation": "/cp"}
 @pytest.mark.parametrize(
     ("changes", "option", "words"),
     [
-        ({"path": " "}, "path", "required"),
-        ({"group.id": ""}, "group.id", "required"),
         ({"checkpointlocation": None}, "checkpointLocation", "required"),
         ({"mergeschema": "yes"}, "mergeSchema", "'true' or 'false'"),
         ({"failongap": "0"}, "failOnGap", "'true' or 'false'"),
@@ -320,6 +318,15 @@ def test_bad_sink_input_table(changes: dict[str, str | None], option: str, words
     assert info.value.option == option
     assert f"option '{option}'" in str(info.value)
     assert words in str(info.value)
+
+
+def test_sink_path_and_group_are_optional_at_parse_time_the_source_gives_them() -> None:
+    """Said once: without path and group.id the sink takes both from the batch's source
+    (tests/unit/test_pipeline.py checks where neither side gives them)."""
+    from spark_groups.sink.options import parse_sink_options
+
+    parsed = parse_sink_options({"path": " ", "group.id": "", "checkpointlocation": "/cp"})
+    assert parsed.path is None and parsed.group_id is None
 
 
 def test_offsets_table_that_is_no_ledger_names_the_option(tmp_path) -> None:
