@@ -119,8 +119,6 @@ def test_sink_options() -> None:
 @pytest.mark.parametrize(
     ("options", "option"),
     [
-        ({"group.id": "g", "checkpointlocation": "/cp"}, "path"),
-        ({"path": "/t", "checkpointlocation": "/cp"}, "group.id"),
         ({"path": "/t", "group.id": "g"}, "checkpointLocation"),
         ({**BASE, "failongap": "maybe"}, "failOnGap"),
         ({**BASE, "compression": "brotli9"}, "compression"),
