@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal, cast, get_args
 
 from spark_groups.errors import OptionError
+from spark_groups.offsets.ranges import Pipeline
 from spark_groups.offsets.starting import StartingOffsets, parse_starting
 from spark_groups.read.tasks import DEFAULT_RECORDS_PER_TASK
 from spark_groups.storage.files import check_location
@@ -157,6 +158,12 @@ class SourceOptions:
     def bootstrap_servers(self) -> str:
         """``kafka.bootstrap.servers`` as given."""
         return self.kafka["bootstrap.servers"]
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """Who plans this source's batches: its group and ``sink.table``, recorded in every
+        Spark offset for the delta-group sink (``spark_groups.sink.pipeline``)."""
+        return Pipeline(self.group_id, self.sink_path)
 
     @property
     def subscription(self) -> list[str]:

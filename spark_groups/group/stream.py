@@ -65,7 +65,7 @@ from spark_groups.group.report import latest_report
 from spark_groups.group.sigterm import leave_on_sigterm
 from spark_groups.ledger import OffsetLedger
 from spark_groups.metrics import StreamMetrics
-from spark_groups.offsets import BatchOffset, Pipeline, TopicPartition, partitions_text
+from spark_groups.offsets import BatchOffset, TopicPartition, partitions_text
 from spark_groups.options import SourceOptions
 from spark_groups.spark.worker_logging import log_to_stderr
 from spark_groups.storage.delta import bound_allocator
@@ -110,7 +110,6 @@ class GroupStream:
             if options.history_path
             else None
         )
-        self._pipeline = Pipeline(options.group_id, options.sink_path)
         self._durability = DurabilityWatch(options.checkpoint, arbiter, options.storage_options)
         self._committer = BatchCommitter(
             options, self._books, ledger, self._durability, self.metrics
@@ -260,7 +259,7 @@ class GroupStream:
             outside = [h for h in map(books.partitions.handover_into, ranges) if h is not None]
             claims = books.partitions.claims()
             batch = (
-                BatchOffset.of(start.batch + 1, ranges, outside, claims, self._pipeline)
+                BatchOffset.of(start.batch + 1, ranges, outside, claims, self.options.pipeline)
                 if ranges
                 else None
             )

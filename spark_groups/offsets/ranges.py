@@ -128,9 +128,9 @@ class BatchOffset:
     pipeline: Pipeline | None = field(default=None, compare=False)
 
     @classmethod
-    def initial(cls) -> BatchOffset:
-        """The offset before any batch: nothing planned yet."""
-        return cls(batch=-1, ranges=())
+    def initial(cls, pipeline: Pipeline | None = None) -> BatchOffset:
+        """The offset before any batch: nothing planned yet (by ``pipeline``'s source)."""
+        return cls(batch=-1, ranges=(), pipeline=pipeline)
 
     @classmethod
     def of(

@@ -83,7 +83,9 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def initialOffset(self) -> dict[str, Any]:
         """Nothing planned yet; positions come from the group at the first batch."""
         self._driver().ensure_started()
-        initial = BatchOffset.initial().to_json()
+        # Spark may log it as a batch's end (an AvailableNow run that found nothing): it names
+        # the group and table too, for the sink (spark_groups.sink.pipeline).
+        initial = BatchOffset.initial(self.options.pipeline).to_json()
         if self._last_end is None:  # Spark 4.0 asks for it after the first latestOffset()
             self._last_end = initial
         return initial
@@ -117,7 +119,7 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if self._last_end is None:
             assert self.options.checkpoint is not None  # required at load() on these versions
             logged = checkpoint.latest_logged(self.options.checkpoint, self.options.storage_options)
-            self._last_end = (logged or BatchOffset.initial()).to_json()
+            self._last_end = (logged or BatchOffset.initial(self.options.pipeline)).to_json()
             log.info(
                 "restarted on Spark %s: the query stands at batch %s (offset log)",
                 SPARK_VERSION,
