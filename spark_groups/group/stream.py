@@ -92,24 +92,7 @@ class GroupStream:
         self.metrics = StreamMetrics()
         self._books = Bookkeeping()
         self._member: GroupMember | None = None
-        retention = timedelta(milliseconds=options.retention_ms) or None
-        ledger = (
-            OffsetLedger(
-                options.ledger_path,
-                options.group_id,
-                storage_options=dict(options.storage_options),
-                retention=retention,
-            )
-            if options.ledger_path
-            else None
-        )
-        self._history = (
-            RebalanceHistory(
-                options.history_path, options.group_id, options.storage_options, retention=retention
-            )
-            if options.history_path
-            else None
-        )
+        ledger, self._history = _tables(options)
         self._durability = DurabilityWatch(options.checkpoint, arbiter, options.storage_options)
         self._committer = BatchCommitter(
             options, self._books, ledger, self._durability, self.metrics
@@ -388,3 +371,27 @@ class GroupStream:
         self.metrics.lost_partitions += len(partitions)
         if self._history is not None:
             self._history.record("lost", partitions, self._generation(), self._member_id())
+
+
+def _tables(options: SourceOptions) -> tuple[OffsetLedger | None, RebalanceHistory | None]:
+    """The ledger (``offsets.table``) and the rebalance history (``rebalances.table``) of a
+    source, where it has them."""
+    retention = timedelta(milliseconds=options.retention_ms) or None
+    ledger = (
+        OffsetLedger(
+            options.ledger_path,
+            options.group_id,
+            storage_options=dict(options.storage_options),
+            retention=retention,
+        )
+        if options.ledger_path
+        else None
+    )
+    history = (
+        RebalanceHistory(
+            options.history_path, options.group_id, options.storage_options, retention=retention
+        )
+        if options.history_path
+        else None
+    )
+    return ledger, history
