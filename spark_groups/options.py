@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal, cast, get_args
 
 from spark_groups.errors import OptionError
+from spark_groups.kafka.secrets import is_secret
 from spark_groups.offsets.ranges import Pipeline
 from spark_groups.offsets.starting import StartingOffsets, parse_starting
 from spark_groups.read.tasks import DEFAULT_RECORDS_PER_TASK
@@ -161,9 +162,12 @@ class SourceOptions:
 
     @property
     def pipeline(self) -> Pipeline:
-        """Who plans this source's batches: its group and ``sink.table``, recorded in every
-        Spark offset for the delta-group sink (``spark_groups.sink.pipeline``)."""
-        return Pipeline(self.group_id, self.sink_path)
+        """Who plans this source's batches and what it shares with the sink (its group,
+        ``sink.table``, ``checkpointLocation`` and the ``storage.*`` options that hold no
+        secret), recorded in every Spark offset for the delta-group sink
+        (``spark_groups.sink.pipeline``)."""
+        plain = tuple(sorted((k, v) for k, v in self.storage_options.items() if not is_secret(k)))
+        return Pipeline(self.group_id, self.sink_path, self.checkpoint, plain)
 
     @property
     def subscription(self) -> list[str]:

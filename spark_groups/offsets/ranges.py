@@ -105,12 +105,18 @@ class Handover:
 
 @dataclass(frozen=True)
 class Pipeline:
-    """Who planned a batch: the consumer group (``group``, the source's ``group.id``) and
-    the ``delta-group`` table it claims partitions in (``sink``, the source's ``sink.table``
-    as resolved; None without it). No secret: a group id and a table path."""
+    """Who planned a batch, and the settings its source shares with the sink: the consumer
+    group (``group``, the source's ``group.id``), the ``delta-group`` table it claims
+    partitions in (``sink``, the source's ``sink.table`` as resolved; None without it), the
+    query's checkpoint as the source was given it (``checkpoint``, ``checkpointLocation``;
+    None without it) and the source's ``storage.*`` options that hold no secret
+    (``storage``, sorted pairs, without the prefix). No secret: ids, paths and plain
+    settings (credentials never leave the options)."""
 
     group: str
     sink: str | None = None
+    checkpoint: str | None = None
+    storage: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -185,6 +191,10 @@ class BatchOffset:
             value["group"] = self.pipeline.group
             if self.pipeline.sink is not None:
                 value["sink"] = self.pipeline.sink
+            if self.pipeline.checkpoint is not None:
+                value["checkpoint"] = self.pipeline.checkpoint
+            if self.pipeline.storage:
+                value["storage"] = dict(self.pipeline.storage)
         return value
 
     @classmethod
@@ -214,10 +224,15 @@ class BatchOffset:
                 for topic, parts in value.get("claims", {}).items()
                 for part, token in parts.items()
             }
-            group, sink = value.get("group"), value.get("sink")
+            group, sink, cp = value.get("group"), value.get("sink"), value.get("checkpoint")
             pipeline = None
             if group is not None:
-                pipeline = Pipeline(str(group), None if sink is None else str(sink))
+                pipeline = Pipeline(
+                    str(group),
+                    None if sink is None else str(sink),
+                    None if cp is None else str(cp),
+                    tuple(sorted((str(k), str(v)) for k, v in value.get("storage", {}).items())),
+                )
             return cls.of(int(value["batch"]), ranges, outside, claims, pipeline)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise SparkGroupsError(

@@ -63,6 +63,7 @@ def target_of(options: SinkOptions, pipeline: Pipeline | None, batch: int) -> Si
         if group is not None and group != pipeline.group:
             raise PipelineMismatchError("group.id", group, "group.id", pipeline.group, batch)
         group = pipeline.group
+        check_shared(options, pipeline, batch)
     if path is None:
         raise OptionError(
             "path",
@@ -78,6 +79,26 @@ def target_of(options: SinkOptions, pipeline: Pipeline | None, batch: int) -> Si
             "checkpoint do not (written by an older release), so give it to the sink",
         )
     return SinkTarget(path, group)
+
+
+def check_shared(options: SinkOptions, pipeline: Pipeline, batch: int) -> None:
+    """The other settings both sides take must agree where both give them: the query's
+    ``checkpointLocation`` and every ``storage.*`` option that holds no secret (credentials
+    never travel in offsets: the sink needs its own). Raises
+    :class:`~spark_groups.errors.PipelineMismatchError`."""
+    if pipeline.checkpoint is not None and not same_table(options.checkpoint, pipeline.checkpoint):
+        raise PipelineMismatchError(
+            "checkpointLocation",
+            options.checkpoint,
+            "checkpointLocation",
+            pipeline.checkpoint,
+            batch,
+        )
+    mine = options.storage_options or {}
+    for key, value in pipeline.storage:
+        if key in mine and mine[key] != value:
+            option = STORAGE_PREFIX + key
+            raise PipelineMismatchError(option, mine[key], option, value, batch)
 
 
 def target_for_next_batch(options: SinkOptions) -> SinkTarget:

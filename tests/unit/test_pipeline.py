@@ -85,6 +85,36 @@ def test_a_sink_that_disagrees_with_its_source_names_both_values_and_the_option(
     assert "'g2'" in str(group.value) and "Nothing of the batch was written" in str(group.value)
 
 
+def test_the_other_shared_settings_agree_where_both_sides_give_them() -> None:
+    """checkpointLocation and the storage.* options without secrets; credentials never
+    travel in the offsets (the sink needs its own)."""
+    source = parse_options(
+        {
+            "kafka.bootstrap.servers": "b:9092",
+            "subscribe": "t",
+            "group.id": "g",
+            "sink.table": "/t/a",
+            "checkpointLocation": "/chk",
+            "storage.aws_region": "eu-west-1",
+            "storage.aws_secret_access_key": "very-secret",
+        }
+    ).pipeline
+    value = BatchOffset.initial(source).to_json()
+    assert value["checkpoint"] == "/chk" and value["storage"] == {"aws_region": "eu-west-1"}
+    assert "very-secret" not in str(value)
+    assert BatchOffset.from_json(value).pipeline == source
+    same = sink_options(**{"storage.aws_region": "eu-west-1", "storage.aws_endpoint_url": "x"})
+    assert target_of(same, source, 0) == SinkTarget("/t/a", "g")
+    with pytest.raises(PipelineMismatchError) as region:
+        target_of(sink_options(**{"storage.aws_region": "us-east-1"}), source, 2)
+    assert region.value.option == "storage.aws_region"
+    assert (region.value.sink_value, region.value.source_value) == ("us-east-1", "eu-west-1")
+    elsewhere = parse_sink_options({"checkpointLocation": "/other"})
+    with pytest.raises(PipelineMismatchError) as checkpoint:
+        target_of(elsewhere, source, 2)
+    assert checkpoint.value.option == "checkpointLocation" and "/other" in str(checkpoint.value)
+
+
 def test_neither_side_naming_the_table_or_the_group_is_an_option_error() -> None:
     with pytest.raises(OptionError) as path:
         target_of(sink_options(), Pipeline("g"), 0)
