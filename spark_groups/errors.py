@@ -8,10 +8,8 @@ contain secrets (see :func:`spark_groups.kafka.secrets.redact`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # offsets imports this module
-    from spark_groups.offsets import TopicPartition
+from spark_groups.topic_partition import TopicPartition
 
 
 class SparkGroupsError(Exception):

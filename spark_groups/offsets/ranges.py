@@ -35,19 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_groups.errors import SparkGroupsError
+from spark_groups.topic_partition import TopicPartition
 
 FORMAT_VERSION = 1
-
-
-@dataclass(frozen=True, order=True)
-class TopicPartition:
-    """One partition of one topic (a plain, hashable value; not confluent_kafka's class)."""
-
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 @dataclass(frozen=True, order=True)
