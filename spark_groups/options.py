@@ -15,6 +15,7 @@ from typing import Literal, cast, get_args
 
 from spark_groups.errors import OptionError
 from spark_groups.kafka.secrets import is_secret
+from spark_groups.kafka.watermarks import END_OFFSET_MODES, EndOffsetsMode
 from spark_groups.offsets.ranges import Pipeline
 from spark_groups.offsets.starting import StartingOffsets, parse_starting
 from spark_groups.read.tasks import DEFAULT_RECORDS_PER_TASK
@@ -40,9 +41,6 @@ _BROKER_SIDE_WITH_CONSUMER_PROTOCOL = {
     "session.timeout.ms": "group.consumer.session.timeout.ms",
     "heartbeat.interval.ms": "group.consumer.heartbeat.interval.ms",
 }
-#: How the log end is found (``spark_groups.kafka.watermarks``).
-EndOffsetsMode = Literal["auto", "fetch", "listOffsets"]
-END_OFFSET_MODES: tuple[str, ...] = get_args(EndOffsetsMode)
 DELIVERY_GUARANTEES = ("at-least-once", "at-most-once")
 #: The executor read path (``spark_groups.read.native``): ``auto`` the native one where it is
 #: built and loads, else Python; ``python`` always Python; ``native`` required (an error where

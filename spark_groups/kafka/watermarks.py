@@ -44,7 +44,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, Literal, cast, get_args
 
 from spark_groups.errors import OptionError, SparkGroupsError
 from spark_groups.kafka.client import Consumer, KafkaException, create_consumer
@@ -52,12 +52,12 @@ from spark_groups.kafka.config import bootstrap_servers_of, layered
 from spark_groups.kafka.confirmed_ends import ConfirmedEnds, fetch_high_watermarks
 from spark_groups.kafka.list_offsets import EARLIEST, LATEST, list_offsets
 from spark_groups.offsets import TopicPartition
-from spark_groups.options import END_OFFSET_MODES, EndOffsetsMode
 
 log = logging.getLogger(__name__)
 
-#: The modes, as the ``endOffsets`` option names them.
-MODES = END_OFFSET_MODES
+#: How the log end is found: the modes, as the ``endOffsets`` option names them.
+EndOffsetsMode = Literal["auto", "fetch", "listOffsets"]
+END_OFFSET_MODES: tuple[str, ...] = get_args(EndOffsetsMode)
 
 #: Cluster ids (lower-cased substrings) of brokers whose ListOffsets under-reports the log end.
 UNDER_REPORTING_CLUSTERS = ("tansu",)
@@ -85,10 +85,10 @@ def _resolver_config(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _normalise_mode(mode: str) -> EndOffsetsMode:
-    for known in MODES:
+    for known in END_OFFSET_MODES:
         if str(mode).lower() == known.lower():
             return cast(EndOffsetsMode, known)
-    raise OptionError("endOffsets", f"must be one of {', '.join(MODES)}; got {mode!r}")
+    raise OptionError("endOffsets", f"must be one of {', '.join(END_OFFSET_MODES)}; got {mode!r}")
 
 
 class EndOffsetResolver:
