@@ -376,8 +376,6 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     ledger_path = _path("offsets.table", ours)
     history = _path("rebalances.table", ours)
     if history is None and ledger_path is not None:
-        from spark_groups.group.history import history_path
-
         history = history_path(ledger_path)
     sink_path = _path("sink.table", ours)
     checkpoint = _path("checkpointLocation", ours)
@@ -422,6 +420,11 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         kafka=kafka,
         storage_options=storage,
     )
+
+
+def history_path(ledger_path: str) -> str:
+    """The default rebalance-history table (``rebalances.table``) beside a ledger table."""
+    return ledger_path.rstrip("/") + "_rebalances"
 
 
 def _path(option: str, ours: Mapping[str, str]) -> str | None:

@@ -9,7 +9,8 @@ One row per partition per event, so "why did partition 3 move at 02:14?" is a fi
 Events happen on the group member's thread, inside rebalance callbacks, where slow I/O
 would stretch the rebalance; so they are queued in memory (and logged at once) and written
 by :meth:`RebalanceHistory.flush`, which the driver calls at each micro-batch and on stop.
-The table is the ledger's sibling: ``<offsets.table>_rebalances`` unless set explicitly.
+The table is the ledger's sibling: ``<offsets.table>_rebalances`` unless set explicitly
+(:func:`spark_groups.options.history_path`, the option's default; importable from here too).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pyarrow as pa
 
 from spark_groups.errors import LedgerError
 from spark_groups.offsets import TopicPartition
+from spark_groups.options import history_path as history_path
 from spark_groups.storage.delta import append, open_table, query, sql_string, sql_timestamp
 
 log = logging.getLogger(__name__)
@@ -50,11 +52,6 @@ HISTORY_SCHEMA = pa.schema(
         pa.field("waited_for_batch", pa.int64(), nullable=True),
     ]
 )
-
-
-def history_path(ledger_path: str) -> str:
-    """The default rebalance-history table beside a ledger table."""
-    return ledger_path.rstrip("/") + "_rebalances"
 
 
 @dataclass(frozen=True)
