@@ -18,6 +18,7 @@ from spark_groups.kafka.secrets import is_secret
 from spark_groups.kafka.watermarks import END_OFFSET_MODES, EndOffsetsMode
 from spark_groups.offsets.ranges import Pipeline
 from spark_groups.offsets.starting import StartingOffsets, parse_starting
+from spark_groups.read.native import READ_PATHS, ReadPath
 from spark_groups.read.tasks import DEFAULT_RECORDS_PER_TASK
 from spark_groups.storage.files import check_location
 from spark_groups.storage.object_stores import (
@@ -42,11 +43,6 @@ _BROKER_SIDE_WITH_CONSUMER_PROTOCOL = {
     "heartbeat.interval.ms": "group.consumer.heartbeat.interval.ms",
 }
 DELIVERY_GUARANTEES = ("at-least-once", "at-most-once")
-#: The executor read path (``spark_groups.read.native``): ``auto`` the native one where it is
-#: built and loads, else Python; ``python`` always Python; ``native`` required (an error where
-#: it cannot load).
-ReadPath = Literal["auto", "python", "native"]
-READ_PATHS: tuple[str, ...] = get_args(ReadPath)
 
 #: option name (as documented) -> default shown in docs; None means "no default".
 SOURCE_OPTIONS: dict[str, str | None] = {

@@ -27,7 +27,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 import pyarrow as pa
 
@@ -58,8 +58,11 @@ _read_log = logging.getLogger("spark_groups.read.reader")
 #: The environment variable that picks the read path in every process: ``auto``, ``python``
 #: or ``native`` (required).
 READ_PATH_ENV = "SPARK_GROUPS_READ_PATH"
-#: The values of the ``readPath`` option and of :data:`READ_PATH_ENV`.
-READ_PATHS = ("auto", "python", "native")
+#: The values of the ``readPath`` option and of :data:`READ_PATH_ENV`: ``auto`` the native
+#: path where it is built and loads, else Python; ``python`` always Python; ``native``
+#: required (an error where it cannot load).
+ReadPath = Literal["auto", "python", "native"]
+READ_PATHS: tuple[str, ...] = get_args(ReadPath)
 
 #: Longest time the C loop runs before Python looks at stalls (and signals) again.
 _MAX_WAIT_S = 1.0
