@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal, cast, get_args
 
 from spark_groups.errors import OptionError
+from spark_groups.kafka.client import validate_config
 from spark_groups.kafka.secrets import is_secret
 from spark_groups.kafka.watermarks import END_OFFSET_MODES, EndOffsetsMode
 from spark_groups.offsets.ranges import Pipeline
@@ -477,6 +478,4 @@ def validate_client_config(options: SourceOptions) -> None:
 
     Raises :class:`OptionError` naming the ``kafka.`` key librdkafka rejected.
     """
-    from spark_groups.kafka.client import validate_config
-
     validate_config(options.member_config())
