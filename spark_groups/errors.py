@@ -2,7 +2,7 @@
 
 Every error the library raises on purpose is a :class:`SparkGroupsError`, so callers can
 catch one type. Messages name the option, broker, topic or record at fault and never
-contain secrets (see :func:`spark_groups.kafka.secrets.redact`).
+contain secrets (see :func:`spark_groups.secrets.redact`).
 """
 
 from __future__ import annotations

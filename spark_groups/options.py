@@ -15,12 +15,12 @@ from typing import Literal, cast, get_args
 
 from spark_groups.errors import OptionError
 from spark_groups.kafka.client import validate_config
-from spark_groups.kafka.secrets import is_secret
 from spark_groups.kafka.watermarks import END_OFFSET_MODES, EndOffsetsMode
 from spark_groups.offsets.ranges import Pipeline
 from spark_groups.offsets.starting import StartingOffsets, parse_starting
 from spark_groups.read.native import READ_PATHS, ReadPath
 from spark_groups.read.tasks import DEFAULT_RECORDS_PER_TASK
+from spark_groups.secrets import is_secret
 from spark_groups.storage.files import check_location
 from spark_groups.storage.object_stores import (
     STORAGE_PREFIX,

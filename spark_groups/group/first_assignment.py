@@ -21,7 +21,7 @@ from typing import Any
 
 from spark_groups.errors import GroupMembershipError
 from spark_groups.group.member import GroupMember
-from spark_groups.kafka.secrets import scrub
+from spark_groups.secrets import scrub
 
 log = logging.getLogger(__name__)
 

@@ -48,10 +48,10 @@ from spark_groups.group.arrivals import Arrivals
 from spark_groups.group.bookkeeping import Bookkeeping
 from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.member import GroupMember
-from spark_groups.kafka.secrets import scrub
 from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition
 from spark_groups.options import SourceOptions
+from spark_groups.secrets import scrub
 from spark_groups.storage import replays
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,6 @@
 * :mod:`~spark_groups.kafka.config`: layering defaults, the caller's settings and requirements;
 * :mod:`~spark_groups.kafka.errors` and :mod:`~spark_groups.kafka.auth`: librdkafka's errors as
   typed errors;
-* :mod:`~spark_groups.kafka.secrets`: which settings are secrets; redacting and scrubbing;
 * :mod:`~spark_groups.kafka.watermarks`: log start and end offsets you can trust, over
   :mod:`~spark_groups.kafka.list_offsets` and :mod:`~spark_groups.kafka.confirmed_ends`.
 """

@@ -27,7 +27,7 @@ from confluent_kafka import KafkaError
 
 from spark_groups.errors import AuthenticationError, AuthorizationError
 from spark_groups.kafka.config import bootstrap_servers_of
-from spark_groups.kafka.secrets import scrub
+from spark_groups.secrets import scrub
 
 #: Codes that mean the brokers refused the client's credentials.
 AUTHENTICATION_CODES = frozenset(

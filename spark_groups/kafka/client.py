@@ -26,7 +26,7 @@ from spark_groups.errors import SparkGroupsError
 from spark_groups.kafka.config import bootstrap_servers_of
 from spark_groups.kafka.errors import config_error
 from spark_groups.kafka.logs import with_logger
-from spark_groups.kafka.secrets import scrub
+from spark_groups.secrets import scrub
 
 __all__ = [
     "AdminClient",

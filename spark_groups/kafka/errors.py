@@ -11,7 +11,7 @@ import re
 from confluent_kafka import KafkaError, KafkaException
 
 from spark_groups.errors import OptionError
-from spark_groups.kafka.secrets import is_secret
+from spark_groups.secrets import is_secret
 
 #: No connection to any broker: the network, DNS, or every broker down.
 UNREACHABLE_CODES = frozenset(

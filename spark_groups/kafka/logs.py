@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_groups.kafka.secrets import scrub
+from spark_groups.secrets import scrub
 
 #: The logger every librdkafka line goes to.
 LOGGER_NAME = "spark_groups.kafka.librdkafka"

@@ -22,9 +22,9 @@ from spark_groups.kafka import auth
 from spark_groups.kafka.client import KafkaError, KafkaException, KafkaTopicPartition
 from spark_groups.kafka.config import bootstrap_servers_of
 from spark_groups.kafka.errors import TRANSIENT_FETCH_CODES, UNREACHABLE_CODES, error_text
-from spark_groups.kafka.secrets import scrub
 from spark_groups.read.pool import PooledConsumer
 from spark_groups.read.progress import RangeState, describe
+from spark_groups.secrets import scrub
 
 # The read path logs under the logger it has always used (spark_groups.read.reader).
 log = logging.getLogger("spark_groups.read.reader")

@@ -39,12 +39,12 @@ from spark_groups.kafka.client import (
     librdkafka_path,
 )
 from spark_groups.kafka.config import bootstrap_servers_of
-from spark_groups.kafka.secrets import scrub
 from spark_groups.offsets import OffsetRange
 from spark_groups.read.faults import Faults
 from spark_groups.read.pool import PooledConsumer
 from spark_groups.read.progress import RangeState, describe
 from spark_groups.read.schema import arrow_schema
+from spark_groups.secrets import scrub
 
 try:
     from spark_groups.read import _native  # type: ignore[attr-defined]

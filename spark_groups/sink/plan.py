@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from spark_groups.errors import SinkError, SparkGroupsError
-from spark_groups.kafka.secrets import scrub
 from spark_groups.offsets import BatchOffset, Handover, OffsetRange, Pipeline, TopicPartition
+from spark_groups.secrets import scrub
 from spark_groups.storage.checkpoint import kafka_group_offset, offset_log_path
 from spark_groups.storage.files import location
 from spark_groups.storage.replays import read_notice

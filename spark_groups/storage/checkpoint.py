@@ -33,8 +33,8 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from spark_groups.errors import OptionError
-from spark_groups.kafka.secrets import scrub
 from spark_groups.offsets import FORMAT_VERSION, BatchOffset
+from spark_groups.secrets import scrub
 from spark_groups.storage.files import Location, location
 from spark_groups.storage.object_stores import STORAGE_PREFIX, is_s3
 

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spark_groups.errors import GroupActiveError, OptionError, SparkGroupsError
-from spark_groups.kafka.secrets import scrub
+from spark_groups.secrets import scrub
 from spark_groups.storage.object_stores import check_commit_safety
 from spark_groups.tools.describe import PartitionState, describe_group
 from spark_groups.tools.lag import describe_trend

@@ -15,10 +15,10 @@ from typing import Any
 from spark_groups.errors import BrokerUnreachableError, OptionError, TopicNotFoundError
 from spark_groups.kafka.client import AdminClient, ConsumerGroupTopicPartitions, KafkaException
 from spark_groups.kafka.logs import with_logger
-from spark_groups.kafka.secrets import scrub
 from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition, commit_metadata
+from spark_groups.secrets import scrub
 from spark_groups.tools.lag import lag_at_commit, trend
 
 #: Group states in which no member is active (a reset is allowed).

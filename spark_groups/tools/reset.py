@@ -43,10 +43,10 @@ from spark_groups.kafka.client import (
     KafkaTopicPartition,
 )
 from spark_groups.kafka.logs import with_logger
-from spark_groups.kafka.secrets import scrub
 from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition
+from spark_groups.secrets import scrub
 from spark_groups.tools.describe import GroupState, admin_client, describe_group
 
 log = logging.getLogger(__name__)

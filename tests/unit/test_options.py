@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from spark_groups.errors import OptionError
-from spark_groups.kafka.secrets import is_secret, redact, scrub
 from spark_groups.offsets import TopicPartition
 from spark_groups.offsets.starting import EARLIEST, LATEST
 from spark_groups.options import parse_options, validate_client_config
+from spark_groups.secrets import is_secret, redact, scrub
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders", "group.id": "etl"}
 

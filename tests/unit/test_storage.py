@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from spark_groups.errors import OptionError
-from spark_groups.kafka.secrets import is_secret, redact
 from spark_groups.options import parse_options
+from spark_groups.secrets import is_secret, redact
 from spark_groups.sink.options import parse_sink_options
 from spark_groups.storage.files import location
 from spark_groups.storage.object_stores import (
