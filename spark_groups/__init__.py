@@ -87,7 +87,7 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 def register(spark: Any) -> None:
     """Register the ``kafka-group`` source and the ``delta-group`` sink with a SparkSession."""
     from spark_groups.sink.spark import DeltaGroupDataSource
-    from spark_groups.spark.source import KafkaGroupDataSource
+    from spark_groups.source import KafkaGroupDataSource
 
     spark.dataSource.register(KafkaGroupDataSource)
     spark.dataSource.register(DeltaGroupDataSource)

@@ -3,7 +3,7 @@
 :class:`GroupStream` lives in Spark's long-lived reader process on the driver
 (``python_streaming_source_runner``). Spark calls it from that process's main thread; the
 group member calls it back (assignment changes) from the member's owner thread. It knows
-nothing about Spark: ``spark_groups.spark.source`` adapts it.
+nothing about Spark: ``spark_groups.source`` adapts it.
 
 The protocol, as this module runs it:
 

@@ -9,7 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "spark_groups"
 
 #: Third-party root module -> where in spark_groups it may be imported.
 ALLOWED = {
-    "pyspark": ("spark/", "sink/spark.py", "deadletter.py"),
+    "pyspark": ("spark/", "source.py", "sink/spark.py", "deadletter.py"),
     "confluent_kafka": ("kafka/",),
     "deltalake": ("storage/delta.py", "storage/maintenance.py", "ledger/", "sink/"),
 }

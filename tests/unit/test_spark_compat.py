@@ -21,8 +21,8 @@ from spark_groups.errors import OptionNeedsSparkError, UnsupportedSparkError
 from spark_groups.offsets import BatchOffset, OffsetRange
 from spark_groups.options import parse_options
 from spark_groups.sink.spark import rows_as_batches
+from spark_groups.source import KafkaGroupStreamReader, check_for_this_spark
 from spark_groups.spark import compat
-from spark_groups.spark.source import KafkaGroupStreamReader, check_for_this_spark
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "group.id": "g"}
 

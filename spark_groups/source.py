@@ -1,4 +1,5 @@
-"""The Spark-facing data source ``kafka-group``: a thin adapter over the other modules.
+"""The Spark-facing data source ``kafka-group``: a thin adapter over the other modules (the
+sink's is :mod:`spark_groups.sink.spark`; both build on :mod:`spark_groups.spark`).
 
 Where each piece runs (see docs/architecture.md):
 
