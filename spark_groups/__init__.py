@@ -44,13 +44,9 @@ from spark_groups.errors import (
     TopicNotFoundError,
     UnsupportedSparkError,
 )
+from spark_groups.spark import FORMAT, SINK_FORMAT
 
 __version__ = "0.1.0"
-
-#: The format name to use with ``spark.readStream.format(...)``.
-FORMAT = "kafka-group"
-#: The format name of the exactly-once Delta sink, for ``df.writeStream.format(...)``.
-SINK_FORMAT = "delta-group"
 
 __all__ = [
     "FORMAT",

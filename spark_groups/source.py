@@ -30,6 +30,7 @@ from spark_groups.offsets import BatchOffset, OffsetRange
 from spark_groups.options import SourceOptions, parse_options, validate_client_config
 from spark_groups.read.schema import spark_ddl
 from spark_groups.read.tasks import plan_tasks
+from spark_groups.spark import FORMAT
 from spark_groups.spark.compat import (
     ADMISSION_CONTROL,
     SPARK_VERSION,
@@ -39,8 +40,6 @@ from spark_groups.spark.compat import (
     SupportsTriggerAvailableNow,
 )
 from spark_groups.storage import checkpoint
-
-SHORT_NAME = "kafka-group"
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +220,7 @@ class KafkaGroupDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
         """The short format name."""
-        return SHORT_NAME
+        return FORMAT
 
     def schema(self) -> str:
         """The columns of Spark's kafka source (``headers`` with ``includeHeaders=true``)."""

@@ -16,10 +16,6 @@ from spark_groups.errors import OptionError
 from spark_groups.storage.files import check_location
 from spark_groups.storage.object_stores import STORAGE_PREFIX, check_commit_safety
 
-#: The format name to use with ``df.writeStream.format(...)``.
-SINK_FORMAT = "delta-group"
-
-
 #: option name (as documented) -> default shown in docs; None means "no default".
 SINK_OPTIONS: dict[str, str | None] = {
     "path": None,

@@ -51,7 +51,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCom
 from spark_groups.errors import SinkError, SparkGroupsError
 from spark_groups.sink.autocompact import compact_if_due
 from spark_groups.sink.commit import DeltaSink
-from spark_groups.sink.options import SINK_FORMAT, SinkOptions, parse_sink_options
+from spark_groups.sink.options import SinkOptions, parse_sink_options
 from spark_groups.sink.pipeline import SinkTarget, check_target, target_for_next_batch, target_of
 from spark_groups.sink.placement import check_table_reachable
 from spark_groups.sink.plan import read_batch_plan
@@ -62,6 +62,7 @@ from spark_groups.sink.writer import (
     check_schema,
     partition_value,
 )
+from spark_groups.spark import SINK_FORMAT
 from spark_groups.spark.compat import ARROW_STREAM_WRITER, arrow_schema
 from spark_groups.spark.worker_logging import log_to_stderr
 from spark_groups.storage.checkpoint import check_readable
