@@ -2,12 +2,13 @@
 moves, and its errors told as spark_groups errors.
 
 One request through a ``Consumer`` asks for the log end (:data:`LATEST`), the log start
-(:data:`EARLIEST`) or, per partition, the first offset at or after a timestamp. Leadership
-that moved (a broker restarted or frozen, an election) refreshes the metadata and asks again;
-a topic the consumer's metadata does not know yet is looked up once more; no answer by the
-deadline raises :class:`~spark_groups.errors.BrokerUnreachableError` naming the bootstrap
-servers; an unknown topic raises :class:`~spark_groups.errors.TopicNotFoundError`; a denied
-one the authorization error of :mod:`spark_groups.kafka.auth`. Secrets never reach a message.
+(:data:`EARLIEST`; both from :mod:`spark_groups.offsets.starting`) or, per partition, the
+first offset at or after a timestamp. Leadership that moved (a broker restarted or frozen,
+an election) refreshes the metadata and asks again; a topic the consumer's metadata does not
+know yet is looked up once more; no answer by the deadline raises
+:class:`~spark_groups.errors.BrokerUnreachableError` naming the bootstrap servers; an
+unknown topic raises :class:`~spark_groups.errors.TopicNotFoundError`; a denied one the
+authorization error of :mod:`spark_groups.kafka.auth`. Secrets never reach a message.
 """
 
 from __future__ import annotations
@@ -23,14 +24,10 @@ from spark_groups.kafka.client import Consumer, KafkaError, KafkaException, Kafk
 from spark_groups.kafka.config import bootstrap_servers_of
 from spark_groups.kafka.errors import LEADERSHIP_MOVED_CODES, NO_ANSWER_CODES, UNKNOWN_TOPIC_CODES
 from spark_groups.offsets import TopicPartition
+from spark_groups.offsets.starting import LATEST
 from spark_groups.secrets import scrub
 
 log = logging.getLogger(__name__)
-
-#: The ListOffsets "timestamp" that asks for the log end.
-LATEST = -1
-#: The ListOffsets "timestamp" that asks for the log start.
-EARLIEST = -2
 
 #: Pause between two ListOffsets tries after an answer that leadership moved.
 _RETRY_BACKOFF_S = 0.1

@@ -50,8 +50,9 @@ from spark_groups.errors import OptionError, SparkGroupsError
 from spark_groups.kafka.client import Consumer, KafkaException, create_consumer
 from spark_groups.kafka.config import bootstrap_servers_of, layered
 from spark_groups.kafka.confirmed_ends import ConfirmedEnds, fetch_high_watermarks
-from spark_groups.kafka.list_offsets import EARLIEST, LATEST, list_offsets
+from spark_groups.kafka.list_offsets import list_offsets
 from spark_groups.offsets import TopicPartition
+from spark_groups.offsets.starting import EARLIEST, LATEST
 
 log = logging.getLogger(__name__)
 

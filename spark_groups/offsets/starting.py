@@ -29,7 +29,8 @@ from typing import Literal, get_args
 from spark_groups.errors import OptionError
 from spark_groups.offsets import TopicPartition
 
-# Spark's kafka source spells these offsets -2 (earliest) and -1 (latest) in JSON.
+#: The log start and the log end as Kafka spells them: the ListOffsets "timestamps" that ask
+#: for them (spark_groups.kafka.list_offsets), and so Spark's kafka source's JSON offsets.
 EARLIEST = -2
 LATEST = -1
 

@@ -13,8 +13,9 @@ import pytest
 from spark_groups.embedded import free_port
 from spark_groups.errors import BrokerUnreachableError, TopicNotFoundError
 from spark_groups.kafka.client import Consumer, create_consumer
-from spark_groups.kafka.list_offsets import EARLIEST, LATEST, list_offsets, partition_names
+from spark_groups.kafka.list_offsets import list_offsets, partition_names
 from spark_groups.offsets import TopicPartition
+from spark_groups.offsets.starting import EARLIEST, LATEST
 
 from broker_support import create_topic, produce_batches
 
