@@ -245,9 +245,7 @@ def run(config: JobConfig) -> None:
     source = {"sink.table": config.table_path, **config.source}
     df = spark.readStream.format(spark_groups.FORMAT).options(**source).load()
     # The sink takes its table and group from the source (sink.table, group.id): said once.
-    writer = df.writeStream.format(spark_groups.SINK_FORMAT).option(
-        "member", "spark-groups-ingest"
-    )
+    writer = df.writeStream.format(spark_groups.SINK_FORMAT).option("member", "spark-groups-ingest")
     # The source's storage.* options (credentials, endpoint, conditional put) reach the sink
     # too: its table is the source's sink.table, on the same store as the ledger.
     writer = writer.options(**storage_options(config.source))

@@ -76,7 +76,7 @@ def test_latest_offset_without_a_start_goes_on_from_the_last_plan(tmp_path: Path
     start): that must not take the reader back to the beginning."""
     r, planned = reader(tmp_path, maxOffsetsPerTrigger="25")
     first = r.latestOffset()
-    assert r.initialOffset() == BatchOffset.initial().to_json()
+    assert r.initialOffset() == BatchOffset.initial(r.options.pipeline).to_json()
     second = r.latestOffset()
     assert (first["batch"], second["batch"]) == (0, 1)
     assert planned.starts == [-1, 0]
