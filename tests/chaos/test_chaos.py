@@ -23,8 +23,7 @@ from pathlib import Path
 
 from test_sink import IdProducer, Member, member_spec, sink_commits, table_ids
 
-from broker_support import wait_until
-from helpers import unique
+from support.broker import unique, wait_until
 
 ALO_SCRIPT = Path(__file__).with_name("alo_consumer.py")
 PARTITIONS = 6

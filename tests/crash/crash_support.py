@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer
 
-from broker_support import wait_until
+from support.broker import wait_until
 
 
 def join_and_leave(

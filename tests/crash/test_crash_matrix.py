@@ -42,8 +42,8 @@ from bench.members import IdProducer, Member, PlainService, sink_commits
 from spark_groups.crash_points import ARM_ENV, CRASH_ENV, POINTS
 from spark_groups.handover import SinkTableHandover
 
-from broker_support import broker_kind, wait_until
-from helpers import table_ids, unique
+from helpers import table_ids
+from support.broker import broker_kind, unique, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SIM = Path(__file__).with_name("sim_member.py")

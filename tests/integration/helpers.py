@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -113,11 +112,6 @@ def table_ids(table: Path | str, storage_options: Mapping[str, str] | None = Non
     dt = DeltaTable(str(table), storage_options=storage_options)
     reader = QueryBuilder().register("t", dt).execute("SELECT id FROM t")
     return pa.table(reader.read_all()).column("id").to_pylist()
-
-
-def unique(prefix: str) -> str:
-    """A fresh name for a group, query or topic."""
-    return f"{prefix}_{uuid.uuid4().hex[:8]}"
 
 
 class FlowingProducer(threading.Thread):

@@ -46,14 +46,15 @@ from spark_groups.offsets import TopicPartition
 from spark_groups.sink.spark import read_table
 from spark_groups.spark.compat import ADMISSION_CONTROL
 
-from broker_support import (
+from helpers import FlowingProducer, group_options
+from support.broker import (
     committed_offsets,
     log_end_offsets,
     produce_ids,
     produce_values,
+    unique,
     wait_until,
 )
-from helpers import FlowingProducer, group_options, unique
 
 pytestmark = pytest.mark.integration
 

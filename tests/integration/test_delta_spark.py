@@ -28,8 +28,8 @@ from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.tools.cli import main as cli
 
-from broker_support import produce_ids, wait_until
-from helpers import delta_spark_here, group_options, unique
+from helpers import delta_spark_here, group_options
+from support.broker import produce_ids, unique, wait_until
 
 if not delta_spark_here():
     pytest.skip(

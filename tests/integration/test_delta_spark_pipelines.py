@@ -31,8 +31,8 @@ from bench.sink_member import DEFAULT_SQL
 from spark_groups.crash_points import ARM_ENV, CRASH_ENV
 from spark_groups.tools.spark_jars import DELTA_SQL_CONF, jar_conf
 
-from broker_support import committed_offsets, log_end_offsets, produce_ids, wait_until
-from helpers import group_options, unique
+from helpers import group_options
+from support.broker import committed_offsets, log_end_offsets, produce_ids, unique, wait_until
 
 #: A member's session with delta-spark (its jars for this Spark line, Delta's SQL).
 DELTA_MEMBER_CONF = {**jar_conf("delta-spark"), **DELTA_SQL_CONF, **SMALL_DELTA_JOBS}

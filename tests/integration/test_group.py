@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer
 
-from broker_support import broker_kind, produce_ids, wait_until
-from helpers import assignment_options, group_options, plain_consumer_config, source, unique
+from helpers import assignment_options, group_options, plain_consumer_config, source
+from support.broker import broker_kind, produce_ids, unique, wait_until
 
 
 class PlainMember(threading.Thread):

@@ -11,15 +11,8 @@ import pytest
 from spark_groups.group.history import history_path, read_history
 from spark_groups.ledger import OffsetLedger
 
-from broker_support import broker_kind, wait_until
-from helpers import (
-    ASSIGNMENTS,
-    FlowingProducer,
-    assignment_options,
-    group_options,
-    source,
-    unique,
-)
+from helpers import ASSIGNMENTS, FlowingProducer, assignment_options, group_options, source
+from support.broker import broker_kind, unique, wait_until
 
 log = logging.getLogger(__name__)
 

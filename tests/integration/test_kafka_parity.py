@@ -12,8 +12,8 @@ import pytest
 from chispa import assert_df_equality
 from confluent_kafka import Producer
 
-from broker_support import wait_until
-from helpers import group_options, needs_available_now, source, unique
+from helpers import group_options, needs_available_now, source
+from support.broker import unique, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from broker_support import wait_until
-from helpers import FlowingProducer, group_options, unique
+from helpers import FlowingProducer, group_options
+from support.broker import unique, wait_until
 
 log = logging.getLogger(__name__)
 MAX_PER_BATCH = 40

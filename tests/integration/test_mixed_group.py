@@ -24,9 +24,8 @@ from test_sink import IdProducer, Member, member_spec, sink_commits, table_ids
 from bench.members import stop_all
 from spark_groups.offsets import commit_metadata
 
-from broker_support import broker_kind, wait_until
-from helpers import unique
 from kafka_python_service import KafkaPythonService
+from support.broker import broker_kind, unique, wait_until
 
 PARTITIONS = 4
 
@@ -158,8 +157,8 @@ def test_an_unexplained_gap_holds_the_partition_until_accept_gap_and_fails_no_me
     from spark_groups.sink import committed_positions
     from spark_groups.tools.cli import main
 
-    from broker_support import produce_ids
     from helpers import group_options
+    from support.broker import produce_ids
 
     topic, group = make_topic(2), unique("held")
     table, ledger = tmp_path / "table", str(tmp_path / "ledger")

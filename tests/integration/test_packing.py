@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from broker_support import produce_ids
-from helpers import group_options, unique
+from helpers import group_options
+from support.broker import produce_ids, unique
 
 PARTITIONS = 64
 PER_PARTITION = 30

@@ -26,8 +26,7 @@ from spark_groups.storage.files import location
 from spark_groups.storage.paths import DBFS_MOUNT_ENV
 from spark_groups.tools.s3_server import S3Server
 
-from broker_support import produce_ids
-from helpers import unique
+from support.broker import produce_ids, unique
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -23,8 +23,8 @@ from bench.members import (
 )
 from spark_groups.offsets import OffsetRange
 
-from broker_support import broker_kind, wait_until
-from helpers import plain_consumer_config, table_ids, unique
+from helpers import plain_consumer_config, table_ids
+from support.broker import broker_kind, unique, wait_until
 
 PARTITIONS = 4
 

@@ -41,8 +41,8 @@ from spark_groups.offsets import OffsetRange, TopicPartition
 from spark_groups.read.reader import close_cached_consumers, read_range
 from spark_groups.tools.kafka_broker import KafkaBroker
 
-from broker_support import committed_offsets, create_topic, produce_ids
-from helpers import group_options, unique
+from helpers import group_options
+from support.broker import committed_offsets, create_topic, produce_ids, unique
 
 ALICE_PASSWORD = "alice-pw-7Qx9-never-shown"
 ADMIN_PASSWORD = "admin-pw-3Kd2-never-shown"

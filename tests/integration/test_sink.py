@@ -27,15 +27,8 @@ from spark_groups.sink.spark import has_delta, read_delta, read_table
 from spark_groups.tools.s3_server import S3Server
 from spark_groups.tools.spark_jars import jar_conf
 
-from broker_support import committed_offsets, log_end_offsets, produce_ids, wait_until
-from helpers import (
-    delta_spark_here,
-    group_options,
-    needs_available_now,
-    source,
-    table_ids,
-    unique,
-)
+from helpers import delta_spark_here, group_options, needs_available_now, source, table_ids
+from support.broker import committed_offsets, log_end_offsets, produce_ids, unique, wait_until
 
 
 def run_into_sink(

@@ -22,8 +22,7 @@ from spark_groups.sink.maintenance import _set_lease, lease_id
 from spark_groups.tools.cli import main
 from spark_groups.tools.s3_server import S3Server
 
-from broker_support import wait_until
-from helpers import unique
+from support.broker import unique, wait_until
 
 OPTIMIZE_RUNS = 3
 

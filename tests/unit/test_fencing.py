@@ -37,7 +37,7 @@ from spark_groups.group.member import GroupMember
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition
 
-from broker_support import broker_kind
+from support.broker import broker_kind
 
 PROTOCOLS = ["classic", "consumer"]
 #: What Kafka answers a commit from a member it has fenced.

@@ -16,7 +16,7 @@ from spark_groups.kafka.client import Consumer, create_consumer
 from spark_groups.kafka.list_offsets import EARLIEST, LATEST, list_offsets, partition_names
 from spark_groups.offsets import TopicPartition
 
-from broker_support import create_topic, produce_batches
+from support.broker import create_topic, produce_batches
 
 SECRET = "hunter2-do-not-show"
 

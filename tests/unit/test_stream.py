@@ -22,7 +22,7 @@ from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.options import parse_options
 
-from broker_support import produce_ids
+from support.broker import produce_ids
 
 FAST = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "500"}
 
@@ -295,7 +295,7 @@ def test_subscribe_pattern_reads_every_matching_topic(
         produce_ids(bootstrap_servers, topic, range(3 * partitions), partitions)
     opts = {
         "kafka.bootstrap.servers": bootstrap_servers,
-        "subscribePattern": f"{prefix}-.*",
+        "subscribePattern": f"{prefix}_.*",
         "group.id": f"g-{uuid.uuid4().hex[:8]}",
         "startingOffsets": "earliest",
         **FAST,
@@ -429,7 +429,7 @@ def test_partitions_created_while_the_query_runs_start_at_earliest(
     group = f"g-{uuid.uuid4().hex[:8]}"
     opts = {
         "kafka.bootstrap.servers": bootstrap_servers,
-        "subscribePattern": f"{prefix}-.*",
+        "subscribePattern": f"{prefix}_.*",
         "group.id": group,
         "startingOffsets": "latest",
         "kafka.topic.metadata.refresh.interval.ms": "1000",

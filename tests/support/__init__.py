@@ -1,0 +1,10 @@
+"""What the tests and the benchmarks share: one package, imported as ``support``.
+
+* ``broker``: which broker the run uses, fresh names (:func:`~support.broker.unique`), topics,
+  producing, committed offsets, log ends, and :func:`~support.broker.wait_until`;
+* ``s3``: a plain signed PUT to the tests' S3 server.
+
+``tests/`` is on ``sys.path`` for every test (pytest puts it there for ``tests/conftest.py``)
+and for the benchmarks (``bench/__init__.py``), so nothing else has to be. The dependency goes
+one way: ``bench`` imports ``support``; nothing here imports ``bench``.
+"""
