@@ -21,9 +21,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from test_sink import IdProducer, Member, member_spec, sink_commits, table_ids
+from bench.members import IdProducer, Member, member_spec, sink_commits
 
 from support.broker import unique, wait_until
+from support.tables import table_ids
 
 ALO_SCRIPT = Path(__file__).with_name("alo_consumer.py")
 PARTITIONS = 6

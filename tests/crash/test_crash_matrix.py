@@ -42,8 +42,8 @@ from bench.members import IdProducer, Member, PlainService, sink_commits
 from spark_groups.crash_points import ARM_ENV, CRASH_ENV, POINTS
 from spark_groups.handover import SinkTableHandover
 
-from helpers import table_ids
 from support.broker import broker_kind, unique, wait_until
+from support.tables import table_ids
 
 REPO = Path(__file__).resolve().parents[2]
 SIM = Path(__file__).with_name("sim_member.py")

@@ -34,8 +34,8 @@ from bench.members import (
 from spark_groups.crash_points import ARM_ENV, CRASH_ENV, POINTS
 from spark_groups.handover import SinkTableHandover
 
-from helpers import table_ids
 from support.broker import broker_kind, unique, wait_until
+from support.tables import table_ids
 
 PARTITIONS = 4
 GROUP = {

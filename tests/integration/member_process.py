@@ -12,10 +12,11 @@ import sys
 
 from pyspark.sql import SparkSession
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))  # tests/: support
 import spark_groups
 
-from helpers import group_options, source
+from support.options import group_options
+from support.spark import source
 
 
 def main() -> None:

@@ -22,8 +22,8 @@ from spark_groups.group.history import history_path, read_history
 from spark_groups.ledger import OffsetLedger
 from spark_groups.sink.spark import read_delta
 
-from helpers import group_options
 from support.broker import produce_ids, unique, wait_until
+from support.options import group_options
 
 YEAR_S = 365 * 86400
 

@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_sink import table_ids
 
 from spark_groups.embedded import EmbeddedBroker, free_port
 from spark_groups.tools.kafka_broker import KafkaBroker
 
-from helpers import FlowingProducer, group_options
 from support.broker import create_topics, produce_ids, unique, wait_until
+from support.options import group_options
+from support.producers import FlowingProducer
+from support.tables import table_ids
 
 
 def start_query(spark: Any, opts: dict, checkpoint: Path, table: str) -> Any:

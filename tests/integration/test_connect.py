@@ -46,7 +46,6 @@ from spark_groups.offsets import TopicPartition
 from spark_groups.sink.spark import read_table
 from spark_groups.spark.compat import ADMISSION_CONTROL
 
-from helpers import FlowingProducer, group_options
 from support.broker import (
     committed_offsets,
     log_end_offsets,
@@ -55,6 +54,8 @@ from support.broker import (
     unique,
     wait_until,
 )
+from support.options import group_options
+from support.producers import FlowingProducer
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,9 @@ from pyspark.sql import functions as F
 
 from spark_groups import deadletter
 
-from helpers import group_options, source
 from support.broker import create_topics, produce_values, unique, wait_until
+from support.options import group_options
+from support.spark import source
 
 SCHEMA = "id long, name string"
 

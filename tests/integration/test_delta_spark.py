@@ -21,15 +21,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from deltalake import DeltaTable
-from test_sink import IdProducer, Member, ids_source, member_spec, sink_commits, table_ids
 
-from bench.members import stop_all
+from bench.members import IdProducer, Member, member_spec, sink_commits, stop_all
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.tools.cli import main as cli
 
-from helpers import delta_spark_here, group_options
 from support.broker import produce_ids, unique, wait_until
+from support.options import group_options
+from support.spark import delta_spark_here, ids_source
+from support.tables import table_ids
 
 if not delta_spark_here():
     pytest.skip(

@@ -24,15 +24,16 @@ from test_delta_spark import (  # skips this module where delta-spark cannot run
     small_delta_jobs,  # noqa: F401 (an autouse fixture)
     transactions,
 )
-from test_sink import IdProducer, Member, ids_source, member_spec, table_ids
 
-from bench.members import stop_all
+from bench.members import IdProducer, Member, member_spec, stop_all
 from bench.sink_member import DEFAULT_SQL
 from spark_groups.crash_points import ARM_ENV, CRASH_ENV
 from spark_groups.tools.spark_jars import DELTA_SQL_CONF, jar_conf
 
-from helpers import group_options
 from support.broker import committed_offsets, log_end_offsets, produce_ids, unique, wait_until
+from support.options import group_options
+from support.spark import ids_source
+from support.tables import table_ids
 
 #: A member's session with delta-spark (its jars for this Spark line, Delta's SQL).
 DELTA_MEMBER_CONF = {**jar_conf("delta-spark"), **DELTA_SQL_CONF, **SMALL_DELTA_JOBS}

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import FlowingProducer, group_options
 from support.broker import unique, wait_until
+from support.options import group_options
+from support.producers import FlowingProducer
 
 log = logging.getLogger(__name__)
 MAX_PER_BATCH = 40

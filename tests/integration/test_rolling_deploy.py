@@ -23,8 +23,9 @@ from bench.members import (
 )
 from spark_groups.offsets import OffsetRange
 
-from helpers import plain_consumer_config, table_ids
 from support.broker import broker_kind, unique, wait_until
+from support.options import plain_consumer_config
+from support.tables import table_ids
 
 PARTITIONS = 4
 

@@ -19,8 +19,8 @@ from spark_groups.storage import checkpoint
 from spark_groups.storage.files import location
 from spark_groups.tools.s3_server import S3Server
 
-from helpers import group_options
 from support.broker import produce_ids, unique, wait_until
+from support.options import group_options
 from support.s3 import put_object
 
 pytestmark = pytest.mark.timeout(300)

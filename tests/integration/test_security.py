@@ -27,8 +27,9 @@ from click.testing import CliRunner
 from bench.members import MEMBER_SCRIPT, REPO_ROOT
 from spark_groups.tools.cli import main as cli
 
-from helpers import group_options, table_ids
 from support.broker import create_topic, produce_ids, unique
+from support.options import group_options
+from support.tables import table_ids
 
 SECRET = f"s3cret-{uuid.uuid4().hex[:12]}"
 SECRET_OPTIONS = {

@@ -6,7 +6,6 @@ import json
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -27,42 +26,10 @@ from spark_groups.sink.spark import has_delta, read_delta, read_table
 from spark_groups.tools.s3_server import S3Server
 from spark_groups.tools.spark_jars import jar_conf
 
-from helpers import delta_spark_here, group_options, needs_available_now, source, table_ids
 from support.broker import committed_offsets, log_end_offsets, produce_ids, unique, wait_until
-
-
-def run_into_sink(
-    spark: Any, df: Any, table: Path, checkpoint: Path, group: str, **options: str
-) -> BaseException | None:
-    """Run one Trigger.AvailableNow query into the delta-group sink until it ends; return
-    the error it failed with (Spark raises it at start or when the query fails), or None."""
-    try:
-        query = (
-            df.writeStream.format("delta-group")
-            .option("group.id", group)
-            .option("checkpointLocation", str(checkpoint))
-            .options(**options)
-            .trigger(availableNow=True)
-            .start(str(table))
-        )
-        assert query.awaitTermination(180), "AvailableNow query did not end"
-        return query.exception()
-    except AssertionError:
-        raise
-    except Exception as exc:
-        return exc
-
-
-def ids_source(spark: Any, opts: dict, checkpoint: Path | None = None) -> Any:
-    """The kafka-group source with the record's id (its value) as a long (``checkpoint``:
-    the query's, which Spark before 4.2 needs; helpers.source)."""
-    if checkpoint is None:
-        df = spark.readStream.format("kafka-group").options(**opts).load()
-    else:
-        df = source(spark, opts, checkpoint)
-    return df.selectExpr(
-        "cast(cast(value as string) as long) as id", "topic", "partition", "offset"
-    )
+from support.options import group_options
+from support.spark import delta_spark_here, ids_source, needs_available_now, run_into_sink, source
+from support.tables import table_ids
 
 
 def parquet_files(table: Path) -> set[str]:

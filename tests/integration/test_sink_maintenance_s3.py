@@ -13,9 +13,8 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from deltalake import DeltaTable, QueryBuilder
-from test_sink import IdProducer, Member, member_spec
 
-from bench.members import stop_all
+from bench.members import IdProducer, Member, member_spec, stop_all
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.sink.maintenance import _set_lease, lease_id

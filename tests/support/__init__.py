@@ -2,6 +2,10 @@
 
 * ``broker``: which broker the run uses, fresh names (:func:`~support.broker.unique`), topics,
   producing, committed offsets, log ends, and :func:`~support.broker.wait_until`;
+* ``options``: group members' settings (kafka-group source options, plain consumers');
+* ``spark``: kafka-group streams and delta-group queries in the test's Spark session;
+* ``producers``: producers running beside a test, in a thread;
+* ``tables``: what landed in a table, read back without Spark;
 * ``s3``: a plain signed PUT to the tests' S3 server.
 
 ``tests/`` is on ``sys.path`` for every test (pytest puts it there for ``tests/conftest.py``)
