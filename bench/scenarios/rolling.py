@@ -8,8 +8,8 @@ The figures and what each means are in docs/groups.md ("Rolling deploys"); the r
 members") was retired with issue 35: ``--idle-minutes`` at commit 782b8d3.
 
 The sides: per way (:data:`WAYS`: ``classic``, ``static`` with ``group.instance.id``,
-``kip848``) three Spark members (:class:`bench.members.Member`, one delta-group table) and a
-plain consumer (:class:`bench.members.PlainService`) in one group. The records: ids at
+``kip848``) three Spark members (:class:`support.members.Member`, one delta-group table) and
+a plain consumer (:class:`support.services.PlainService`) in one group. The records: ids at
 ``--rate`` into ``--partitions`` throughout, each with when and by whom it was read
 (:mod:`._rolling_reads`). The rounds: one pass per way, each Spark member in turn SIGTERMed,
 started again and waited for until it reads again.
@@ -33,15 +33,6 @@ from typing import Any
 
 from bench.harness.kafka import PRODUCTION_GROUP_SETTINGS, broker, create_topics, unique, wait_until
 from bench.harness.procfs import machine_facts
-from bench.members import (
-    IdProducer,
-    Member,
-    PlainService,
-    member_spec,
-    reading_commits,
-    stop_all,
-    unfinished_batch,
-)
 from bench.scenarios._rolling_reads import (
     Reads,
     duplicates_by_cause,
@@ -52,6 +43,11 @@ from bench.scenarios._rolling_reads import (
 )
 from spark_groups.group.history import history_path
 from spark_groups.offsets import OffsetRange
+
+from support.members import Member, member_spec, stop_all
+from support.producers import IdProducer
+from support.services import PlainService
+from support.tables import reading_commits, unfinished_batch
 
 #: The classic protocol's member settings at Kafka's defaults.
 CLASSIC = {

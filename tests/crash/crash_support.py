@@ -1,5 +1,5 @@
-"""What the crash-point tests share besides :class:`bench.members.PlainService`: a member that
-joins the group and leaves."""
+"""What the crash-point tests share besides :class:`support.services.PlainService`: a member
+that joins the group and leaves."""
 
 from __future__ import annotations
 

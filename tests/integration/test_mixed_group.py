@@ -20,12 +20,13 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from bench.members import IdProducer, Member, member_spec, sink_commits, stop_all
 from spark_groups.offsets import commit_metadata
 
 from kafka_python_service import KafkaPythonService
 from support.broker import broker_kind, unique, wait_until
-from support.tables import table_ids
+from support.members import Member, member_spec, stop_all
+from support.producers import IdProducer
+from support.tables import sink_commits, table_ids
 
 PARTITIONS = 4
 

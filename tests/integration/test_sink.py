@@ -12,13 +12,6 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import functions as F
 
-from bench.members import (
-    IdProducer,
-    Member,
-    member_spec,
-    sink_commits,
-    stop_all,
-)
 from spark_groups.ledger.table import OffsetLedger
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
@@ -27,9 +20,11 @@ from spark_groups.tools.s3_server import S3Server
 from spark_groups.tools.spark_jars import jar_conf
 
 from support.broker import committed_offsets, log_end_offsets, produce_ids, unique, wait_until
+from support.members import Member, member_spec, stop_all
 from support.options import group_options
+from support.producers import IdProducer
 from support.spark import delta_spark_here, ids_source, needs_available_now, run_into_sink, source
-from support.tables import table_ids
+from support.tables import sink_commits, table_ids
 
 
 def parquet_files(table: Path) -> set[str]:
@@ -69,10 +64,8 @@ def test_filtered_mapped_pipeline_lands_each_record_once_also_when_a_batch_is_re
         },
         tmp_path,
     )  # fmt: skip
-    first.start()
-    assert first.proc is not None
-    assert first.proc.wait(240) == 0, first.log_text()[-3000:]
-    first.reap()  # no process of it may stay a member of the group
+    # run: no process of it may stay a member of the group
+    assert first.run(240) == 0, first.log_text()[-3000:]
 
     expected = {i for i in range(300) if i % 7 != 3 and i % 100 < 90}
     got = read_delta(spark, str(table))

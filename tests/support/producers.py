@@ -1,9 +1,12 @@
-"""Producers that run beside a test: ids at a steady pace, in a thread."""
+"""Producers that run beside a test or a benchmark, in a thread: ids 0..total-1 at a steady
+pace (:class:`FlowingProducer`), or ids until stopped, each acknowledged one noted
+(:class:`IdProducer`)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from confluent_kafka import Producer
 
@@ -38,3 +41,41 @@ class FlowingProducer(threading.Thread):
             producer.flush(30)
         finally:
             self.done.set()
+
+
+class IdProducer(threading.Thread):
+    """Produces ids 0, 1, 2, ... to the topic's partitions until stopped; remembers every id
+    the broker acknowledged."""
+
+    def __init__(self, servers: str, topic: str, partitions: int, per_second: int) -> None:
+        super().__init__(daemon=True)
+        self.servers, self.topic, self.partitions = servers, topic, partitions
+        self.interval = 1.0 / per_second
+        self.acked: set[int] = set()
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        producer = Producer({"bootstrap.servers": self.servers, "linger.ms": "5"})
+
+        def delivered(error: Any, message: Any) -> None:
+            if error is None:
+                self.acked.add(int(message.value()))
+
+        try:
+            i = 0
+            while not self.stop_event.is_set():
+                producer.produce(
+                    self.topic,
+                    value=str(i).encode(),
+                    partition=i % self.partitions,
+                    on_delivery=delivered,
+                )
+                producer.poll(0)
+                i += 1
+                time.sleep(self.interval)
+            assert producer.flush(30) == 0
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            producer.close()

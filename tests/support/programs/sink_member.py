@@ -1,11 +1,11 @@
-"""One member of a consumer group feeding the delta-group sink, as a separate process.
+"""One member of a consumer group feeding a sink, as a separate process.
 
     python sink_member.py SPEC_JSON
 
-Run through :class:`bench.members.Member` by the integration tests (tests/integration/
-test_sink.py: two of these share one group and one table) and by bench/scenarios/rolling.py. SPEC is
-a JSON object: servers, topic, group, table, ledger, checkpoint, member, and optionally
-``sql`` (the pipeline, over the view ``source``), ``source_options`` (added to the source's),
+Run through :class:`support.members.Member` by the tests (tests/integration/test_sink.py: two
+of these share one group and one table) and by bench/scenarios/rolling.py. SPEC is a JSON
+object: servers, topic, group, table, ledger, checkpoint, member, and optionally ``sql`` (the
+pipeline, over the view ``source``), ``source_options`` (added to the source's),
 ``sink_options``, ``spark_conf`` (settings for the member's Spark session: jars, Hadoop's
 ``spark.hadoop.fs.s3a.*`` for a checkpoint on ``s3a://``), ``trigger``, ``stop_file``,
 ``spark_log_level`` (default ERROR) and ``log4j_config`` (a log4j2 properties file for
@@ -19,8 +19,8 @@ the classic protocol's settings (:data:`CLASSIC_DEFAULTS` otherwise) or
 ``group.protocol=consumer`` (KIP-848: none of them then).
 
 The process installs no SIGTERM handler: SIGTERM to its process group (a deployment stopping
-it, :meth:`bench.members.Member.terminate`) ends this Python driver at once, Spark's JVM runs
-its shutdown hooks, and the source's reader process leaves the group
+it, :meth:`support.launch.MemberProcess.terminate`) ends this Python driver at once, Spark's
+JVM runs its shutdown hooks, and the source's reader process leaves the group
 (``spark_groups.group.sigterm``) after committing what is durable.
 """
 
