@@ -6,6 +6,8 @@
   spec; :func:`member_spec` makes the spec the members of one group share, and
   :func:`stop_all` stops them the way they watch for it;
 * :class:`AloConsumer`: ``programs/alo_consumer.py``, the chaos test's at-least-once consumer.
+
+``programs/frozen_member.py`` (the fencing tests) runs as a plain :class:`MemberProcess`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from support.tables import sink_commits
 
 SINK_MEMBER = PROGRAMS / "sink_member.py"
 SIM_MEMBER = PROGRAMS / "sim_member.py"
+FROZEN_MEMBER = PROGRAMS / "frozen_member.py"
 ALO_CONSUMER = PROGRAMS / "alo_consumer.py"
 
 

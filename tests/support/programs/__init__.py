@@ -4,6 +4,7 @@
   sink, or a MERGE), its own Spark application;
 * ``sim_member.py``: the product's driver, read path and sink without Spark (the crash
   matrix's member: it starts in a second);
+* ``frozen_member.py``: a driver-side member for the fencing tests, frozen by the test;
 * ``alo_consumer.py``: a plain at-least-once consumer (the chaos test).
 
 They import nothing of the tests; what a test needs of one (``sink_member.DEFAULT_SQL``) it
