@@ -1,4 +1,5 @@
-"""The rules of the house (docs/architecture.md): which modules may import which clients."""
+"""The rules of the house (docs/architecture.md): which modules may import which clients, and
+that the tests import no benchmark code."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "spark_groups"
+TESTS = Path(__file__).resolve().parents[1]
+#: The one test module that imports ``bench``: it tests the benchmarks' harness.
+BENCH_SMOKE = "integration/test_bench_smoke.py"
 
 #: Third-party root module -> where in spark_groups it may be imported.
 ALLOWED = {
@@ -34,3 +38,10 @@ def test_clients_are_imported_only_where_the_architecture_says() -> None:
             if not where.startswith(ALLOWED[root]):
                 wrong.append(f"{where} imports {root}")
     assert wrong == []
+
+
+def test_tests_import_no_benchmark_code() -> None:
+    """``bench`` builds on the tests' support (``tests/support``), not the other way round."""
+    found = (p.relative_to(TESTS).as_posix() for p in sorted(TESTS.rglob("*.py")))
+    wrong = [where for where in found if "bench" in imports(TESTS / where)]
+    assert wrong == [BENCH_SMOKE]
