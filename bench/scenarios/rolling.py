@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.harness.kafka import PRODUCTION_GROUP_SETTINGS, broker, create_topics, unique, wait_until
+from bench.harness.kafka import PRODUCTION_GROUP_SETTINGS, broker
 from bench.harness.procfs import machine_facts
 from bench.scenarios._rolling_reads import (
     Reads,
@@ -44,6 +44,7 @@ from bench.scenarios._rolling_reads import (
 from spark_groups.group.history import history_path
 from spark_groups.offsets import OffsetRange
 
+from support.broker import create_topic, unique, wait_until
 from support.members import Member, member_spec, stop_all
 from support.producers import IdProducer
 from support.services import PlainService
@@ -94,7 +95,7 @@ def run_way(
     """One rolling pass of ``way`` (see the module doc)."""
     scratch = base / way
     scratch.mkdir(parents=True)
-    topic = create_topics(servers, args.partitions, prefix=f"rolling-{way}")[0]
+    topic = create_topic(servers, args.partitions, f"rolling-{way}")
     group = unique(f"rolling-{way}")
     spec, logs, stop_file = member_spec(servers, topic, group, scratch, args.trigger)
     table = spec["table"]
@@ -141,6 +142,7 @@ def run_way(
                 lambda m=m, before=before: reading_commits(table, m.name) > before,  # type: ignore[misc]
                 args.timeout,
                 f"{way}: {m.name} to read again",
+                poll_s=0.05,  # timed: start_to_reading_s
             )
             restarts.append({
                 "member": m.name, "sigterm_to_exit_s": round(exited_s, 2),
