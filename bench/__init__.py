@@ -9,8 +9,11 @@ finds scenarios by name):
   CPU and memory (``procfs``), sources that read no Kafka (``const_source``), a driver-side
   member in its own process (``planner``), the report writer (``docs``).
 * ``scenarios/NAME.py``: one per figure or table; ``scenarios/_NAME_*.py`` are its pieces.
-* ``members.py``, ``sink_member.py``: member processes and a plain consumer service, shared
-  with the tests.
+
+The tests' support package (``tests/support``, imported as ``support``: topics, waiting, the
+member programs and their launcher, a plain consumer service) is the benchmarks' too: this
+package puts ``tests/`` on ``sys.path``, as pytest does for the tests. Tests import nothing
+from here (``tests/unit/test_layers.py``), except the benchmark's own smoke test.
 
 A scenario (copy ``scenarios/split.py``) has a docstring whose first line names what it
 measures (``python -m bench`` lists it) and whose first paragraph ``--help`` shows, saying
@@ -23,3 +26,10 @@ fresh process by ``python -m bench NAME --child JSON``. Then ``python -m bench N
 --write-docs`` and a line in README.md. Hand-written notes go after a section's end marker.
 Retired scenarios' sections name the commit that still has their code.
 """
+
+import sys
+from pathlib import Path
+
+_TESTS = str(Path(__file__).resolve().parents[1] / "tests")
+if _TESTS not in sys.path:
+    sys.path.append(_TESTS)

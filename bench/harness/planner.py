@@ -25,8 +25,10 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from bench.harness.kafka import GROUP_TIMING, percentile, unique, wait_until
+from bench.harness.kafka import GROUP_TIMING, percentile
 from bench.harness.procfs import memory_breakdown_mb, rss_mb
+
+from support.broker import unique, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,7 +123,7 @@ def run_plain(args: dict[str, Any], producer: Producer) -> dict[str, Any]:
             consumer.poll(0.05)
             return len(consumer.assignment()) == total
 
-        wait_until(joined, 120, "the plain consumer's assignment")
+        wait_until(joined, 120, "the plain consumer's assignment", poll_s=0.05)  # timed
         join_s = time.perf_counter() - started
         wanted = [KafkaTopicPartition(t, p) for t in topics for p in range(partitions)]
         ends: dict[tuple[str, int], int] = {}

@@ -17,7 +17,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.harness.kafka import GROUP_TIMING, unique
+from bench.harness.kafka import GROUP_TIMING
+
+from support.broker import unique
 
 
 @dataclass

@@ -24,8 +24,10 @@ from typing import Any
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from bench.harness.kafka import GROUP_TIMING, Flow, create_topics, percentile, unique, wait_until
+from bench.harness.kafka import GROUP_TIMING, Flow, percentile
 from bench.harness.spark import each_batch, log_file, reader_log_times, source_options
+
+from support.broker import create_topic, unique, wait_until
 
 
 def _plain_config(servers: str, group: str, strategy: str) -> dict[str, Any]:
@@ -36,7 +38,7 @@ def _plain_config(servers: str, group: str, strategy: str) -> dict[str, Any]:
 
 def plain_handover(servers: str, strategy: str, rate: int, timeout_s: float = 120) -> dict:
     """Seconds from B's subscribe to its partitions and to its first record (plain clients)."""
-    topic = create_topics(servers, 4, prefix="handover")[0]
+    topic = create_topic(servers, 4, "handover")
     group = unique("plain-handover")
     flow = Flow(servers, topic, 4, rate)
     flow.start()
@@ -88,7 +90,7 @@ def spark_handover(
     """The same with two kafka-group queries in ``spark`` (see the module doc)."""
     from spark_groups.group.history import history_path, read_history
 
-    topic = create_topics(servers, 4, prefix="handover")[0]
+    topic = create_topic(servers, 4, "handover")
     group = unique("spark-handover")
     work = scratch / group
     ledger = str(work / "ledger")
@@ -116,7 +118,7 @@ def spark_handover(
         wait_until(lambda: len(a_batches) >= 3, timeout_s, "query A's first batches")
         t0 = time.time()
         queries.append(start("b", on_b))
-        wait_until(lambda: bool(b_first), timeout_s, "query B's first record")
+        wait_until(lambda: bool(b_first), timeout_s, "query B's first record", poll_s=0.05)
         settle = time.time()
         wait_until(
             lambda: sum(1 for t, _ in a_batches if t > settle + 1.0) >= 3,
@@ -159,7 +161,7 @@ def ledger_commits(servers: str, batches: int, partitions: int, window: int) -> 
     (the baseline). The p50/p95 of both over the last ``window`` batches."""
     from spark_groups.ledger import LedgerRow, OffsetLedger
 
-    topic = create_topics(servers, partitions, prefix="ledger")[0]
+    topic = create_topic(servers, partitions, "ledger")
     root = Path(tempfile.mkdtemp(prefix="ledger-", dir=os.environ.get("BENCH_SCRATCH")))
     ledger = OffsetLedger(str(root / "ledger"), "bench-group")
     consumer = Consumer(

@@ -2,7 +2,7 @@
 table and the plain consumer, each record with when and by whom it was read), and the gaps,
 waits, losses and duplicates in it; duplicates split by cause (twice in the table; in the
 table and by the plain consumer from a batch a SIGTERM cut short and the restart replayed,
-:func:`bench.members.unfinished_batch`; otherwise)."""
+:func:`support.tables.unfinished_batch`; otherwise)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, QueryBuilder
 
-from bench.members import Member, PlainService
 from spark_groups.group.history import read_history
 from spark_groups.offsets import OffsetRange
+
+from support.members import Member
+from support.services import PlainService
 
 #: The members' pipeline: every record with when it was read (per row, on the executor) and
 #: by whom.

@@ -27,12 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import const_source
-from bench.harness.kafka import broker, broker_description, create_topics, partition_counts, produce
+from bench.harness.kafka import broker, broker_description, partition_counts, produce
 from bench.harness.planner import planner
 from bench.harness.procfs import CpuSampler, machine_facts
 from bench.harness.spark import Run, plain_read, spark_delta_sink, spark_read, spark_session
 from bench.scenarios import _core_parts
 from bench.scenarios._core_report import render, write_plot
+
+from support.broker import create_topic, create_topics, unique
 
 __all__ = ["SECTION", "add_arguments", "render", "run", "run_all"]
 
@@ -90,14 +92,14 @@ def _cpu_groups(cpu: dict[str, float]) -> dict[str, float]:
 def run_throughput(cfg: Config, spark: Any, servers: str, scratch: Path, say: Callable) -> dict:
     """Section 1: plain vs read_range vs Spark's ceiling vs Spark's kafka source vs kafka-group
     (noop, delta-group)."""
-    topics = create_topics(servers, cfg.partitions)
+    topics = [create_topic(servers, cfg.partitions, "bench")]
     started = time.perf_counter()
     produce(servers, topics, cfg.partitions, cfg.records, cfg.size)
     say(f"produced {cfg.records:,} x {cfg.size} B in {time.perf_counter() - started:.1f} s")
     ends = partition_counts(cfg.records, topics, cfg.partitions)
     warm: list[str] = []
     if cfg.warmup:  # Python workers, imports, the sink's first table
-        warm = create_topics(servers, cfg.partitions, prefix="warm")
+        warm = [create_topic(servers, cfg.partitions, "warm")]
         produce(servers, warm, cfg.partitions, 2000, cfg.size)
         for sink in ("noop", "delta-group"):
             spark_read(spark, servers, warm, sink, scratch)
@@ -170,7 +172,7 @@ def run_growth_and_scale(cfg: Config, spark: Any, servers: str, scratch: Path, s
     scale_result: dict[str, Any] = {}
     for partitions, size in configs:
         n_topics, per_topic = _topics_for(partitions, cfg.scale_topics)
-        topics = create_topics(servers, per_topic, n_topics, prefix="growth")
+        topics = create_topics(servers, per_topic, [unique("growth") for _ in range(n_topics)])
         records = max(partitions, min(cfg.growth_records, cfg.growth_max_bytes // size))
         produce(servers, topics, per_topic, records, size)
         plain = plain_read(servers, topics, per_topic, records)
@@ -199,7 +201,7 @@ def run_growth_and_scale(cfg: Config, spark: Any, servers: str, scratch: Path, s
     if biggest != cfg.scale_partitions:
         say(f"note: scale measured at {biggest} partitions")
     n_topics, per_topic = _topics_for(biggest, cfg.scale_topics)
-    topics = create_topics(servers, per_topic, n_topics, prefix="scale")
+    topics = create_topics(servers, per_topic, [unique("scale") for _ in range(n_topics)])
     produce(servers, topics, per_topic, biggest, 100)
     stream = functools.partial(planner, "stream", servers, topics, per_topic)
     scale_result["stream_fetch"] = stream(cfg.plan_rounds, scratch, end_offsets="fetch")

@@ -8,8 +8,8 @@ The figures and what each means are in docs/groups.md ("Rolling deploys"); the r
 members") was retired with issue 35: ``--idle-minutes`` at commit 782b8d3.
 
 The sides: per way (:data:`WAYS`: ``classic``, ``static`` with ``group.instance.id``,
-``kip848``) three Spark members (:class:`bench.members.Member`, one delta-group table) and a
-plain consumer (:class:`bench.members.PlainService`) in one group. The records: ids at
+``kip848``) three Spark members (:class:`support.members.Member`, one delta-group table) and
+a plain consumer (:class:`support.services.PlainService`) in one group. The records: ids at
 ``--rate`` into ``--partitions`` throughout, each with when and by whom it was read
 (:mod:`._rolling_reads`). The rounds: one pass per way, each Spark member in turn SIGTERMed,
 started again and waited for until it reads again.
@@ -31,17 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.harness.kafka import PRODUCTION_GROUP_SETTINGS, broker, create_topics, unique, wait_until
+from bench.harness.kafka import PRODUCTION_GROUP_SETTINGS, broker
 from bench.harness.procfs import machine_facts
-from bench.members import (
-    IdProducer,
-    Member,
-    PlainService,
-    member_spec,
-    reading_commits,
-    stop_all,
-    unfinished_batch,
-)
 from bench.scenarios._rolling_reads import (
     Reads,
     duplicates_by_cause,
@@ -52,6 +43,12 @@ from bench.scenarios._rolling_reads import (
 )
 from spark_groups.group.history import history_path
 from spark_groups.offsets import OffsetRange
+
+from support.broker import create_topic, unique, wait_until
+from support.members import Member, member_spec, stop_all
+from support.producers import IdProducer
+from support.services import PlainService
+from support.tables import reading_commits, unfinished_batch
 
 #: The classic protocol's member settings at Kafka's defaults.
 CLASSIC = {
@@ -98,7 +95,7 @@ def run_way(
     """One rolling pass of ``way`` (see the module doc)."""
     scratch = base / way
     scratch.mkdir(parents=True)
-    topic = create_topics(servers, args.partitions, prefix=f"rolling-{way}")[0]
+    topic = create_topic(servers, args.partitions, f"rolling-{way}")
     group = unique(f"rolling-{way}")
     spec, logs, stop_file = member_spec(servers, topic, group, scratch, args.trigger)
     table = spec["table"]
@@ -145,6 +142,7 @@ def run_way(
                 lambda m=m, before=before: reading_commits(table, m.name) > before,  # type: ignore[misc]
                 args.timeout,
                 f"{way}: {m.name} to read again",
+                poll_s=0.05,  # timed: start_to_reading_s
             )
             restarts.append({
                 "member": m.name, "sigterm_to_exit_s": round(exited_s, 2),

@@ -19,9 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness.kafka import PRODUCTION_GROUP_SETTINGS, broker, create_topics, produce, unique
+from bench.harness.kafka import PRODUCTION_GROUP_SETTINGS, broker, produce
 from bench.harness.procfs import machine_facts
 from bench.harness.spark import log_file, reader_log_times, source_options, spark_session, stream
+
+from support.broker import create_topic, unique
 
 SECTION = "scheduled"
 
@@ -129,7 +131,7 @@ def measure(spark: Any, servers: str, runs: int, records: int, partitions: int) 
     """``runs`` scheduled runs of every side, interleaved (run i of every side, then i+1)."""
     log = log_file()
     scratch = Path(tempfile.mkdtemp(prefix="scheduled-"))
-    topics = {side: create_topics(servers, partitions, prefix=side)[0] for side in SIDES}
+    topics = {side: create_topic(servers, partitions, side) for side in SIDES}
     groups = {side: unique(f"sched-{side}") for side in SIDES}
     out: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
     for i in range(runs):

@@ -22,9 +22,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.harness.kafka import broker, create_topics, produce
+from bench.harness.kafka import broker, produce
 from bench.harness.spark import spark_read, spark_session
 from spark_groups.sink.writer import TaskFileWriter
+
+from support.broker import create_topic
 
 #: The section of docs/benchmarks.md this scenario writes.
 SECTION = "sink-cost"
@@ -195,9 +197,9 @@ def spark_sides(records: int, size: int, partitions: int, rounds: int) -> dict[s
         servers = kafka.bootstrap_servers
         spark = spark_session()
         spark.dataSource.register(DiscardDataSource)
-        topics = create_topics(servers, partitions)
+        topics = [create_topic(servers, partitions, "bench")]
         produce(servers, topics, partitions, records, size)
-        warm = create_topics(servers, partitions, prefix="warm")
+        warm = [create_topic(servers, partitions, "warm")]
         produce(servers, warm, partitions, 20_000, size)
         scratch = Path(tempfile.mkdtemp(prefix="sink-cost-spark-"))
         try:

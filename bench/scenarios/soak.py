@@ -26,8 +26,10 @@ from typing import Any
 import pyarrow as pa
 
 from bench.harness.docs import RESULTS, ROOT
-from bench.harness.kafka import Flow, broker, create_topics, unique
+from bench.harness.kafka import Flow, broker
 from bench.harness.procfs import cmdline, descendants, process_kind
+
+from support.broker import create_topic, unique
 
 SECTION = "soak"
 PROCESSES = ("jvm", "reader", "workers")
@@ -153,7 +155,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows: list[dict] = []
     with broker("kafka") as kafka, tempfile.TemporaryDirectory(prefix="soak-") as scratch:
         servers, work = kafka.bootstrap_servers, Path(scratch)
-        topic, group = create_topics(servers, args.partitions, prefix="soak")[0], unique("soak")
+        topic, group = create_topic(servers, args.partitions, "soak"), unique("soak")
         config = work / "ingest.toml"
         write_config(config, servers, topic, group, work, args.trigger)
         producer = Flow(servers, topic, args.partitions, args.rate, record=sample_order)

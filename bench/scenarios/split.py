@@ -21,11 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness.kafka import broker, create_topics, produce
+from bench.harness.kafka import broker, produce
 from bench.harness.procfs import BusySampler, machine_facts
 from bench.harness.spark import spark_read, spark_session
 from spark_groups.offsets import OffsetRange
 from spark_groups.read.tasks import plan_tasks
+
+from support.broker import create_topic, create_topics, unique
 
 #: The section of docs/benchmarks.md this scenario writes.
 SECTION = "split-ranges"
@@ -84,11 +86,11 @@ def plan_time_us(ranges: int, rounds: int = 200, **split: int) -> float:
 
 def measure(spark: Any, servers: str, records: int, size: int, rounds: int) -> dict[str, Any]:
     """Every figure of the section (see the module doc)."""
-    topic = create_topics(servers, 1, prefix="split")
+    topic = [create_topic(servers, 1, "split")]
     started = time.perf_counter()
     produce(servers, topic, 1, records, size)
     produced_s = time.perf_counter() - started
-    warm = create_topics(servers, 1, prefix="warm")
+    warm = [create_topic(servers, 1, "warm")]
     produce(servers, warm, 1, 20_000, size)
     for _, source, extra in SIDES:  # Python workers, imports, both sources' first query
         read_once(spark, servers, warm, source, extra)
@@ -97,7 +99,7 @@ def measure(spark: Any, servers: str, records: int, size: int, rounds: int) -> d
         order = SIDES[round_ % len(SIDES) :] + SIDES[: round_ % len(SIDES)]
         for name, source, extra in order:
             runs[name].append(read_once(spark, servers, topic, source, extra))
-    wide = create_topics(servers, 250, topics=4, prefix="wide")
+    wide = create_topics(servers, 250, [unique("wide") for _ in range(4)])
     produce(servers, wide, 250, 200_000, size)
     wide_runs = [read_once(spark, servers, wide, "kafka-group", {}) for _ in range(rounds)]
     return {

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness.docs import ROOT
-from bench.harness.kafka import broker, broker_description, create_topics, produce, unique
+from bench.harness.kafka import broker, broker_description, produce
 from bench.harness.procfs import CpuSampler, broker_pids, machine_facts, uptime
 from bench.harness.spark import (
     log_file,
@@ -34,6 +34,8 @@ from bench.harness.spark import (
     timed_run,
 )
 from bench.scenarios._whole_run_report import SIDES, SPARK_SIDES, render, summarize
+
+from support.broker import create_topic, unique
 
 __all__ = ["SECTION", "add_arguments", "child", "render", "run", "spark_run"]
 
@@ -191,7 +193,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         with broker("kafka") as kafka:
             servers = kafka.bootstrap_servers
-            topic = create_topics(servers, args.partitions, prefix="whole")[0]
+            topic = create_topic(servers, args.partitions, "whole")
             produce(servers, [topic], args.partitions, args.records, args.size)
             base = {"servers": servers, "topic": topic, "records": args.records,
                     "partitions": args.partitions, "size": args.size, "tuned": SPARK_TUNED,

@@ -11,70 +11,29 @@ The accounting is printed and, with ``$CHAOS_REPORT`` set, written there as JSON
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-from test_sink import IdProducer, Member, member_spec, sink_commits, table_ids
+from support.broker import unique, wait_until
+from support.members import AloConsumer, Member, member_spec
+from support.producers import IdProducer
+from support.tables import sink_commits, table_ids
 
-from broker_support import wait_until
-from helpers import unique
-
-ALO_SCRIPT = Path(__file__).with_name("alo_consumer.py")
 PARTITIONS = 6
 
 
-class AloConsumer:
-    """The at-least-once consumer process (each run appends to its own file)."""
-
-    def __init__(self, servers: str, topic: str, group: str, out_dir: Path) -> None:
-        self.args = [servers, topic, group]
-        self.out_dir = out_dir
-        self.proc: subprocess.Popen | None = None
-        self.runs = 0
-
-    def start(self) -> None:
-        self.runs += 1
-        out = self.out_dir / f"alo-{self.runs}.txt"
-        log = (self.out_dir / f"alo-{self.runs}.log").open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, str(ALO_SCRIPT), *self.args, str(out)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        log.close()
-
-    @property
-    def running(self) -> bool:
-        """As :attr:`bench.members.Member.running`."""
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, sig: int) -> None:
-        if self.running:
-            assert self.proc is not None
-            os.killpg(self.proc.pid, sig)
-            self.proc.wait(60)
-
-    def ids(self) -> list[int]:
-        out: list[int] = []
-        for path in self.out_dir.glob("alo-*.txt"):
-            out.extend(int(line) for line in path.read_text().split("\n") if line.strip())
-        return out
-
-
-def terminate(member: Member) -> None:
-    """SIGTERM the member's driver (as an orchestrator stopping it would), then clear up."""
-    assert member.proc is not None
-    member.proc.send_signal(signal.SIGTERM)
+def terminate(target: Member | AloConsumer) -> None:
+    """SIGTERM the program alone (a member's driver, as an orchestrator stopping it would),
+    then clear up what is left of its process group."""
+    target.signal(signal.SIGTERM, group=False)
     try:
-        member.proc.wait(60)
+        target.wait(60)
     finally:
-        member.reap()
+        target.reap()
 
 
 def test_chaos_every_record_exactly_once_and_at_least_once(
@@ -102,7 +61,6 @@ def test_chaos_every_record_exactly_once_and_at_least_once(
     ]  # fmt: skip
 
     def act(action: str, target: Member | AloConsumer) -> bool:
-        is_alo = isinstance(target, AloConsumer)
         live = target.running
         if action in ("join", "restart"):
             if live:
@@ -111,9 +69,9 @@ def test_chaos_every_record_exactly_once_and_at_least_once(
         elif not live:
             return False
         elif action == "sigkill":
-            target.signal(signal.SIGKILL) if is_alo else target.kill()
+            target.kill()
         else:
-            target.signal(signal.SIGTERM) if is_alo else terminate(target)
+            terminate(target)
         return True
 
     producer.start()
@@ -128,10 +86,9 @@ def test_chaos_every_record_exactly_once_and_at_least_once(
         while time.monotonic() < chaos_end:
             action, target = schedule[step % len(schedule)]
             step += 1
-            name = "alo" if isinstance(target, AloConsumer) else target.name
             if act(action, target):
                 faults[action] += 1
-                print(f"{time.monotonic() - started:6.1f}s {action} {name}", flush=True)
+                print(f"{time.monotonic() - started:6.1f}s {action} {target.name}", flush=True)
                 time.sleep(6)
         # Recovery: everyone back, the producer stops, every id must land.
         for target in (*members.values(), alo):
@@ -144,14 +101,11 @@ def test_chaos_every_record_exactly_once_and_at_least_once(
         wait_until(lambda: set(alo.ids()) >= produced, 120, "every id at least once")
         stop_file.touch()
         for member in members.values():
-            assert member.proc is not None
-            assert member.proc.wait(120) == 0, member.log_text()[-3000:]
+            assert member.wait(120) == 0, member.log_text()[-3000:]
     finally:
         producer.stop_event.set()
-        for member in members.values():
-            member.kill()
-        with contextlib.suppress(Exception):
-            alo.signal(signal.SIGKILL)
+        for target in (*members.values(), alo):
+            target.kill()
 
     exactly = Counter(table_ids(table))
     at_least = Counter(alo.ids())

@@ -1,5 +1,5 @@
-"""What the crash-point tests share besides :class:`bench.members.PlainService`: a member that
-joins the group and leaves."""
+"""What the crash-point tests share besides :class:`support.services.PlainService`: a member
+that joins the group and leaves."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer
 
-from broker_support import wait_until
+from support.broker import wait_until
 
 
 def join_and_leave(

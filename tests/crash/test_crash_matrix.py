@@ -1,8 +1,8 @@
 """Every crash point of a batch x {SIGTERM, SIGKILL} x every kind of next owner.
 
-One member (``A``, a :mod:`sim_member` process: the product's driver, read path and sink
-without Spark, see its doc) reads a topic that a producer keeps writing to, into a
-``delta-group`` table. Once ``A`` has committed two batches the test arms the crash point
+One member (``A``, a ``support/programs/sim_member.py`` process: the product's driver, read
+path and sink without Spark, see its doc) reads a topic that a producer keeps writing to,
+into a ``delta-group`` table. Once ``A`` has committed two batches the test arms the crash point
 (``spark_groups.crash_points``): the next time any of ``A``'s code reaches it, ``A``'s whole
 process group gets the signal. No sleep picks the moment: the point does. Then the next owner
 takes ``A``'s partitions over:
@@ -38,15 +38,16 @@ from pathlib import Path
 import pytest
 from crash_support import join_and_leave
 
-from bench.members import IdProducer, Member, PlainService, sink_commits
 from spark_groups.crash_points import ARM_ENV, CRASH_ENV, POINTS
 from spark_groups.handover import SinkTableHandover
 
-from broker_support import broker_kind, wait_until
-from helpers import table_ids, unique
+from support.broker import broker_kind, unique, wait_until
+from support.members import SIM_MEMBER, Member
+from support.producers import IdProducer
+from support.services import PlainService
+from support.tables import sink_commits, table_ids
 
 REPO = Path(__file__).resolve().parents[2]
-SIM = Path(__file__).with_name("sim_member.py")
 DOC = REPO / "docs" / "guarantees.md"
 SIGNALS = ("SIGTERM", "SIGKILL")
 OWNERS = ("restart", "spark", "plain", "plain-unaided", "kip848")
@@ -133,7 +134,7 @@ def run_cell(servers: str, topic: str, point: str, sig: str, owner: str, root: P
         steps.append((name, time.monotonic()))
         (root / "steps.txt").write_text("\n".join(f"{n} {t - steps[0][1]:.2f}" for n, t in steps))
 
-    a = Member("A", spec("A"), root / "logs", SIM)
+    a = Member("A", spec("A"), root / "logs", SIM_MEMBER)
     others: list[Member] = []
     services: list[PlainService] = []
     producer = IdProducer(servers, topic, PARTITIONS, per_second=RATE)
@@ -148,7 +149,7 @@ def run_cell(servers: str, topic: str, point: str, sig: str, owner: str, root: P
         step("two commits")
         arm.touch()
         if owner in ("spark",):
-            others.append(Member("B", spec("B"), root / "logs", SIM))
+            others.append(Member("B", spec("B"), root / "logs", SIM_MEMBER))
             others[-1].start()
         elif owner in ("plain", "plain-unaided", "kip848"):
             helper = None if owner == "plain-unaided" else SinkTableHandover(table, group)
@@ -164,8 +165,7 @@ def run_cell(servers: str, topic: str, point: str, sig: str, owner: str, root: P
             60,
             f"the crash point {point}\n{a.log_text()[-3000:]}",
         )
-        assert a.proc is not None
-        a.proc.wait(60)
+        a.wait(60)
         step("crashed")
         a.reap()  # whatever is left of its process group
         if owner == "restart":

@@ -1,7 +1,7 @@
 """Every crash point once end to end, with Spark: member processes as users run them.
 
-Two Spark members (``bench/sink_member.py``: a kafka-group -> delta-group query each, their
-own checkpoints, one table) and a plain confluent-kafka service with
+Two Spark members (``support/programs/sink_member.py``: a kafka-group -> delta-group query
+each, their own checkpoints, one table) and a plain confluent-kafka service with
 :class:`spark_groups.handover.SinkTableHandover` share one group while a producer writes.
 In each round both Spark members start with a crash point of their own armed once they read
 (``spark_groups.crash_points``): one stops with SIGKILL, the other with SIGTERM, exactly
@@ -24,18 +24,14 @@ from pathlib import Path
 import pytest
 from crash_support import join_and_leave
 
-from bench.members import (
-    IdProducer,
-    Member,
-    PlainService,
-    member_spec,
-    reading_commits,
-)
 from spark_groups.crash_points import ARM_ENV, CRASH_ENV, POINTS
 from spark_groups.handover import SinkTableHandover
 
-from broker_support import broker_kind, wait_until
-from helpers import table_ids, unique
+from support.broker import broker_kind, unique, wait_until
+from support.members import Member, member_spec
+from support.producers import IdProducer
+from support.services import PlainService
+from support.tables import reading_commits, table_ids
 
 PARTITIONS = 4
 GROUP = {
@@ -117,8 +113,7 @@ def test_each_crash_point_with_spark_members_loses_and_duplicates_nothing(
                     f"{member.name}'s crash point {point}\n{member.log_text()[-3000:]}",
                 )
                 fired.append(done.read_text().split()[0])
-                assert member.proc is not None
-                member.proc.wait(120)
+                member.wait(120)
                 member.reap()
         assert fired == list(POINTS)
         # The service, the group's last member, takes every partition over where the table

@@ -23,7 +23,7 @@ import spark_groups
 from spark_groups.tools.s3_server import S3Server
 from spark_groups.tools.spark_jars import DELTA_SQL_CONF, JarsMissingError, spark_jars
 
-from helpers import delta_spark_here
+from support.spark import delta_spark_here
 
 #: The jar sets the session carries when they are fetched.
 SESSION_JARS = ("spark-kafka", "hadoop-aws")

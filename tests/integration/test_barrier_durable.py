@@ -22,8 +22,8 @@ from spark_groups.group.history import history_path, read_history
 from spark_groups.ledger import OffsetLedger
 from spark_groups.sink.spark import read_delta
 
-from broker_support import produce_ids, wait_until
-from helpers import group_options, unique
+from support.broker import produce_ids, unique, wait_until
+from support.options import group_options
 
 YEAR_S = 365 * 86400
 

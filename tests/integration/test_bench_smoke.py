@@ -13,6 +13,8 @@ from bench.scenarios._core_report import render, write_plot
 from bench.scenarios.core import SECTION, TINY, run_all
 from spark_groups.tools.spark_jars import spark_jars
 
+from support.broker import create_topic
+
 pytestmark = pytest.mark.integration
 
 
@@ -77,10 +79,10 @@ def test_tiny_benchmark_run(spark, bootstrap_servers: str, tmp_path: Path) -> No
 
 def test_whole_run_sides_read_every_record(spark, bootstrap_servers: str, tmp_path: Path) -> None:
     """The whole_run scenario's kafka-group side and its Python streaming source floor, tiny."""
-    from bench.harness.kafka import create_topics, produce
+    from bench.harness.kafka import produce
     from bench.scenarios.whole_run import spark_run
 
-    topic = create_topics(bootstrap_servers, 2, prefix="whole-smoke")[0]
+    topic = create_topic(bootstrap_servers, 2, "whole-smoke")
     produce(bootstrap_servers, [topic], 2, 3000, 100)
     spec = {
         "servers": bootstrap_servers,

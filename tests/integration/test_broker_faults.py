@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
-from test_sink import table_ids
 
 from spark_groups.embedded import EmbeddedBroker, free_port
 from spark_groups.tools.kafka_broker import KafkaBroker
 
-from broker_support import produce_ids, wait_until
-from helpers import FlowingProducer, group_options, unique
+from support.broker import create_topics, produce_ids, unique, wait_until
+from support.options import group_options
+from support.producers import FlowingProducer
+from support.tables import table_ids
 
 
 def start_query(spark: Any, opts: dict, checkpoint: Path, table: str) -> Any:
@@ -39,12 +39,6 @@ def start_query(spark: Any, opts: dict, checkpoint: Path, table: str) -> Any:
 
 def ids(spark: Any, table: str) -> list[int]:
     return sorted(r.id for r in spark.table(table).select("id").collect())
-
-
-def create_topic(servers: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": servers})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        future.result(timeout=30)
 
 
 def test_unreachable_broker_at_start_is_a_clear_error_within_broker_timeout(
@@ -91,7 +85,7 @@ def restart_with_data_lost(broker: Broker, topic: str, partitions: int) -> None:
     else:  # Tansu's storage is memory only
         broker.stop()
         broker.start()
-    create_topic(broker.bootstrap_servers, topic, partitions)
+    create_topics(broker.bootstrap_servers, partitions, [topic])
 
 
 def broker_pid(broker: Broker) -> int:
@@ -119,7 +113,7 @@ def test_broker_restarted_with_its_data_lost(
     log end (skipping what is below the old position, as Spark's kafka source does) and reads
     what comes after."""
     servers, topic, table = own_broker.bootstrap_servers, unique("t"), unique("q")
-    create_topic(servers, topic, 2)
+    create_topics(servers, 2, [topic])
     produce_ids(servers, topic, range(100), 2)
     opts = group_options(
         servers, topic, unique("g"), str(tmp_path / "ledger"),
@@ -169,7 +163,7 @@ def test_broker_frozen_longer_than_the_session_timeout(
     import signal
 
     servers, topic, table = own_broker.bootstrap_servers, unique("t"), unique("q")
-    create_topic(servers, topic, 2)
+    create_topics(servers, 2, [topic])
     produce_ids(servers, topic, range(50), 2)
     opts = group_options(servers, topic, unique("g"), str(tmp_path / "ledger"))
     query = start_query(spark, opts, tmp_path / "cp", table)
@@ -197,7 +191,7 @@ def test_kafka_restarted_with_its_log_kept_loses_and_repeats_nothing(
     record lands once, and the group carries on from its committed offsets."""
     with KafkaBroker() as broker:
         servers, topic, total = broker.bootstrap_servers, unique("t"), 600
-        create_topic(servers, topic, 3)
+        create_topics(servers, 3, [topic])
         # Idempotent, so the producer's own retries across the restart add no duplicates.
         producer = FlowingProducer(
             servers, topic, 3, total, per_s=100, config={"enable.idempotence": "true"}

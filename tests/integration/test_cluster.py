@@ -23,8 +23,8 @@ from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.tools.s3_server import S3Server
 
-from broker_support import committed_offsets, produce_ids
-from helpers import FAST_GROUP, unique
+from support.broker import committed_offsets, produce_ids, unique
+from support.options import FAST_GROUP
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -46,14 +46,16 @@ from spark_groups.offsets import TopicPartition
 from spark_groups.sink.spark import read_table
 from spark_groups.spark.compat import ADMISSION_CONTROL
 
-from broker_support import (
+from support.broker import (
     committed_offsets,
     log_end_offsets,
     produce_ids,
     produce_values,
+    unique,
     wait_until,
 )
-from helpers import FlowingProducer, group_options, unique
+from support.options import group_options
+from support.producers import FlowingProducer
 
 pytestmark = pytest.mark.integration
 

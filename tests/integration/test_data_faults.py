@@ -21,8 +21,9 @@ from pyspark.sql import functions as F
 
 from spark_groups import deadletter
 
-from broker_support import produce_values, wait_until
-from helpers import group_options, source, unique
+from support.broker import create_topics, produce_values, unique, wait_until
+from support.options import group_options
+from support.spark import source
 
 SCHEMA = "id long, name string"
 
@@ -191,15 +192,8 @@ def test_partitions_that_appear_during_a_query_are_picked_up(
     metadata refresh. Neither test broker can add partitions to a topic (CreatePartitions), so
     the new partitions come from a new topic matching subscribePattern: the same path (the
     subscription's partitions change, the group rebalances, the member resumes them)."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     prefix = unique("grow")
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-
-    def create(topic: str, partitions: int) -> None:
-        admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-
-    create(f"{prefix}-a", 2)
+    create_topics(bootstrap_servers, 2, [f"{prefix}-a"])
     produce_values(bootstrap_servers, f"{prefix}-a", [b"a0", b"a1"])
     opts = group_options(bootstrap_servers, "unused", unique("g"), str(tmp_path / "ledger"))
     del opts["subscribe"]
@@ -222,7 +216,7 @@ def test_partitions_that_appear_during_a_query_are_picked_up(
             return {r.v for r in spark.table(name).collect()}
 
         wait_until(lambda: seen() == {"a0", "a1"}, 120, "the first topic's records")
-        create(f"{prefix}-b", 3)
+        create_topics(bootstrap_servers, 3, [f"{prefix}-b"])
         produce_values(bootstrap_servers, f"{prefix}-b", [b"b0", b"b1", b"b2"], 3)
         wait_until(lambda: seen() >= {"b0", "b1", "b2"}, 120, "the new partitions' records")
         assert query.exception() is None

@@ -21,15 +21,17 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from deltalake import DeltaTable
-from test_sink import IdProducer, Member, ids_source, member_spec, sink_commits, table_ids
 
-from bench.members import stop_all
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.tools.cli import main as cli
 
-from broker_support import produce_ids, wait_until
-from helpers import delta_spark_here, group_options, unique
+from support.broker import produce_ids, unique, wait_until
+from support.members import Member, member_spec, stop_all
+from support.options import group_options
+from support.producers import IdProducer
+from support.spark import delta_spark_here, ids_source
+from support.tables import sink_commits, table_ids
 
 if not delta_spark_here():
     pytest.skip(
@@ -105,10 +107,7 @@ def concurrent_optimizes(table: Path) -> list[int]:
 def run_member(name: str, spec: dict, tmp_path: Path) -> Member:
     """Run one availableNow member to its end (it is gone from the group afterwards)."""
     member = Member(name, spec, tmp_path)
-    member.start()
-    assert member.proc is not None
-    assert member.proc.wait(300) == 0, member.log_text()[-3000:]
-    member.reap()
+    assert member.run(300) == 0, member.log_text()[-3000:]
     return member
 
 

@@ -25,15 +25,17 @@ from test_delta_spark import (  # skips this module where delta-spark cannot run
     small_delta_jobs,  # noqa: F401 (an autouse fixture)
     transactions,
 )
-from test_sink import IdProducer, Member, ids_source, member_spec, table_ids
 
-from bench.members import stop_all
-from bench.sink_member import DEFAULT_SQL
 from spark_groups.crash_points import ARM_ENV, CRASH_ENV
 from spark_groups.tools.spark_jars import DELTA_SQL_CONF, jar_conf
 
-from broker_support import committed_offsets, log_end_offsets, produce_ids, wait_until
-from helpers import group_options, needs_available_now, unique
+from support.broker import committed_offsets, log_end_offsets, produce_ids, unique, wait_until
+from support.members import Member, member_spec, stop_all
+from support.options import group_options
+from support.producers import IdProducer
+from support.programs.sink_member import DEFAULT_SQL
+from support.spark import ids_source, needs_available_now
+from support.tables import table_ids
 
 #: A member's session with delta-spark (its jars for this Spark line, Delta's SQL).
 DELTA_MEMBER_CONF = {**jar_conf("delta-spark"), **DELTA_SQL_CONF, **SMALL_DELTA_JOBS}
@@ -256,8 +258,7 @@ def test_foreach_batch_merge_in_two_members_one_killed_every_id_exactly_once(
         # A dies when Spark next commits a batch of A's: its MERGE landed, its offsets not.
         arm.touch()
         wait_until(lambda: arm.with_name("arm-A.fired").exists(), 120, "A's crash point")
-        assert a.proc is not None
-        a.proc.wait(60)
+        a.wait(60)
         a.reap()
         killed_rows = int(merges(table, "A")[-1]["operationMetrics"]["numTargetRowsInserted"])
         b_seen = len(merges(table, "B"))

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer
 
-from broker_support import broker_kind, produce_ids, wait_until
-from helpers import assignment_options, group_options, plain_consumer_config, source, unique
+from support.broker import broker_kind, produce_ids, unique, wait_until
+from support.options import assignment_options, group_options, plain_consumer_config
+from support.spark import source
 
 
 class PlainMember(threading.Thread):

@@ -11,15 +11,10 @@ import pytest
 from spark_groups.group.history import history_path, read_history
 from spark_groups.ledger import OffsetLedger
 
-from broker_support import broker_kind, wait_until
-from helpers import (
-    ASSIGNMENTS,
-    FlowingProducer,
-    assignment_options,
-    group_options,
-    source,
-    unique,
-)
+from support.broker import broker_kind, unique, wait_until
+from support.options import ASSIGNMENTS, assignment_options, group_options
+from support.producers import FlowingProducer
+from support.spark import source
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from spark_groups.group.member import GroupMember
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition as OurTopicPartition
 
-from broker_support import broker_kind, committed_offsets, produce_ids, wait_until
-from helpers import FAST_GROUP, unique
+from support.broker import broker_kind, committed_offsets, produce_ids, unique, wait_until
+from support.options import FAST_GROUP
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"

@@ -12,8 +12,9 @@ import pytest
 from chispa import assert_df_equality
 from confluent_kafka import Producer
 
-from broker_support import wait_until
-from helpers import group_options, needs_available_now, source, unique
+from support.broker import unique, wait_until
+from support.options import group_options
+from support.spark import needs_available_now, source
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -15,9 +15,9 @@ import pytest
 
 from spark_groups.tools.kafka_broker import run_kafka_tool
 
-from broker_support import broker_kind, committed_offsets, produce_ids, wait_until
-from helpers import group_options, unique
 from kafka_python_service import KafkaPythonService
+from support.broker import broker_kind, committed_offsets, produce_ids, unique, wait_until
+from support.options import group_options
 
 GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 PARTITIONS, TOTAL = 6, 600

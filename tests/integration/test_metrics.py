@@ -9,8 +9,8 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from spark_groups.metrics import coordinator_metrics, log_end_offsets
 
-from broker_support import produce_ids, wait_until
-from helpers import group_options, unique
+from support.broker import produce_ids, unique, wait_until
+from support.options import group_options
 
 
 class Collect(StreamingQueryListener):

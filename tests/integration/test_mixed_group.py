@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from test_sink import IdProducer, Member, member_spec, sink_commits, table_ids
 
-from bench.members import stop_all
 from spark_groups.offsets import commit_metadata
 
-from broker_support import broker_kind, wait_until
-from helpers import unique
 from kafka_python_service import KafkaPythonService
+from support.broker import broker_kind, unique, wait_until
+from support.members import Member, member_spec, stop_all
+from support.producers import IdProducer
+from support.tables import sink_commits, table_ids
 
 PARTITIONS = 4
 
@@ -151,15 +151,15 @@ def test_an_unexplained_gap_holds_the_partition_until_accept_gap_and_fails_no_me
     never got) does not fail the query: the partition is held, the others are read, describe
     shows the gap, and ``spark-groups accept-gap`` releases it."""
     from click.testing import CliRunner
-    from test_sink import ids_source, run_into_sink
 
     from spark_groups.metrics import coordinator_metrics
     from spark_groups.offsets import TopicPartition
     from spark_groups.sink import committed_positions
     from spark_groups.tools.cli import main
 
-    from broker_support import produce_ids
-    from helpers import group_options
+    from support.broker import produce_ids
+    from support.options import group_options
+    from support.spark import ids_source, run_into_sink
 
     topic, group = make_topic(2), unique("held")
     table, ledger = tmp_path / "table", str(tmp_path / "ledger")

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from broker_support import produce_ids
-from helpers import group_options, unique
+from support.broker import produce_ids, unique
+from support.options import group_options
 
 PARTITIONS = 64
 PER_PARTITION = 30

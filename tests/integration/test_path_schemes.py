@@ -6,9 +6,6 @@ S3-compatible server (S3Proxy), ``dbfs:/`` on a local folder named as the DBFS m
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,7 +13,6 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
-from bench.members import MEMBER_SCRIPT
 from spark_groups.ledger.table import OffsetLedger
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.sink.plan import read_batch_plan
@@ -26,8 +22,9 @@ from spark_groups.storage.files import location
 from spark_groups.storage.paths import DBFS_MOUNT_ENV
 from spark_groups.tools.s3_server import S3Server
 
-from broker_support import produce_ids
-from helpers import unique
+from support.broker import produce_ids, unique
+from support.launch import ROOT
+from support.members import Member
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -125,18 +122,8 @@ def test_a_query_with_ledger_sink_and_checkpoint_given_as_dbfs_paths_lands_every
         "sink_options": one_writer,
         "trigger": "availableNow",
     }
-    root = Path(__file__).resolve().parents[2]
-    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, PYTHONPATH=path, **{DBFS_MOUNT_ENV: str(mount)})
-    done = subprocess.run(
-        [sys.executable, str(MEMBER_SCRIPT), json.dumps(spec)],
-        env=env,
-        cwd=str(root),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    member = Member("a", spec, tmp_path / "logs")
+    assert member.run(240, {DBFS_MOUNT_ENV: str(mount)}) == 0, member.log_text()[-3000:]
 
     table = DeltaTable(str(mount / "pipelines" / "orders"))
     ids = table.to_pyarrow_table(columns=["id"]).column("id").to_pylist()
@@ -147,4 +134,4 @@ def test_a_query_with_ledger_sink_and_checkpoint_given_as_dbfs_paths_lands_every
         patch.setenv(DBFS_MOUNT_ENV, str(mount))
         assert ledger.latest_positions() == ends
     assert (mount / "pipelines" / "_offsets_rebalances" / "_delta_log").is_dir()
-    assert not Path("dbfs:").exists() and not (root / "dbfs:").exists()
+    assert not Path("dbfs:").exists() and not (ROOT / "dbfs:").exists()  # the member's cwd

@@ -12,16 +12,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from broker_support import committed_offsets, log_end_offsets, produce_ids
-from helpers import group_options, needs_available_now, source, table_ids, unique
+from support.broker import committed_offsets, log_end_offsets, produce_ids, unique
+from support.options import group_options
+from support.spark import ids_source, needs_available_now
+from support.tables import table_ids
 
 RECORDS, PARTITIONS = 2_000, 2
-
-
-def ids(spark: Any, opts: dict, checkpoint: Path) -> Any:
-    return source(spark, opts, checkpoint).selectExpr(
-        "cast(cast(value as string) as long) as id", "topic", "partition", "offset"
-    )
 
 
 def run(
@@ -61,7 +57,7 @@ def test_said_once_the_sink_takes_the_table_and_the_group_from_the_source(
     group, table = unique("once"), tmp_path / "table"
     opts = group_options(bootstrap_servers, topic, group, None, **{"sink.table": str(table)})
     # The sink is given neither a path nor a group.id.
-    assert run(ids(spark, opts, tmp_path / "cp"), tmp_path / "cp") is None
+    assert run(ids_source(spark, opts, tmp_path / "cp"), tmp_path / "cp") is None
     assert Counter(table_ids(table)) == Counter(range(RECORDS))
     ends = log_end_offsets(bootstrap_servers, topic, PARTITIONS)
     assert committed_offsets(bootstrap_servers, group, topic, PARTITIONS) == ends
@@ -73,7 +69,7 @@ def test_a_sink_path_other_than_the_sources_sink_table_fails_before_anything_is_
     topic = topic_with_records(bootstrap_servers, make_topic)
     group, a, b = unique("path"), tmp_path / "a", tmp_path / "b"
     opts = group_options(bootstrap_servers, topic, group, None, **{"sink.table": str(a)})
-    error = run(ids(spark, opts, tmp_path / "cp"), tmp_path / "cp", b, **{"group.id": group})
+    error = run(ids_source(spark, opts, tmp_path / "cp"), tmp_path / "cp", b, **{"group.id": group})
     assert error is not None
     text = str(error)
     assert "PipelineMismatchError" in text and "option 'path'" in text
@@ -88,7 +84,9 @@ def test_a_sink_group_other_than_the_sources_fails_before_anything_is_written(
     topic = topic_with_records(bootstrap_servers, make_topic)
     g2, g3, table = unique("g2"), unique("g3"), tmp_path / "table"
     opts = group_options(bootstrap_servers, topic, g2, None, **{"sink.table": str(table)})
-    error = run(ids(spark, opts, tmp_path / "cp"), tmp_path / "cp", table, **{"group.id": g3})
+    error = run(
+        ids_source(spark, opts, tmp_path / "cp"), tmp_path / "cp", table, **{"group.id": g3}
+    )
     assert error is not None
     text = str(error)
     assert "PipelineMismatchError" in text and "option 'group.id'" in text
@@ -125,12 +123,12 @@ def test_two_queries_of_one_group_writing_two_tables_fail_naming_both(
     topic = topic_with_records(bootstrap_servers, make_topic, 200)
     group, a, b = unique("two"), tmp_path / "a", tmp_path / "b"
     first = group_options(bootstrap_servers, topic, group, None, **{"sink.table": str(a)})
-    assert run(ids(spark, first, tmp_path / "cp-a"), tmp_path / "cp-a") is None
+    assert run(ids_source(spark, first, tmp_path / "cp-a"), tmp_path / "cp-a") is None
     committed = committed_offsets(bootstrap_servers, group, topic, PARTITIONS)
     assert sum(committed.values()) == 200
     produce_ids(bootstrap_servers, topic, range(200, 300), PARTITIONS)
     second = group_options(bootstrap_servers, topic, group, None, **{"sink.table": str(b)})
-    error = run(ids(spark, second, tmp_path / "cp-b"), tmp_path / "cp-b")
+    error = run(ids_source(spark, second, tmp_path / "cp-b"), tmp_path / "cp-b")
     assert error is not None
     text = str(error)
     assert "GroupTableMismatchError" in text and "One group feeds one delta-group table" in text
@@ -147,7 +145,7 @@ def test_sink_table_with_a_query_that_writes_elsewhere_stops_before_committing(
     topic = topic_with_records(bootstrap_servers, make_topic, 200)
     group, table = unique("noop"), tmp_path / "table"
     opts = group_options(bootstrap_servers, topic, group, None, **{"sink.table": str(table)})
-    error = run(ids(spark, opts, tmp_path / "cp"), tmp_path / "cp", fmt="noop")
+    error = run(ids_source(spark, opts, tmp_path / "cp"), tmp_path / "cp", fmt="noop")
     assert error is not None
     text = str(error)
     assert "SinkNotWrittenError" in text and "option 'sink.table'" in text and str(table) in text

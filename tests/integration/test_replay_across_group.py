@@ -18,8 +18,10 @@ from pyspark.sql import functions as F
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 
-from broker_support import committed_offsets, produce_ids, wait_until
-from helpers import FAST_GROUP, group_options, needs_available_now, table_ids, unique
+from support.broker import committed_offsets, produce_ids, unique, wait_until
+from support.options import FAST_GROUP, group_options
+from support.spark import needs_available_now
+from support.tables import table_ids
 
 
 def run(spark: Any, opts: dict, table: Path, checkpoint: Path, group: str, fail_from: int | None):

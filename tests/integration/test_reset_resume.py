@@ -16,8 +16,8 @@ from spark_groups.offsets import TopicPartition
 from spark_groups.tools.cli import main
 from spark_groups.tools.timeline import timeline
 
-from broker_support import produce_ids
-from helpers import group_options, unique
+from support.broker import produce_ids, unique
+from support.options import group_options
 
 pytestmark = pytest.mark.integration
 

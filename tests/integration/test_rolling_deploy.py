@@ -12,19 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.members import (
-    IdProducer,
-    Member,
-    PlainService,
-    member_spec,
-    reading_commits,
-    stop_all,
-    unfinished_batch,
-)
 from spark_groups.offsets import OffsetRange
 
-from broker_support import broker_kind, wait_until
-from helpers import plain_consumer_config, table_ids, unique
+from support.broker import broker_kind, unique, wait_until
+from support.members import Member, member_spec, stop_all
+from support.options import plain_consumer_config
+from support.producers import IdProducer
+from support.services import PlainService
+from support.tables import reading_commits, table_ids, unfinished_batch
 
 PARTITIONS = 4
 
@@ -39,7 +34,7 @@ def test_a_rolling_restart_of_every_spark_member_loses_and_duplicates_nothing(
     topic, group = make_topic(PARTITIONS), unique("rolling")
     spec, logs, stop_file = member_spec(bootstrap_servers, topic, group, tmp_path, "1 second")
     table = spec["table"]
-    # cooperative-sticky and the fast session of bench/sink_member.py's defaults; the
+    # cooperative-sticky and the fast session of sink_member.py's defaults; the
     # barrier ends once the batch is in the table; the source knows the query's checkpoint,
     # so a batch replayed at a restart reads only what is still the member's (docs/groups.md).
     members = [
@@ -74,7 +69,7 @@ def test_a_rolling_restart_of_every_spark_member_loses_and_duplicates_nothing(
         for m in members:
             before = reading_commits(table, m.name)
             m.terminate(90)
-            assert m.proc is not None and m.proc.returncode == -signal.SIGTERM
+            assert m.returncode == -signal.SIGTERM
             replayed.extend(unfinished_batch(m.spec["checkpoint"]))
             m.start()
             wait_until(

@@ -9,7 +9,6 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
-from s3_support import put_object
 
 from spark_groups.group.history import history_path, read_history
 from spark_groups.ledger.table import OffsetLedger
@@ -20,8 +19,9 @@ from spark_groups.storage import checkpoint
 from spark_groups.storage.files import location
 from spark_groups.tools.s3_server import S3Server
 
-from broker_support import produce_ids, wait_until
-from helpers import group_options, unique
+from support.broker import produce_ids, unique, wait_until
+from support.options import group_options
+from support.s3 import put_object
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -31,7 +31,6 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from test_security import run_and_search
-from test_sink import ids_source, run_into_sink, table_ids
 
 from spark_groups.errors import AuthenticationError, AuthorizationError, SparkGroupsError
 from spark_groups.group.member import GroupMember
@@ -41,8 +40,10 @@ from spark_groups.offsets import OffsetRange, TopicPartition
 from spark_groups.read.reader import close_cached_consumers, read_range
 from spark_groups.tools.kafka_broker import KafkaBroker
 
-from broker_support import committed_offsets, create_topic, produce_ids
-from helpers import group_options, unique
+from support.broker import committed_offsets, create_topic, produce_ids, unique
+from support.options import group_options
+from support.spark import ids_source, run_into_sink
+from support.tables import table_ids
 
 ALICE_PASSWORD = "alice-pw-7Qx9-never-shown"
 ADMIN_PASSWORD = "admin-pw-3Kd2-never-shown"

@@ -12,9 +12,6 @@ the secret.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -24,11 +21,12 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from bench.members import MEMBER_SCRIPT, REPO_ROOT
 from spark_groups.tools.cli import main as cli
 
-from broker_support import create_topic, produce_ids
-from helpers import group_options, table_ids, unique
+from support.broker import create_topic, produce_ids, unique
+from support.members import Member
+from support.options import group_options
+from support.tables import table_ids
 
 SECRET = f"s3cret-{uuid.uuid4().hex[:12]}"
 SECRET_OPTIONS = {
@@ -94,26 +92,16 @@ def run_and_search(
         "table": str(run / "table"),
         "ledger": str(run / "ledger"),
         "checkpoint": str(run / "checkpoint"),
-        "member": "sec-1",
         "trigger": "availableNow",
         "spark_log_level": "INFO",
         "source_options": source_options,
         "log4j_config": str(log4j),
     }
-    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
-    env = dict(
-        os.environ,
-        PYTHONPATH=path,
-        SPARK_GROUPS_LOG_FILE=str(logs / "spark_groups.log"),
-        SPARK_GROUPS_LOG_LEVEL="DEBUG",
-    )
     # The spec (with the secret) is the process's argument, not something it writes.
-    with (logs / "stdout").open("w") as out, (logs / "stderr").open("w") as err:
-        proc = subprocess.run(
-            [sys.executable, str(MEMBER_SCRIPT), json.dumps(spec)],
-            stdout=out, stderr=err, env=env, cwd=str(REPO_ROOT), timeout=300,
-        )  # fmt: skip
-    assert proc.returncode == 0, (logs / "stderr").read_text()[-3000:]
+    member = Member("sec-1", spec, logs)
+    log_env = {"SPARK_GROUPS_LOG_FILE": str(logs / "spark_groups.log")}
+    code = member.run(300, {**log_env, "SPARK_GROUPS_LOG_LEVEL": "DEBUG"})
+    assert code == 0, member.log_text()[-3000:]
     assert sorted(table_ids(run / "table")) == list(range(60))
 
     x_args = [arg for setting in cli_settings for arg in ("-X", setting)]

@@ -6,20 +6,12 @@ import json
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import functions as F
 
-from bench.members import (
-    IdProducer,
-    Member,
-    member_spec,
-    sink_commits,
-    stop_all,
-)
 from spark_groups.ledger.table import OffsetLedger
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
@@ -27,49 +19,12 @@ from spark_groups.sink.spark import has_delta, read_delta, read_table
 from spark_groups.tools.s3_server import S3Server
 from spark_groups.tools.spark_jars import jar_conf
 
-from broker_support import committed_offsets, log_end_offsets, produce_ids, wait_until
-from helpers import (
-    delta_spark_here,
-    group_options,
-    needs_available_now,
-    source,
-    table_ids,
-    unique,
-)
-
-
-def run_into_sink(
-    spark: Any, df: Any, table: Path, checkpoint: Path, group: str, **options: str
-) -> BaseException | None:
-    """Run one Trigger.AvailableNow query into the delta-group sink until it ends; return
-    the error it failed with (Spark raises it at start or when the query fails), or None."""
-    try:
-        query = (
-            df.writeStream.format("delta-group")
-            .option("group.id", group)
-            .option("checkpointLocation", str(checkpoint))
-            .options(**options)
-            .trigger(availableNow=True)
-            .start(str(table))
-        )
-        assert query.awaitTermination(180), "AvailableNow query did not end"
-        return query.exception()
-    except AssertionError:
-        raise
-    except Exception as exc:
-        return exc
-
-
-def ids_source(spark: Any, opts: dict, checkpoint: Path | None = None) -> Any:
-    """The kafka-group source with the record's id (its value) as a long (``checkpoint``:
-    the query's, which Spark before 4.2 needs; helpers.source)."""
-    if checkpoint is None:
-        df = spark.readStream.format("kafka-group").options(**opts).load()
-    else:
-        df = source(spark, opts, checkpoint)
-    return df.selectExpr(
-        "cast(cast(value as string) as long) as id", "topic", "partition", "offset"
-    )
+from support.broker import committed_offsets, log_end_offsets, produce_ids, unique, wait_until
+from support.members import Member, member_spec, stop_all
+from support.options import group_options
+from support.producers import IdProducer
+from support.spark import delta_spark_here, ids_source, needs_available_now, run_into_sink, source
+from support.tables import sink_commits, table_ids
 
 
 def parquet_files(table: Path) -> set[str]:
@@ -109,10 +64,8 @@ def test_filtered_mapped_pipeline_lands_each_record_once_also_when_a_batch_is_re
         },
         tmp_path,
     )  # fmt: skip
-    first.start()
-    assert first.proc is not None
-    assert first.proc.wait(240) == 0, first.log_text()[-3000:]
-    first.reap()  # no process of it may stay a member of the group
+    # run: no process of it may stay a member of the group
+    assert first.run(240) == 0, first.log_text()[-3000:]
 
     expected = {i for i in range(300) if i % 7 != 3 and i % 100 < 90}
     got = read_delta(spark, str(table))

@@ -13,17 +13,16 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from deltalake import DeltaTable, QueryBuilder
-from test_sink import IdProducer, Member, member_spec
 
-from bench.members import stop_all
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.sink.maintenance import _set_lease, lease_id
 from spark_groups.tools.cli import main
 from spark_groups.tools.s3_server import S3Server
 
-from broker_support import wait_until
-from helpers import unique
+from support.broker import unique, wait_until
+from support.members import Member, member_spec, stop_all
+from support.producers import IdProducer
 
 OPTIMIZE_RUNS = 3
 

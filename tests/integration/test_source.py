@@ -18,8 +18,9 @@ from spark_groups.metrics import log_end_offsets
 from spark_groups.offsets import TopicPartition as TP
 from spark_groups.spark.compat import ADMISSION_CONTROL
 
-from broker_support import committed_offsets, produce_ids, wait_until
-from helpers import group_options, needs_available_now, source, unique
+from support.broker import committed_offsets, produce_ids, unique, wait_until
+from support.options import group_options
+from support.spark import needs_available_now, source
 
 
 def run_available_now(

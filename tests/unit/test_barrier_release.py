@@ -25,7 +25,7 @@ from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition
 from spark_groups.options import parse_options
 from spark_groups.storage import checkpoint
 
-from broker_support import produce_ids, wait_until
+from support.broker import produce_ids, wait_until
 
 OTHER = BatchOffset.of(0, [OffsetRange("other", 0, 0, 5)])
 

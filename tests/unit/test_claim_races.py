@@ -35,8 +35,8 @@ from spark_groups.sink.arbiter import for_source
 from spark_groups.sink.claims import claims_of
 from spark_groups.sink.plan import BatchPlan
 
-from broker_support import produce_ids, wait_until
 from sink_support import SCHEMA, offsets_in, plan, rows, write_task
+from support.broker import produce_ids, wait_until
 
 FAST = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "500"}
 

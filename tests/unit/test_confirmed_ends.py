@@ -12,7 +12,7 @@ from spark_groups.kafka.confirmed_ends import ConfirmedEnds, fetch_high_watermar
 from spark_groups.kafka.list_offsets import LATEST, list_offsets
 from spark_groups.offsets import TopicPartition
 
-from broker_support import create_topic, produce_batches
+from support.broker import create_topic, produce_batches
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
 

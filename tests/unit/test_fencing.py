@@ -20,10 +20,7 @@ Two defences stand between a fenced member and a stale commit, and each test sho
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -37,7 +34,9 @@ from spark_groups.group.member import GroupMember
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition
 
-from broker_support import broker_kind
+from support.broker import broker_kind
+from support.launch import MemberProcess
+from support.members import FROZEN_MEMBER
 
 PROTOCOLS = ["classic", "consumer"]
 #: What Kafka answers a commit from a member it has fenced.
@@ -61,20 +60,18 @@ def member_config(servers: str, group: str, protocol: str) -> dict[str, str]:
 
 @contextmanager
 def frozen_process(
-    servers: str, topic: str, group: str, ledger: str, protocol: str, mode: str
-) -> Iterator[subprocess.Popen[str]]:
-    process = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("frozen_member.py")),
-         servers, topic, group, ledger, protocol, mode],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    servers: str, topic: str, group: str, ledger: str, protocol: str, mode: str, tmp_path: Path
+) -> Iterator[MemberProcess]:
+    go = tmp_path / "go"
+    args = [servers, topic, group, ledger, protocol, mode, str(go)]
+    process = MemberProcess("frozen", FROZEN_MEMBER, tmp_path / "logs", args)
+    process.start()
     try:
         yield process
     finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGCONT)
-            process.kill()
-            process.wait(10)
+        process.signal(signal.SIGCONT)
+        process.kill(10)
+        process.reap()
 
 
 def take_over(servers: str, group: str, topic: str, protocol: str) -> GroupMember:
@@ -89,14 +86,11 @@ def take_over(servers: str, group: str, topic: str, protocol: str) -> GroupMembe
     return survivor
 
 
-def thaw_with_go(process: subprocess.Popen[str]) -> dict:
-    """Write ``go`` while the process is still frozen, so it acts the moment it runs."""
-    assert process.stdin is not None and process.stdout is not None
-    process.stdin.write("go\n")
-    process.stdin.flush()
-    os.kill(process.pid, signal.SIGCONT)
-    line = process.stdout.readline()
-    assert line.startswith("RESULT"), line
+def thaw_with_go(process: MemberProcess) -> dict:
+    """Create the go file while the process is still frozen, so it acts the moment it runs."""
+    Path(process.args[-1]).touch()
+    process.signal(signal.SIGCONT)
+    line = process.line("RESULT", 180)
     assert process.wait(60) == 0
     return json.loads(line.split(" ", 1)[1])
 
@@ -112,17 +106,16 @@ def one_partition_topic(bootstrap_servers: str, make_topic: Callable[..., str]) 
 
 
 def test_kafka_refuses_the_commit_of_a_fenced_member(
-    bootstrap_servers: str, one_partition_topic: str
+    bootstrap_servers: str, one_partition_topic: str, tmp_path: Path
 ) -> None:
     protocol = "classic"
     if broker_kind() == "tansu":
         pytest.skip("Tansu accepts commits from expired members (docs/brokers.md)")
     topic, group = one_partition_topic, f"g-{uuid.uuid4().hex[:8]}"
     tp = TopicPartition(topic, 0)
-    with frozen_process(bootstrap_servers, topic, group, "", protocol, "raw") as frozen:
-        assert frozen.stdout is not None
-        assert frozen.stdout.readline().startswith("OWNED")
-        os.kill(frozen.pid, signal.SIGSTOP)  # no heartbeats from here on
+    with frozen_process(bootstrap_servers, topic, group, "", protocol, "raw", tmp_path) as frozen:
+        frozen.line("OWNED", 120)
+        frozen.signal(signal.SIGSTOP)  # no heartbeats from here on
         survivor = take_over(bootstrap_servers, group, topic, protocol)
         try:
             result = thaw_with_go(frozen)
@@ -141,12 +134,12 @@ def test_a_fenced_member_commits_nothing_stale(
     topic, group = one_partition_topic, f"g-{uuid.uuid4().hex[:8]}"
     tp = TopicPartition(topic, 0)
     ledger = str(tmp_path / "ledger")
-    with frozen_process(bootstrap_servers, topic, group, ledger, protocol, "stream") as frozen:
-        assert frozen.stdout is not None
-        line = frozen.stdout.readline()
-        assert line.startswith("PLANNED"), line
+    with frozen_process(
+        bootstrap_servers, topic, group, ledger, protocol, "stream", tmp_path
+    ) as frozen:
+        line = frozen.line("PLANNED", 120)
         assert json.loads(line.split(" ", 1)[1])["ranges"] == {topic: {"0": [0, 20]}}
-        os.kill(frozen.pid, signal.SIGSTOP)
+        frozen.signal(signal.SIGSTOP)
         survivor = take_over(bootstrap_servers, group, topic, protocol)
         try:
             result = thaw_with_go(frozen)

@@ -20,7 +20,7 @@ from spark_groups.errors import GroupMembershipError
 from spark_groups.group import first_assignment
 from spark_groups.offsets import BatchOffset, TopicPartition
 
-from broker_support import broker_kind, produce_ids, wait_until
+from support.broker import broker_kind, produce_ids, wait_until
 
 
 def metrics_of(stream) -> dict:

@@ -1,5 +1,5 @@
 """The rules of the house (docs/architecture.md): which modules may import which clients, and
-no import cycles between packages."""
+no import cycles between packages, and that the tests import no benchmark code."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from itertools import pairwise
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "spark_groups"
+TESTS = Path(__file__).resolve().parents[1]
+#: The one test module that imports ``bench``: it tests the benchmarks' harness.
+BENCH_SMOKE = "integration/test_bench_smoke.py"
 
 #: Third-party root module -> where in spark_groups it may be imported.
 ALLOWED = {
@@ -132,3 +135,10 @@ def test_no_import_cycles_between_packages() -> None:
         for cycle in cycles
     ]
     assert not report, "import cycles between packages:\n  " + "\n  ".join(report)
+
+
+def test_tests_import_no_benchmark_code() -> None:
+    """``bench`` builds on the tests' support (``tests/support``), not the other way round."""
+    found = (p.relative_to(TESTS).as_posix() for p in sorted(TESTS.rglob("*.py")))
+    wrong = [where for where in found if "bench" in imports(TESTS / where)]
+    assert wrong == [BENCH_SMOKE]

@@ -17,7 +17,7 @@ from spark_groups.kafka.list_offsets import list_offsets, partition_names
 from spark_groups.offsets import TopicPartition
 from spark_groups.offsets.starting import EARLIEST, LATEST
 
-from broker_support import create_topic, produce_batches
+from support.broker import create_topic, produce_batches
 
 SECRET = "hunter2-do-not-show"
 

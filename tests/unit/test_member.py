@@ -15,7 +15,7 @@ from spark_groups.errors import BrokerUnreachableError, OptionError, TopicNotFou
 from spark_groups.group.member import GroupMember, parse_generation
 from spark_groups.offsets import TopicPartition
 
-from broker_support import wait_until
+from support.broker import wait_until
 
 FAST_GROUP = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
 

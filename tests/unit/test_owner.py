@@ -11,7 +11,7 @@ import pytest
 
 from spark_groups.group.member.owner import OwnerThread
 
-from broker_support import wait_until
+from support.broker import wait_until
 
 
 class Failed(Exception):

@@ -27,7 +27,7 @@ from spark_groups.read import columns, loop, native, pool, reader
 from spark_groups.read.reader import read_range, read_ranges
 from spark_groups.read.schema import arrow_schema
 
-from broker_support import broker_kind
+from support.broker import broker_kind
 
 SECRET = "hunter2-do-not-show"
 

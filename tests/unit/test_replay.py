@@ -23,7 +23,7 @@ from spark_groups.sink.arbiter import for_source
 from spark_groups.sink.plan import read_batch_plan
 from spark_groups.storage.replays import notice_path
 
-from broker_support import committed_offsets, produce_ids
+from support.broker import committed_offsets, produce_ids
 
 T = "t"
 P0, P1, P2, P3 = (TopicPartition(T, p) for p in range(4))

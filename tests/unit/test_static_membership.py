@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 
 from spark_groups.group.member import GroupMember
 
-from broker_support import broker_kind, wait_until
+from support.broker import broker_kind, wait_until
 
 
 def static_pair(servers: str, topic: str) -> tuple[dict[str, str], Callable[[str], GroupMember]]:

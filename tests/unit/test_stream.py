@@ -23,7 +23,7 @@ from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.options import parse_options
 from spark_groups.sink.arbiter import for_source
 
-from broker_support import produce_ids
+from support.broker import produce_ids
 
 FAST = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "500"}
 
@@ -297,7 +297,7 @@ def test_subscribe_pattern_reads_every_matching_topic(
         produce_ids(bootstrap_servers, topic, range(3 * partitions), partitions)
     opts = {
         "kafka.bootstrap.servers": bootstrap_servers,
-        "subscribePattern": f"{prefix}-.*",
+        "subscribePattern": f"{prefix}_.*",
         "group.id": f"g-{uuid.uuid4().hex[:8]}",
         "startingOffsets": "earliest",
         **FAST,
@@ -431,7 +431,7 @@ def test_partitions_created_while_the_query_runs_start_at_earliest(
     group = f"g-{uuid.uuid4().hex[:8]}"
     opts = {
         "kafka.bootstrap.servers": bootstrap_servers,
-        "subscribePattern": f"{prefix}-.*",
+        "subscribePattern": f"{prefix}_.*",
         "group.id": group,
         "startingOffsets": "latest",
         "kafka.topic.metadata.refresh.interval.ms": "1000",

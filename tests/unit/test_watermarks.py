@@ -22,7 +22,7 @@ from spark_groups.kafka import client as kafka_client
 from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.offsets import TopicPartition
 
-from broker_support import broker_kind, create_topic, produce_batches
+from support.broker import broker_kind, create_topic, create_topics, produce_batches
 
 SECRET = "hunter2-do-not-show"
 
@@ -197,24 +197,18 @@ def test_forget_confirms_a_replaced_log_afresh(resolvers):
     memory-only log gone, the topic created again): the remembered end is stale until the
     partition is forgotten. (Deleting and recreating the topic under a live consumer instead
     crashed librdkafka on Tansu with a segfault, so the restart is the way to test it.)"""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     from spark_groups.embedded import EmbeddedBroker
-
-    def create(servers: str) -> None:
-        admin = AdminClient({"bootstrap.servers": servers})
-        admin.create_topics([NewTopic("replaced", 1, 1)])["replaced"].result(30)
 
     broker = EmbeddedBroker().start()
     try:
         servers, tp = broker.bootstrap_servers, TopicPartition("replaced", 0)
-        create(servers)
+        create_topics(servers, 1, ["replaced"])
         produce_batches(servers, "replaced", [20])  # listed end 1, real end 20
         resolver = make(resolvers, servers)
         assert resolver.end_offsets([tp]) == {tp: 20}
         broker.stop()
         broker.start()  # same port, empty
-        create(servers)
+        create_topics(servers, 1, ["replaced"])
         produce_batches(servers, "replaced", [5])  # listed end 1 again, real end 5
         assert resolver.end_offsets([tp]) == {tp: 20}  # the remembered, stale answer
         resolver.forget([tp])

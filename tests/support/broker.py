@@ -1,6 +1,5 @@
-"""What every test needs of the broker: which one it is, topics, producing, committed
-offsets, log ends, and waiting. Importable from every test module (``tests/`` is on
-``sys.path``)."""
+"""What the tests and the benchmarks need of the broker: which one it is, fresh names,
+topics, producing, committed offsets, log ends, and waiting."""
 
 from __future__ import annotations
 
@@ -21,13 +20,24 @@ def broker_kind() -> str:
     return "external" if os.environ.get("BOOTSTRAP_SERVERS") else TEST_BROKER
 
 
-def create_topic(servers: str, partitions: int = 3, prefix: str = "t") -> str:
-    """Create a fresh, uniquely named topic on ``servers``; returns its name."""
-    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+def unique(prefix: str) -> str:
+    """A fresh name for a topic, group, query or folder: ``PREFIX_`` and 8 hex digits (a valid
+    SQL identifier when ``prefix`` is one: memory sinks' query names)."""
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def create_topics(servers: str, partitions: int, names: Sequence[str]) -> list[str]:
+    """Create the topics ``names`` on ``servers``, ``partitions`` partitions each (one
+    replica); returns ``names``."""
     admin = AdminClient({"bootstrap.servers": servers})
-    for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
-        future.result(timeout=30)
-    return name
+    for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
+        future.result(timeout=60)
+    return list(names)
+
+
+def create_topic(servers: str, partitions: int = 3, prefix: str = "t") -> str:
+    """Create a fresh topic, named :func:`unique` of ``prefix``; returns its name."""
+    return create_topics(servers, partitions, [unique(prefix)])[0]
 
 
 def produce(
@@ -105,8 +115,10 @@ def log_end_offsets(servers: str, topic: str, partitions: int) -> dict[int, int]
 def wait_until(
     condition: Callable[[], bool], timeout_s: float = 60.0, what: str = "", poll_s: float = 0.2
 ) -> None:
-    """Poll ``condition`` until it is true; fail the test after ``timeout_s``."""
+    """Ask ``condition`` every ``poll_s`` until it is true; :class:`AssertionError` (a failed
+    test) after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what or condition}"
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what or condition}")
         time.sleep(poll_s)

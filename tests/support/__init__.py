@@ -1,0 +1,18 @@
+"""What the tests and the benchmarks share: one package, imported as ``support``.
+
+* ``broker``: which broker the run uses, fresh names (:func:`~support.broker.unique`), topics,
+  producing, committed offsets, log ends, and :func:`~support.broker.wait_until`;
+* ``options``: group members' settings (kafka-group source options, plain consumers');
+* ``spark``: kafka-group streams and delta-group queries in the test's Spark session;
+* ``producers``: producers running beside a test, in a thread;
+* ``tables``: what landed in a table, read back without Spark;
+* ``s3``: a plain signed PUT to the tests' S3 server;
+* ``launch``: the one launcher of member processes (:class:`~support.launch.MemberProcess`);
+* ``members``: the member programs' launchers (:class:`~support.members.Member`, ...);
+* ``services``: a plain consumer service in a group, in a thread;
+* ``programs/``: the member programs themselves.
+
+``tests/`` is on ``sys.path`` for every test (pytest puts it there for ``tests/conftest.py``)
+and for the benchmarks (``bench/__init__.py``), so nothing else has to be. The dependency goes
+one way: ``bench`` imports ``support``; nothing here imports ``bench``.
+"""
