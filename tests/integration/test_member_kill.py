@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from support.broker import unique, wait_until
-from support.members import Member, member_spec
 from support.options import group_options
 from support.producers import FlowingProducer
 
 log = logging.getLogger(__name__)
 MAX_PER_BATCH = 40
-#: The victim's pipeline, as the survivor's.
-VICTIM_SQL = "SELECT cast(value as string) as id, partition, offset FROM source"
 
 
 def sink_ids(spark, path: Path) -> list[int]:
@@ -39,20 +39,13 @@ def test_survivor_takes_over_with_nothing_lost(
     ledger = str(tmp_path / "ledger")
     victim_sink, survivor_sink = tmp_path / "victim", tmp_path / "survivor"
     producer = FlowingProducer(bootstrap_servers, topic, 4, total, per_s=60)
-    spec, logs, _ = member_spec(bootstrap_servers, topic, group, tmp_path, "0 seconds")
-    # A query into Spark's parquet file sink until it is killed, as the survivor's below.
-    victim = Member(
-        "victim",
-        {
-            **spec, "sink": "parquet", "table": str(victim_sink), "ledger": ledger,
-            "checkpoint": str(tmp_path / "cp-victim"), "sql": VICTIM_SQL,
-            "source_options": {"maxOffsetsPerTrigger": "40"},
-        },
-        logs,
+    victim = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("member_process.py")), bootstrap_servers,
+         topic, group, str(victim_sink), str(tmp_path / "cp-victim"), ledger],
+        start_new_session=True,  # its JVM and Python workers share its process group
     )  # fmt: skip
     survivor = None
     try:
-        victim.start()
         producer.start()
         wait_until(lambda: sink_ids(spark, victim_sink), 120, "the victim's first rows")
         opts = group_options(bootstrap_servers, topic, group, ledger, maxOffsetsPerTrigger="40")
@@ -71,7 +64,7 @@ def test_survivor_takes_over_with_nothing_lost(
         wait_until(
             lambda: len(sink_ids(spark, victim_sink)) > before, 60, "the victim to keep going"
         )
-        victim.signal(how)  # the whole driver: Python, JVM, Spark's Python workers
+        os.killpg(victim.pid, how)  # the whole driver: Python, JVM, Spark's Python workers
         victim.wait(60)
 
         def everything() -> bool:
@@ -82,8 +75,9 @@ def test_survivor_takes_over_with_nothing_lost(
     finally:
         if survivor is not None:
             survivor.stop()
-        victim.kill()
-        victim.reap()
+        if victim.poll() is None:
+            os.killpg(victim.pid, signal.SIGKILL)
+            victim.wait(30)
     counts = Counter(sink_ids(spark, victim_sink) + sink_ids(spark, survivor_sink))
     assert sorted(counts) == list(range(total)), "records were lost"
     duplicates = sum(n - 1 for n in counts.values())

@@ -3,15 +3,14 @@
     python sink_member.py SPEC_JSON
 
 Run through :class:`support.members.Member` by the tests (tests/integration/test_sink.py: two
-of these share one group and one table; test_member_kill.py: into a parquet sink) and by
-bench/scenarios/rolling.py. SPEC is a JSON object: servers, topic, group, table, ledger,
-checkpoint, member, and optionally ``sql`` (the pipeline, over the view ``source``),
-``source_options`` (added to the source's), ``sink_options``, ``spark_conf`` (settings for
-the member's Spark session: jars, Hadoop's ``spark.hadoop.fs.s3a.*`` for a checkpoint on
-``s3a://``), ``trigger``, ``stop_file``, ``spark_log_level`` (default ERROR) and
-``log4j_config`` (a log4j2 properties file for Spark's own log), and ``sink``: "delta-group"
-(the default), "parquet" (Spark's file sink, at ``table``), "delta" (Spark's own Delta sink,
-``format("delta")``, plain append) or "delta-merge" (``foreachBatch`` with
+of these share one group and one table) and by bench/scenarios/rolling.py. SPEC is a JSON
+object: servers, topic, group, table, ledger, checkpoint, member, and optionally ``sql`` (the
+pipeline, over the view ``source``), ``source_options`` (added to the source's),
+``sink_options``, ``spark_conf`` (settings for the member's Spark session: jars, Hadoop's
+``spark.hadoop.fs.s3a.*`` for a checkpoint on ``s3a://``), ``trigger``, ``stop_file``,
+``spark_log_level`` (default ERROR) and ``log4j_config`` (a log4j2 properties file for
+Spark's own log), and ``sink``: "delta-group" (the default), "delta" (Spark's own Delta
+sink, ``format("delta")``, plain append) or "delta-merge" (``foreachBatch`` with
 :func:`merge_into`); the last two need delta-spark in the session (``spark_conf``:
 ``{**jar_conf("delta-spark"), **DELTA_SQL_CONF}``, Spark 4.0 to 4.2). With ``trigger``
 "availableNow" the query reads what is there and the process exits; otherwise it runs until
@@ -133,8 +132,8 @@ def main() -> int:
     if sink == "delta-merge":
         writer = rows.writeStream.foreachBatch(merge_into(spec["table"]))
         table = None
-    elif sink in ("delta", "parquet"):
-        writer = rows.writeStream.format(sink).outputMode("append")
+    elif sink == "delta":
+        writer = rows.writeStream.format("delta").outputMode("append")
     else:
         writer = (
             rows.writeStream.format("delta-group")
