@@ -39,10 +39,13 @@ def test_survivor_takes_over_with_nothing_lost(
     ledger = str(tmp_path / "ledger")
     victim_sink, survivor_sink = tmp_path / "victim", tmp_path / "survivor"
     producer = FlowingProducer(bootstrap_servers, topic, 4, total, per_s=60)
+    tests = str(Path(__file__).resolve().parents[1])  # where the support package lives
+    path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH", "")) if p)
     victim = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name("member_process.py")), bootstrap_servers,
          topic, group, str(victim_sink), str(tmp_path / "cp-victim"), ledger],
         start_new_session=True,  # its JVM and Python workers share its process group
+        env={**os.environ, "PYTHONPATH": path},
     )  # fmt: skip
     survivor = None
     try:
