@@ -34,7 +34,7 @@ from support.members import Member, member_spec, stop_all
 from support.options import group_options
 from support.producers import IdProducer
 from support.programs.sink_member import DEFAULT_SQL
-from support.spark import ids_source, needs_available_now
+from support.spark import ended_with, ids_source, needs_available_now
 from support.tables import table_ids
 
 #: A member's session with delta-spark (its jars for this Spark line, Delta's SQL).
@@ -132,21 +132,13 @@ def test_sink_table_with_sparks_delta_sink_stops_before_committing(
     produce_ids(bootstrap_servers, topic, range(200), 2)
     group, table, cp = unique("g"), tmp_path / "table", tmp_path / "cp"
     opts = group_options(bootstrap_servers, topic, group, None, **{"sink.table": str(table)})
-    query = (
+    writer = (
         ids_source(spark, opts, cp)
         .writeStream.format("delta")
         .option("checkpointLocation", str(cp))
         .trigger(availableNow=True)
-        .start(str(table))
     )
-    error: BaseException | None = None
-    try:  # Spark raises the query's error from awaitTermination
-        assert query.awaitTermination(300), "AvailableNow query did not end"
-        error = query.exception()
-    except AssertionError:
-        raise
-    except Exception as exc:
-        error = exc
+    error = ended_with(lambda: writer.start(str(table)), 300)
     assert error is not None
     assert "SinkNotWrittenError" in str(error) and "option 'sink.table'" in str(error)
     assert committed_offsets(bootstrap_servers, group, topic, 2) == {}

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from support.broker import committed_offsets, log_end_offsets, produce_ids, unique
 from support.options import group_options
-from support.spark import ids_source, needs_available_now
+from support.spark import ended_with, ids_source, needs_available_now
 from support.tables import table_ids
 
 RECORDS, PARTITIONS = 2_000, 2
@@ -30,14 +30,7 @@ def run(
         .options(**options)
         .trigger(availableNow=True)
     )
-    try:
-        query = writer.start(str(path)) if path is not None else writer.start()
-        assert query.awaitTermination(180), "AvailableNow query did not end"
-        return query.exception()
-    except AssertionError:
-        raise
-    except Exception as exc:
-        return exc
+    return ended_with(lambda: writer.start(str(path)) if path is not None else writer.start())
 
 
 def topic_with_records(bootstrap_servers: str, make_topic: Any, records: int = RECORDS) -> str:

@@ -5,6 +5,7 @@ start them."""
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,23 +66,29 @@ def ids_source(spark: Any, opts: dict, checkpoint: Path | None = None) -> Any:
     )
 
 
-def run_into_sink(
-    spark: Any, df: Any, table: Path, checkpoint: Path, group: str, **options: str
-) -> BaseException | None:
-    """Run one Trigger.AvailableNow query into the delta-group sink until it ends; return
-    the error it failed with (Spark raises it at start or when the query fails), or None."""
+def ended_with(start: Callable[[], Any], timeout_s: float = 180) -> BaseException | None:
+    """Start an AvailableNow query with ``start`` and wait for its end; return the error it
+    failed with (Spark raises it at start, or from the wait when the query fails), or None."""
     try:
-        query = (
-            df.writeStream.format("delta-group")
-            .option("group.id", group)
-            .option("checkpointLocation", str(checkpoint))
-            .options(**options)
-            .trigger(availableNow=True)
-            .start(str(table))
-        )
-        assert query.awaitTermination(180), "AvailableNow query did not end"
+        query = start()
+        assert query.awaitTermination(timeout_s), "AvailableNow query did not end"
         return query.exception()
     except AssertionError:
         raise
     except Exception as exc:
         return exc
+
+
+def run_into_sink(
+    spark: Any, df: Any, table: Path, checkpoint: Path, group: str, **options: str
+) -> BaseException | None:
+    """Run one Trigger.AvailableNow query into the delta-group sink until it ends; return
+    the error it failed with (:func:`ended_with`), or None."""
+    writer = (
+        df.writeStream.format("delta-group")
+        .option("group.id", group)
+        .option("checkpointLocation", str(checkpoint))
+        .options(**options)
+        .trigger(availableNow=True)
+    )
+    return ended_with(lambda: writer.start(str(table)))
