@@ -222,6 +222,21 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _sink_cost_ratio(ours: float, theirs: float) -> str:
+    """The two sinks' own costs compared, or why this run cannot compare them.
+
+    Each cost is a difference of two measured runs (into the table less into ``noop``); on a
+    small run the noise can exceed the sink's cost, and a ratio of such differences means
+    nothing.
+    """
+    if ours > 0 and theirs > 0:
+        return f"alone costs {ratio(ours, theirs)} Spark's per record"
+    return (
+        "alone could not be compared: in this run a sink's cost was below the noise between "
+        "its run and the same source into `noop`"
+    )
+
+
 def _delta_sinks(t: dict[str, Any]) -> list[str]:
     """Section 1b: delta-group against Spark's own Delta sink, per record."""
     sd, runs = t.get("spark_delta"), t["runs"]
@@ -254,7 +269,7 @@ def _delta_sinks(t: dict[str, Any]) -> list[str]:
         "",
         f"delta-group over Spark's Delta sink, end to end: "
         f"{ratio(runs['delta-group']['rate'], sd['delta']['rate'])} the records/s; the sink "
-        f"alone costs {ratio(ours, theirs) if theirs > 0 else 'n/a'} Spark's per record "
+        f"{_sink_cost_ratio(ours, theirs)} "
         "(Spark's Delta sink is exactly-once per query, by the query's id and batch id; it keeps "
         "no per-partition offsets, so queries sharing a group's records could write one twice).",
         "",
