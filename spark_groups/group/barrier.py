@@ -9,11 +9,16 @@ When the group takes partitions away, the member's owner thread calls
    ``at-most-once`` there is nothing to wait for: offsets were committed at planning.
 2. While it waits it keeps the member alive (``serve``: heartbeats, the commits Spark's
    thread asks the owner thread to make).
-3. Spark's thread commits that batch at its next trigger (the safe point). With a durability
-   signal (``checkpointLocation`` or ``sink.table``, see ``group.durable``) the barrier does
-   not wait for that trigger: every :data:`DURABLE_CHECK_INTERVAL_S` it asks whether the
-   batch is durable and, once it is, commits the revoked partitions' ranges of it itself
-   (``BatchCommitter.commit_ranges``, ownership checked with the commit on this thread).
+3. Spark's thread commits that batch at its next trigger (the safe point). The barrier does
+   not wait for that commit once the batch is durable: every :data:`DURABLE_CHECK_INTERVAL_S`
+   it asks whether it is (Spark has asked for a later batch, ``PlannedBatches.finished``;
+   or a durability signal, ``checkpointLocation`` or ``sink.table``, says so: see
+   ``group.durable``; with ``sink.table`` the table decides) and, once it is, commits the
+   revoked partitions' ranges of it itself (``BatchCommitter.commit_ranges``, ownership
+   checked with the commit on this thread). When the revocation arrived inside Spark's own
+   commit (the poll of its Kafka commit request delivered it), Spark's thread holds the
+   committer's lock and waits for this thread: the barrier commits in its place
+   (``group.commit_lock``) rather than wait for a lock that stays held until it returns.
 4. The wait is bounded by the rebalance timeout (``max.poll.interval.ms`` less 5 s). Past
    it, with ``sink.table``, the barrier releases the partitions' claims in the sink's table
    (``group.claims``): the batch can no longer land them, and the table's positions are
@@ -95,7 +100,7 @@ class RevocationBarrier:
             wait_for = -1
         self.metrics.revocations += 1
         deadline = started + self.timeout_s
-        watch = self.committer.durability.enabled and wait_for >= 0
+        watch = wait_for >= 0
         next_check = started
         by_barrier = timed_out = False
         try:
@@ -155,14 +160,33 @@ class RevocationBarrier:
         if member is None or self.claims is None or not self.claims.enabled:
             return frozenset()
         give_up_at = time.monotonic() + 5.0
-        while not self.committer.lock.acquire(blocking=False):
+        while not (taken := self.committer.lock.acquire(blocking=False)):
+            if self._in_place_of_holder(member):
+                break
             if time.monotonic() >= give_up_at:
                 return frozenset()
             serve(0.05)
         try:
             return frozenset(self.claims.release(member, partitions, "revocation timed out"))
         finally:
-            self.committer.lock.release()
+            if taken:
+                self.committer.lock.release()
+
+    def _in_place_of_holder(self, member: GroupMember) -> bool:
+        """True when the committer's lock is held by a thread whose request to the member's
+        owner thread this revocation interrupted (``group.commit_lock``): it waits for this
+        thread, which commits in its place."""
+        return self.committer.lock.held_by(member.waiting_callers())
+
+    def _durable(self, batch: BatchOffset, ranges: list[OffsetRange]) -> list[OffsetRange]:
+        """Step 3's question: which of ``ranges`` (of ``batch``) are durable now."""
+        durability = self.committer.durability
+        if durability.sink is None:  # with sink.table the table decides (group.durable)
+            with self.books.lock:
+                finished = batch.batch <= self.books.batches.finished_through
+            if finished:
+                return list(ranges)
+        return durability.durable(batch, ranges)
 
     def warn_if_slow(self, batch: int, took: float | None) -> None:
         """A batch that ran (``took`` seconds) for most of the rebalance timeout would make a
@@ -189,17 +213,22 @@ class RevocationBarrier:
         (the barrier then leaves it to Spark's next trigger).
 
         Never blocks on Spark's thread: while that is committing (it needs this thread to
-        serve its Kafka commit) this returns False at once.
+        serve its Kafka commit) this returns False at once, unless this revocation runs
+        inside that very commit request (:meth:`_in_place_of_holder`): then it commits in
+        its place.
         """
         committer = self.committer
-        if member is None or not committer.lock.acquire(blocking=False):
+        if member is None:
+            return False
+        taken = committer.lock.acquire(blocking=False)
+        if not taken and not self._in_place_of_holder(member):
             return False
         try:
             pending = self._uncommitted(partitions)
             if pending is None:
                 return None
             for batch, ranges in pending:
-                durable = committer.durability.durable(batch, ranges)
+                durable = self._durable(batch, ranges)
                 if not durable:
                     continue
                 try:
@@ -222,7 +251,8 @@ class RevocationBarrier:
                 )
             return self._uncommitted(partitions) == []
         finally:
-            committer.lock.release()
+            if taken:
+                committer.lock.release()
 
     def _uncommitted(
         self, partitions: frozenset[TopicPartition]

@@ -25,7 +25,8 @@ class PlannedBatches:
     """The batches planned in this process and how far their commits have come.
 
     Transitions: :meth:`saw` (a batch number Spark mentioned), :meth:`add` (planned here),
-    :meth:`committed` (committed through a batch: earlier ones are dropped).
+    :meth:`finished` (Spark finished every batch through one), :meth:`committed` (committed
+    through a batch: earlier ones are dropped).
     Not thread-safe: callers hold :attr:`Bookkeeping.lock`.
     """
 
@@ -34,6 +35,8 @@ class PlannedBatches:
         self.committed_through = -1
         #: The highest batch number this stream has seen (planned, or started from).
         self.highest = -1
+        #: The highest batch Spark has finished, as far as this process knows (-1: none).
+        self.finished_through = -1
         #: When the last batch was planned (``time.monotonic()``), None before the first.
         self.last_planned_at: float | None = None
         self._pending: dict[int, BatchOffset] = {}
@@ -42,6 +45,13 @@ class PlannedBatches:
     def saw(self, batch: int) -> None:
         """Spark started from (or planned) ``batch``."""
         self.highest = max(self.highest, batch)
+
+    def finished(self, batch: int) -> None:
+        """Spark finished every batch through ``batch``: it asks for the next one with
+        ``latestOffset(start)``, ``start`` being ``batch``'s end, only after ``batch``'s
+        entry in its commit log (the safe point's premise, ``group.commit``)."""
+        self.saw(batch)
+        self.finished_through = max(self.finished_through, batch)
 
     def add(self, batch: BatchOffset) -> None:
         """``batch`` was planned here, now."""

@@ -39,7 +39,6 @@ next trigger, which commits it by the steps above.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Collection
 from datetime import UTC, datetime
@@ -48,6 +47,7 @@ from spark_groups import crash_points
 from spark_groups.errors import CommitError, SinkNotWrittenError, StaleGenerationError
 from spark_groups.group import durable
 from spark_groups.group.bookkeeping import Bookkeeping
+from spark_groups.group.commit_lock import CommitLock
 from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.member import GroupMember
 from spark_groups.ledger import LedgerRow, OffsetLedger
@@ -81,7 +81,7 @@ class BatchCommitter:
         self.durability = durability
         self.metrics = metrics
         #: One commit at a time: Spark's thread (safe point) or the barrier (owner thread).
-        self.lock = threading.Lock()
+        self.lock = CommitLock()
 
     def safe_point(self, member: GroupMember, batch: BatchOffset) -> None:
         """Commit ``batch``, which Spark has finished (and every batch before it).

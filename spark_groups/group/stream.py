@@ -185,7 +185,7 @@ class GroupStream:
             return start_json
         start = BatchOffset.from_json(start_json)
         with books.lock:
-            books.batches.saw(start.batch)
+            books.batches.finished(start.batch)
         member = self.ensure_started()  # 1
         self._wait_for_first_assignment(member)
         member.check()

@@ -8,6 +8,8 @@ the barrier waits: the barrier itself must see the batch durable and commit it.
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -252,4 +254,74 @@ def test_without_a_signal_the_barrier_still_waits_for_the_trigger(
     try:
         assert newcomer.committed(moved) == {tp: 20 for tp in moved}
     finally:
+        newcomer.close()
+
+
+def test_a_revocation_inside_sparks_own_commit_is_committed_in_its_place(
+    bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path
+) -> None:
+    """The revocation arrives inside Spark's commit of the very batch it waits for: the safe
+    point's Kafka commit first polls for queued rebalance events, on the owner thread, and
+    that poll runs the revoke callback. Spark's thread holds the committer's lock and waits
+    for the owner thread, so the barrier commits in its place. (Found under load by
+    test_member_kill: the query failed with "the group member did not answer within 30 s"
+    while the barrier waited for the commit it was running inside.)
+
+    The owner thread's own polls are held back here, so the revocation can only be delivered
+    by the commit's poll: the point is reached every time, not by a lucky moment."""
+    topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    produce_ids(bootstrap_servers, topic, range(50 * 2), 2)
+    stream = make_stream(streams, bootstrap_servers, topic, group, tmp_path / "ledger")
+    in_flight = stream.latest_offset(BatchOffset.initial().to_json(), None)  # batch 0
+    member = stream.ensure_started()
+    callbacks = member._callbacks
+    real_poll, real_owned = callbacks.poll, callbacks.owned_now
+    hold = threading.Event()
+    interrupted: list[frozenset[int]] = []  # whose requests each revocation ran inside
+
+    def step_poll(consumer: Any, timeout_s: float | None = None) -> None:
+        if timeout_s is None and hold.is_set():  # the owner thread's own step: held back
+            time.sleep(0.01)
+            return
+        real_poll(consumer, timeout_s)
+
+    def owned_now(consumer: Any) -> frozenset[TopicPartition]:
+        # The commit request's ownership check: polls until the revocation queued meanwhile
+        # is delivered here, inside the request.
+        deadline = time.monotonic() + 60
+        while hold.is_set() and stream.metrics.revocations == 0:
+            assert time.monotonic() < deadline, "no revocation was delivered"
+            real_poll(consumer, 0.1)
+        hold.clear()
+        return real_owned(consumer)
+
+    real_revoke = stream._barrier.revoke
+
+    def revoke(*args: Any, **kwargs: Any) -> Any:
+        interrupted.append(member.waiting_callers())
+        return real_revoke(*args, **kwargs)
+
+    callbacks.poll = step_poll  # type: ignore[method-assign]
+    stream._barrier.revoke = revoke  # type: ignore[method-assign]
+    hold.set()
+    newcomer = newcomer_of(bootstrap_servers, topic, group)
+    try:
+        callbacks.owned_now = owned_now  # type: ignore[method-assign]
+        stream.latest_offset(in_flight, None)  # Spark finished batch 0: the safe point
+        callbacks.owned_now = real_owned  # type: ignore[method-assign]
+        assert interrupted == [frozenset({threading.get_ident()})]
+        wait_until(lambda: bool(newcomer.assignment), what="the newcomer never got a partition")
+        moved = newcomer.assignment
+        assert len(moved) == 1
+        # The newcomer resumes where batch 0 ended; each range was committed once.
+        assert newcomer.committed(moved) == {tp: 50 for tp in moved}
+        rows = OffsetLedger(str(tmp_path / "ledger"), group).history().to_pylist()
+        assert sorted((r["partition"], r["until_offset"], r["batch"]) for r in rows) == [
+            (0, 50, 0),
+            (1, 50, 0),
+        ]
+        assert stream.metrics.failed_commits == 0
+        assert stream.metrics.barrier_timeouts == 0
+    finally:
+        hold.clear()
         newcomer.close()

@@ -225,6 +225,12 @@ class GroupMember:
         """Owner thread only: run queued requests for up to ``seconds`` (from callbacks)."""
         self._owner.serve(seconds)
 
+    def waiting_callers(self) -> frozenset[int]:
+        """Owner thread only: the threads whose calls (:meth:`call`, :meth:`commit`, ...)
+        are running on the owner thread now. A rebalance callback runs inside one when the
+        call polled (:meth:`commit` with ``owned_only``): those threads wait for it."""
+        return self._owner.waiting_callers()
+
     # ----------------------------------------------------------------- owner thread
     def _create_consumer(self) -> Consumer:
         config: dict[str, Any] = dict(self._config)
