@@ -1,7 +1,7 @@
 """The member programs, each run as ``python PROGRAM.py ARGS`` by :mod:`support.launch`:
 
-* ``sink_member.py``: a kafka-group query into a sink (delta-group, Spark's Delta sink, or a
-  MERGE), its own Spark application;
+* ``sink_member.py``: a kafka-group query into a sink (delta-group, Spark's Delta or parquet
+  sink, or a MERGE), its own Spark application;
 * ``sim_member.py``: the product's driver, read path and sink without Spark (the crash
   matrix's member: it starts in a second);
 * ``frozen_member.py``: a driver-side member for the fencing tests, frozen by the test;

@@ -2,21 +2,23 @@
 
     python sink_member.py SPEC_JSON
 
-Run through :class:`support.members.Member` by the tests (tests/integration/test_sink.py: two
-of these share one group and one table) and by bench/scenarios/rolling.py. SPEC is a JSON
-object: servers, topic, group, table, ledger, checkpoint, member, and optionally ``sql`` (the
-pipeline, over the view ``source``), ``source_options`` (added to the source's),
-``sink_options``, ``spark_conf`` (settings for the member's Spark session: jars, Hadoop's
-``spark.hadoop.fs.s3a.*`` for a checkpoint on ``s3a://``), ``trigger``, ``stop_file``,
-``spark_log_level`` (default ERROR) and ``log4j_config`` (a log4j2 properties file for
-Spark's own log), and ``sink``: "delta-group" (the default), "delta" (Spark's own Delta
-sink, ``format("delta")``, plain append) or "delta-merge" (``foreachBatch`` with
-:func:`merge_into`); the last two need delta-spark in the session (``spark_conf``:
-``{**jar_conf("delta-spark"), **DELTA_SQL_CONF}``, Spark 4.0 to 4.2). With ``trigger``
-"availableNow" the query reads what is there and the process exits; otherwise it runs until
-``stop_file`` exists. Exit status 0, or 1 if the query failed. ``source_options`` may set
-the classic protocol's settings (:data:`CLASSIC_DEFAULTS` otherwise) or
-``group.protocol=consumer`` (KIP-848: none of them then).
+Run through :class:`support.members.Member` by the tests (tests/integration/test_sink.py:
+two of these share one group and one table; test_member_kill.py: into a parquet sink) and by
+bench/scenarios/rolling.py. SPEC is a JSON object: servers, topic, group, table, ledger,
+checkpoint, member, and optionally ``master`` (default ``local[1]``), ``driver_memory``
+(default 512m), ``sql`` (the pipeline, over the view ``source``), ``source_options`` (added
+to the source's), ``sink_options``, ``spark_conf`` (settings for the member's Spark session:
+jars, Hadoop's ``spark.hadoop.fs.s3a.*`` for a checkpoint on ``s3a://``), ``trigger``,
+``stop_file``, ``spark_log_level`` (default ERROR) and ``log4j_config`` (a log4j2 properties
+file for Spark's own log), and ``sink``: "delta-group" (the default), "parquet" (Spark's
+file sink, at ``table``), "delta" (Spark's own Delta sink, ``format("delta")``, plain
+append) or "delta-merge" (``foreachBatch`` with :func:`merge_into`); the last two need
+delta-spark in the session (``spark_conf``: ``{**jar_conf("delta-spark"),
+**DELTA_SQL_CONF}``, Spark 4.0 to 4.2). With ``trigger`` "availableNow" the query reads what
+is there and the process exits; otherwise it runs until ``stop_file`` exists. Exit status 0,
+or 1 if the query failed. ``source_options`` may set the classic protocol's settings
+(:data:`CLASSIC_DEFAULTS` otherwise) or ``group.protocol=consumer`` (KIP-848: none of them
+then).
 
 The process installs no SIGTERM handler: SIGTERM to its process group (a deployment stopping
 it, :meth:`support.launch.MemberProcess.terminate`) ends this Python driver at once, Spark's
@@ -90,10 +92,10 @@ def main() -> int:
     import spark_groups
 
     spark = (
-        SparkSession.builder.master("local[1]")
+        SparkSession.builder.master(spec.get("master", "local[1]"))
         .appName(f"sink-member-{spec['member']}")
         .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "512m")
+        .config("spark.driver.memory", spec.get("driver_memory", "512m"))
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.sql.session.timeZone", "UTC")
         .config(map=spec.get("spark_conf", {}))
@@ -132,8 +134,8 @@ def main() -> int:
     if sink == "delta-merge":
         writer = rows.writeStream.foreachBatch(merge_into(spec["table"]))
         table = None
-    elif sink == "delta":
-        writer = rows.writeStream.format("delta").outputMode("append")
+    elif sink in ("delta", "parquet"):
+        writer = rows.writeStream.format(sink).outputMode("append")
     else:
         writer = (
             rows.writeStream.format("delta-group")
