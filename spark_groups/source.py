@@ -30,7 +30,7 @@ from spark_groups.offsets import BatchOffset, OffsetRange
 from spark_groups.options import SourceOptions, parse_options, validate_client_config
 from spark_groups.read.schema import spark_ddl
 from spark_groups.read.tasks import plan_tasks
-from spark_groups.spark import FORMAT
+from spark_groups.spark import FORMAT, planner_accumulators
 from spark_groups.spark.compat import (
     ADMISSION_CONTROL,
     SPARK_VERSION,
@@ -214,8 +214,14 @@ class KafkaGroupDataSource(DataSource):
     """``spark.readStream.format("kafka-group")``: Kafka records read as a group member."""
 
     def __init__(self, options: dict[str, str]) -> None:
+        planner_accumulators.quiet()  # Spark 4.2+ planner workers (the module's doc)
         super().__init__(options)
         self.parsed = parse_options(options)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled in a planner worker: :func:`planner_accumulators.quiet` first."""
+        planner_accumulators.quiet()
+        self.__dict__.update(state)
 
     @classmethod
     def name(cls) -> str:

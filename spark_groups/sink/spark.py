@@ -62,7 +62,7 @@ from spark_groups.sink.writer import (
     check_schema,
     partition_value,
 )
-from spark_groups.spark import SINK_FORMAT
+from spark_groups.spark import SINK_FORMAT, planner_accumulators
 from spark_groups.spark.compat import ARROW_STREAM_WRITER, arrow_schema
 from spark_groups.spark.worker_logging import log_to_stderr
 from spark_groups.storage.checkpoint import check_readable
@@ -220,8 +220,14 @@ class DeltaGroupDataSource(DataSource):
     """``df.writeStream.format("delta-group")``: exactly-once into a Delta table."""
 
     def __init__(self, options: dict[str, str]) -> None:
+        planner_accumulators.quiet()  # Spark 4.2+ planner workers (the module's doc)
         super().__init__(options)
         self.parsed = parse_sink_options(options)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled in a planner worker: :func:`planner_accumulators.quiet` first."""
+        planner_accumulators.quiet()
+        self.__dict__.update(state)
 
     @classmethod
     def name(cls) -> str:

@@ -138,3 +138,54 @@ def test_an_unsupported_spark_is_named_with_the_ones_that_work() -> None:
     again = pickle.loads(pickle.dumps(error))
     assert (again.version, again.supported) == ("3.5.8", compat.SUPPORTED)
     assert "pyspark is not installed" in str(UnsupportedSparkError(None, compat.SUPPORTED))
+
+
+def test_our_data_sources_keep_planner_workers_from_sending_empty_profilers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Spark 4.2+ planner workers send the empty UDF-profiler accumulators, and
+    ``spark-pipelines run`` then exits 1 (spark_groups.spark.planner_accumulators). Creating
+    or unpickling our data sources leaves them out; everything else is still sent."""
+    from pyspark.accumulators import (
+        AddingAccumulatorParam,
+        SpecialAccumulatorIds,
+        _accumulatorRegistry,
+        _deserialize_accumulator,
+    )
+
+    from spark_groups.sink.spark import DeltaGroupDataSource
+    from spark_groups.source import KafkaGroupDataSource
+
+    try:
+        import pyspark.sql.worker.utils as planner
+    except ImportError:  # Spark 4.0 and 4.1: no planner worker_run, nothing to leave out
+        assert not compat.SPARK_VERSION.startswith(("4.2", "4.3"))
+        KafkaGroupDataSource(dict(BASE))  # and nothing breaks
+        return
+    sent: list[dict[int, Any]] = []
+
+    def send(outfile: Any) -> None:  # the worker's own: records what it would send
+        sent.append({key: acc._value for key, acc in _accumulatorRegistry.items()})
+
+    monkeypatch.setattr(planner, "send_accumulator_updates", send)
+    saved = dict(_accumulatorRegistry)
+    try:
+        source = KafkaGroupDataSource(dict(BASE))  # the create worker
+        pickle.loads(pickle.dumps(source))  # the other workers get it unpickled
+        DeltaGroupDataSource({"path": "/t", "group.id": "g", "checkpointLocation": "/c"})
+        profiler, profiler_v2 = (
+            SpecialAccumulatorIds.SQL_UDF_PROFIER,
+            SpecialAccumulatorIds.SQL_UDF_PROFIER_V2,
+        )
+        _accumulatorRegistry.clear()
+        _deserialize_accumulator(profiler, {}, AddingAccumulatorParam({}))
+        _deserialize_accumulator(profiler_v2, {}, AddingAccumulatorParam({}))
+        _deserialize_accumulator(7, 5, AddingAccumulatorParam(0))
+        planner.send_accumulator_updates(None)
+        assert sent == [{7: 5}]
+        _deserialize_accumulator(profiler, {"udf": "profile"}, AddingAccumulatorParam({}))
+        planner.send_accumulator_updates(None)
+        assert sent[-1] == {7: 5, profiler: {"udf": "profile"}}  # a profiler still reports
+    finally:
+        _accumulatorRegistry.clear()
+        _accumulatorRegistry.update(saved)
