@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, cast, get_args
 
 from spark_groups.errors import OptionError
@@ -21,7 +21,9 @@ from spark_groups.offsets.starting import StartingOffsets, parse_starting
 from spark_groups.read.native import READ_PATHS, ReadPath
 from spark_groups.read.tasks import DEFAULT_RECORDS_PER_TASK
 from spark_groups.secrets import is_secret
+from spark_groups.storage import flow_checkpoints
 from spark_groups.storage.files import check_location
+from spark_groups.storage.flow_checkpoints import FLOW_CHECKPOINTS_OPTION
 from spark_groups.storage.object_stores import (
     STORAGE_PREFIX,
     check_commit_safety,
@@ -59,6 +61,7 @@ SOURCE_OPTIONS: dict[str, str | None] = {
     "offsets.retention": "30d",
     "sink.table": None,
     "checkpointLocation": None,
+    FLOW_CHECKPOINTS_OPTION: None,
     "deliveryGuarantee": "at-least-once",
     "startingOffsets": "latest",
     "startingTimestamp": None,
@@ -123,6 +126,11 @@ class SourceOptions:
     history_path: str | None = None
     sink_path: str | None = None
     checkpoint: str | None = None
+    #: A pipeline flow's checkpoints directory (``pipelines.flowCheckpoints``): the
+    #: checkpoint is found there when the query starts (:func:`in_flow_checkpoint`).
+    flow_checkpoints: str | None = None
+    #: The pipeline flow's full refreshes so far (its checkpoint's number; 0: none or no flow).
+    flow_refresh: int = 0
     at_most_once: bool = False
     starting_offsets: StartingOffsets = field(default_factory=StartingOffsets)
     max_offsets_per_trigger: int | None = None
@@ -378,6 +386,15 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     checkpoint = _path("checkpointLocation", ours)
     if checkpoint is not None:
         check_location(checkpoint, storage, option="checkpointLocation")
+    flow = _path(FLOW_CHECKPOINTS_OPTION, ours)
+    if flow is not None:
+        if checkpoint is not None:
+            raise OptionError(
+                FLOW_CHECKPOINTS_OPTION,
+                "give it or checkpointLocation, not both: in a pipeline the flow's checkpoint "
+                "is found in its checkpoints directory when the query starts",
+            )
+        check_location(flow, storage, option=FLOW_CHECKPOINTS_OPTION)
     if ledger_path is not None:
         check_commit_safety(ledger_path, storage, "offsets.table", prefix=STORAGE_PREFIX)
     if history is not None:
@@ -395,6 +412,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         history_path=history,
         sink_path=sink_path,
         checkpoint=checkpoint,
+        flow_checkpoints=flow,
         at_most_once=guarantee == "at-most-once",
         starting_offsets=parse_starting(ours),
         max_offsets_per_trigger=max_records,
@@ -416,6 +434,21 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         read_path=cast(ReadPath, _choice("readPath", ours, "auto", READ_PATHS)),
         kafka=kafka,
         storage_options=storage,
+    )
+
+
+def in_flow_checkpoint(options: SourceOptions) -> SourceOptions:
+    """``options`` with the checkpoint its pipeline flow runs in now, found in the flow's
+    checkpoints directory (``pipelines.flowCheckpoints``) when the query starts
+    (:func:`spark_groups.storage.flow_checkpoints.current`), and how many full refreshes
+    the flow has had; ``options`` itself without that option."""
+    if options.flow_checkpoints is None:
+        return options
+    found = flow_checkpoints.current(options.flow_checkpoints, options.storage_options)
+    return replace(
+        options,
+        checkpoint=resolve(found.path, FLOW_CHECKPOINTS_OPTION),
+        flow_refresh=found.refresh,
     )
 
 

@@ -27,7 +27,12 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from spark_groups.errors import OptionNeedsSparkError
 from spark_groups.offsets import BatchOffset, OffsetRange
-from spark_groups.options import SourceOptions, parse_options, validate_client_config
+from spark_groups.options import (
+    SourceOptions,
+    in_flow_checkpoint,
+    parse_options,
+    validate_client_config,
+)
 from spark_groups.read.schema import spark_ddl
 from spark_groups.read.tasks import plan_tasks
 from spark_groups.spark import FORMAT, planner_accumulators
@@ -201,6 +206,8 @@ def check_for_this_spark(
     with (``Trigger.AvailableNow`` runs as one batch there, which Spark never commits)."""
     if admission_control or options.checkpoint is not None:
         return
+    if options.flow_checkpoints is not None:  # found when the query starts
+        return
     raise OptionNeedsSparkError(
         checkpoint.CHECKPOINT_OPTION,
         SPARK_VERSION,
@@ -236,4 +243,4 @@ class KafkaGroupDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         """The stream reader (joins the group lazily, in the driver's reader process)."""
-        return KafkaGroupStreamReader(self.parsed)
+        return KafkaGroupStreamReader(in_flow_checkpoint(self.parsed))

@@ -14,6 +14,8 @@ group assigned since the last plan (``PartitionTable.begin_resume``):
    after a crash it can be one batch ahead), commit its position to Kafka and the ledger.
 4. Name the ranges another consumer of the group committed past where spark_groups stood
    (handovers), and record them in the ledger once.
+   In a pipeline flow that was fully refreshed, before its first batch, every one of them
+   starts at ``startingOffsets`` instead, committed as a reset (``group.refresh``).
 5. Choose each partition's first position (``group.resume.choose``): committed, else the
    checkpoint's last batch, else ``startingOffsets`` (``earliest`` for partitions that
    appear after the first plan). Positions resolved from ``latest`` are committed to Kafka
@@ -38,7 +40,7 @@ from datetime import UTC, datetime
 
 from spark_groups import crash_points
 from spark_groups.errors import CommitError, GroupTableMismatchError
-from spark_groups.group import gaps, resume
+from spark_groups.group import gaps, refresh, resume
 from spark_groups.group.bookkeeping import Bookkeeping
 from spark_groups.group.claims import Claims
 from spark_groups.group.commit import BatchCommitter
@@ -110,6 +112,10 @@ class Arrivals:
             token, sink = self.claims.claim(member, new)
             self._catch_up_with_sink(member, sink, known)
         handovers = resume.handovers(committed.kafka, resume.furthest(committed.ledger_own, sink))
+        if refresh.applies(options, start):  # a refreshed pipeline flow starts over
+            reset = refresh.reset_positions(member, self.committer, resolver, new, known)
+            known.update(reset)
+            handovers = {tp: h for tp, h in handovers.items() if tp not in reset}
         self._record_handovers(handovers, committed.ledger)
         replayed = start.ends()
         discovered_later, self._first_plan_done = self._first_plan_done, True
