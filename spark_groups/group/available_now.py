@@ -46,6 +46,11 @@ class AvailableNowTargets:
         targets = self._targets
         return {tp: min(end, targets.get(tp, positions[tp])) for tp, end in ends.items()}
 
+    @property
+    def partitions(self) -> list[TopicPartition]:
+        """The partitions the run has targets for (every subscribed one at its start)."""
+        return sorted(self._targets or {})
+
     def describe(self) -> str:
         """The targets, for the log (``t-0 50, t-1 40``)."""
         return positions_text(self._targets or {})

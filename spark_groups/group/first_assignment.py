@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from spark_groups.errors import GroupMembershipError
 from spark_groups.group.member import GroupMember
+from spark_groups.offsets import TopicPartition
 from spark_groups.secrets import scrub
 
 log = logging.getLogger(__name__)
@@ -124,3 +125,52 @@ def describe_group(config: Mapping[str, Any], group_id: str, timeout_s: float = 
     ]
     listed = ", ".join(members) or "none"
     return f"state {state}, {len(members)} members: {listed}{broker_hint}"
+
+
+def wait_for_a_share(
+    member: GroupMember,
+    config: Mapping[str, Any],
+    group_id: str,
+    subscribed: Collection[TopicPartition],
+    bound_s: float = AVAILABLE_NOW_BOUND_S,
+) -> None:
+    """Under ``Trigger.AvailableNow``: while ``member`` owns nothing, wait until it owns
+    something or every one of ``subscribed`` is owned by a member of the group (as the
+    group's coordinator describes it), at most ``bound_s``.
+
+    A member that joins a group whose other members hold every partition gets nothing in its
+    first assignment under cooperative-sticky: the partitions it is to get are revoked from
+    the others first and assigned in the rebalance that follows. A run that ended there would
+    read nothing, every time it runs beside them. Partitions owned by nobody are such
+    partitions in flight; once every one is owned, the group has nothing more to give."""
+    from spark_groups.kafka.client import AdminClient
+    from spark_groups.kafka.logs import with_logger
+
+    if member.assignment or not subscribed:
+        return
+    connection = {k: v for k, v in config.items() if k.startswith(_CONNECTION_PREFIXES)}
+    admin = AdminClient(with_logger(connection))
+    deadline = time.monotonic() + bound_s
+    while not member.assignment and time.monotonic() < deadline:
+        member.check()
+        try:
+            group = admin.describe_consumer_groups([group_id])[group_id].result(10)
+        except Exception as exc:  # the wait's bound still ends it
+            log.debug("could not describe group %s: %s", group_id, exc)
+            group = None
+        if group is not None:
+            owned = {
+                TopicPartition(p.topic, p.partition)
+                for m in group.members
+                if m.assignment
+                for p in m.assignment.topic_partitions
+            }
+            if set(subscribed) <= owned:
+                return
+        time.sleep(0.5)  # the next look at the group
+    if not member.assignment:
+        log.info(
+            "Trigger.AvailableNow: group %s gave this member no partition within %.0f s",
+            group_id,
+            bound_s,
+        )
