@@ -41,6 +41,7 @@ HEAVY = (
     "tests/integration/test_cluster.py",
     "tests/integration/test_member_kill.py",
     "tests/integration/test_mixed_group.py",
+    "tests/integration/test_pipelines.py",  # spark-pipelines binds port 15002: one at a time
     "tests/integration/test_rolling_deploy.py",
     "tests/integration/test_sink_maintenance_s3.py",
     "tests/integration/test_sink.py::test_two_member_processes_one_killed_mid_batch",

@@ -79,9 +79,12 @@ class MemberProcess:
         assert not self.running, f"{self.name} is running"
         self.runs += 1
         self.logs.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, str(self.program), *self.arguments()]
         log = self.logs / f"{self.name}-{self.runs}.log"
-        self._process.start(command, log, env=member_env(env), cwd=ROOT)
+        self._process.start(self.command(), log, env=member_env(env), cwd=ROOT)
+
+    def command(self) -> list[str]:
+        """What the next run executes: ``python PROGRAM ARGS`` (:meth:`arguments`)."""
+        return [sys.executable, str(self.program), *self.arguments()]
 
     def wait(self, timeout_s: float) -> int:
         """Wait for the program to exit; its exit code. :class:`AssertionError` with the end

@@ -1,0 +1,140 @@
+"""The example pipeline (jobs/pipeline) run with the real ``spark-pipelines`` CLI (Spark 4.1+):
+kafka-group into a streaming table and into the delta-group sink, on Apache Kafka.
+
+Each test copies the example into its folder and runs it as a user does
+(``support.pipelines``). The lanes of .ci/run run this module on Spark 4.1 and 4.2; the main
+suite on 4.3.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from spark_groups.spark.compat import SPARK_VERSION
+from spark_groups.tools.cli import main
+
+from support.broker import committed_offsets, log_end_offsets, produce_ids, wait_until
+from support.pipelines import PipelineRun
+from support.services import PlainService
+
+PARTITIONS = 2
+GROUP, SINK_GROUP = "orders-pipeline", "orders-pipeline-delta"
+
+pytestmark = pytest.mark.skipif(
+    SPARK_VERSION < "4.1", reason="Spark Declarative Pipelines came with Spark 4.1"
+)
+
+
+@pytest.fixture
+def pipeline(bootstrap_servers: str, make_topic, tmp_path: Path) -> PipelineRun:
+    return PipelineRun(tmp_path, bootstrap_servers, make_topic(PARTITIONS))
+
+
+def ran(pipeline: PipelineRun, *args: str) -> None:
+    """Run the pipeline; it must exit 0 and say it completed."""
+    code = pipeline.run_pipeline(*args)
+    assert code == 0 and pipeline.completed(), (code, pipeline.last_log()[-4000:])
+
+
+def once_each(rows: list[tuple[int, int]], expected: int) -> None:
+    counts = Counter(rows)
+    assert [r for r, n in counts.items() if n > 1] == [], "rows written twice"
+    assert len(counts) == expected, f"{len(counts)} distinct rows, {expected} produced"
+
+
+def at_log_end(servers: str, topic: str, group: str) -> bool:
+    return committed_offsets(servers, group, topic, PARTITIONS) == log_end_offsets(
+        servers, topic, PARTITIONS
+    )
+
+
+def test_two_runs_with_new_records_between_read_every_record_once(
+    pipeline: PipelineRun, bootstrap_servers: str
+) -> None:
+    topic = pipeline.env["ORDERS_TOPIC"]
+    produce_ids(bootstrap_servers, topic, range(600), PARTITIONS)
+    ran(pipeline)
+    produce_ids(bootstrap_servers, topic, range(600, 1000), PARTITIONS)
+    ran(pipeline)  # the catalog outlived the first run (conf/spark-defaults.conf)
+    once_each(pipeline.streaming_table(), 1000)
+    once_each(pipeline.delta_table(), 1000)
+    for group in (GROUP, SINK_GROUP):  # the reader process commits as the query ends
+        wait_until(lambda g=group: at_log_end(bootstrap_servers, topic, g), 60, group)
+    described = CliRunner().invoke(
+        main, ["describe", GROUP, "-b", bootstrap_servers, "--topic", topic]
+    )
+    assert described.exit_code == 0, described.output
+    assert f"group {GROUP}" in described.output and topic in described.output
+
+
+def test_a_full_refresh_reads_the_table_again_and_the_sink_writes_nothing_twice(
+    pipeline: PipelineRun, bootstrap_servers: str
+) -> None:
+    topic = pipeline.env["ORDERS_TOPIC"]
+    produce_ids(bootstrap_servers, topic, range(500), PARTITIONS)
+    ran(pipeline)
+    # The streaming table is emptied and its flow gets a new checkpoint: the group starts
+    # over at startingOffsets, so the table holds everything again, once.
+    ran(pipeline, "--full-refresh", "orders_raw")
+    assert "fully refreshed" in pipeline.last_log()
+    once_each(pipeline.streaming_table(), 500)
+    once_each(pipeline.delta_table(), 500)
+    # Every flow gets a new checkpoint; the sink keeps its table, which decides where its
+    # flow resumes: the new records once, the old ones not again.
+    produce_ids(bootstrap_servers, topic, range(500, 700), PARTITIONS)
+    ran(pipeline, "--full-refresh-all")
+    once_each(pipeline.streaming_table(), 700)
+    once_each(pipeline.delta_table(), 700)
+
+
+def test_a_run_stopped_with_sigterm_after_a_sink_commit_loses_and_duplicates_nothing(
+    pipeline: PipelineRun, bootstrap_servers: str, tmp_path: Path
+) -> None:
+    """A scheduler stops the run (SIGTERM to its process group) exactly after the
+    delta-group sink committed its first batch; the next run finishes the job."""
+    topic = pipeline.env["ORDERS_TOPIC"]
+    produce_ids(bootstrap_servers, topic, range(800), PARTITIONS)
+    stop = {"SPARK_GROUPS_CRASH_AT": "sink.committed:SIGTERM"}
+    code = pipeline.run_pipeline(env=stop)
+    assert code != 0 and not pipeline.completed(), pipeline.last_log()[-4000:]
+    assert 0 < len(pipeline.delta_table()) <= 800
+    ran(pipeline)
+    once_each(pipeline.streaming_table(), 800)
+    once_each(pipeline.delta_table(), 800)
+
+
+def test_the_pipeline_shares_its_group_with_a_plain_consumer(
+    pipeline: PipelineRun, bootstrap_servers: str
+) -> None:
+    """A plain consumer service in the pipeline's group: the two share the partitions while
+    the run lasts, the service has them all once the run leaves, and between them every
+    record is read and the group's commits reach the log end."""
+    topic = pipeline.env["ORDERS_TOPIC"]
+    produce_ids(bootstrap_servers, topic, range(400), PARTITIONS)
+    service = PlainService(
+        bootstrap_servers, topic, GROUP, {"partition.assignment.strategy": "cooperative-sticky"}
+    )
+    service.start()
+    try:
+        wait_until(lambda: bool(service.events), 60, "the service to join")
+        ran(pipeline)
+        produce_ids(bootstrap_servers, topic, range(400, 600), PARTITIONS)
+        ends = log_end_offsets(bootstrap_servers, topic, PARTITIONS)
+        everything = {(p, o) for p in range(PARTITIONS) for o in range(ends[p])}
+
+        def read() -> set[tuple[int, int]]:
+            return set(pipeline.streaming_table()) | {(r[1], r[2]) for r in list(service.reads)}
+
+        wait_until(lambda: read() >= everything, 90, "every record read by one of the two")
+        wait_until(
+            lambda: at_log_end(bootstrap_servers, topic, GROUP),
+            60,
+            f"the commits to reach the log ends {ends} (the service's events: {service.events})",
+        )
+    finally:
+        service.stop()
+    once_each(pipeline.streaming_table(), len(set(pipeline.streaming_table())))

@@ -1,0 +1,104 @@
+"""The example pipeline (``jobs/pipeline``) in a test's folder, run with the real
+``spark-pipelines`` CLI of the running pyspark (Spark 4.1+), and what it wrote.
+
+:class:`PipelineRun` copies the example into the folder, with its work directory (catalog,
+checkpoints, tables, ledgers: ``/tmp/spark-groups-pipeline`` in the example) moved there, and
+runs it as a user does: ``SPARK_CONF_DIR=<project>/conf spark-pipelines run --spec ...``, on
+the launcher (:class:`~support.launch.MemberProcess`: a session of its own, a log per run).
+The CLI's local Spark Connect server binds port 15002 (pyspark starts it there), so one
+pipeline runs at a time on a machine: the tests that use this are ``heavy``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import pyarrow.dataset as pads
+from deltalake import DeltaTable
+
+from support.launch import ROOT, MemberProcess
+
+#: The example, as users copy it.
+EXAMPLE = ROOT / "jobs" / "pipeline"
+#: The example's work directory, replaced in every file of the copy.
+EXAMPLE_WORK = "/tmp/spark-groups-pipeline"
+#: The port the CLI's local Spark Connect server binds.
+CONNECT_PORT = 15002
+#: The last line of a run that ended well (a failed run prints no "Run is ..." line).
+COMPLETED = "Run is COMPLETED."
+
+
+def cli() -> Path:
+    """The running pyspark's ``spark-pipelines`` script."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "bin" / "spark-pipelines"
+
+
+class PipelineRun(MemberProcess):
+    """The example pipeline copied into ``folder`` and run against ``servers``/``topic``.
+
+    :meth:`run_pipeline` runs ``spark-pipelines run`` with more arguments
+    (``--full-refresh orders_raw``); :meth:`streaming_table` and :meth:`delta_table` read
+    back the ``(partition, offset)`` of every row each table holds."""
+
+    def __init__(self, folder: Path, servers: str, topic: str) -> None:
+        self.project = folder / "project"
+        self.work = folder / "work"
+        shutil.copytree(EXAMPLE, self.project, ignore=shutil.ignore_patterns("__pycache__"))
+        for path in self.project.rglob("*"):
+            if path.is_file():
+                path.write_text(path.read_text().replace(EXAMPLE_WORK, str(self.work)))
+        super().__init__("pipeline", cli(), folder / "logs")
+        self.env = {
+            "KAFKA_BOOTSTRAP_SERVERS": servers,
+            "ORDERS_TOPIC": topic,
+            "SPARK_CONF_DIR": str(self.project / "conf"),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_HOME": str(cli().parents[1]),
+        }
+
+    def command(self) -> list[str]:
+        spec = self.project / "spark-pipeline.yml"
+        return [str(self.program), "run", "--spec", str(spec), *self.args]
+
+    def run_pipeline(
+        self, *args: str, timeout_s: float = 300.0, env: Mapping[str, str] | None = None
+    ) -> int:
+        """``spark-pipelines run ARGS`` to its end; its exit code. :class:`AssertionError`
+        with the end of its log if the Connect port is taken."""
+        with socket.socket() as probe:
+            taken = probe.connect_ex(("127.0.0.1", CONNECT_PORT)) == 0
+        assert not taken, f"port {CONNECT_PORT} is taken: spark-pipelines could not start"
+        self.args = list(args)
+        return self.run(timeout_s, {**self.env, **(env or {})})
+
+    def last_log(self) -> str:
+        """The last run's output."""
+        path = self.logs / f"{self.name}-{self.runs}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def completed(self) -> bool:
+        """Whether the last run printed that it completed."""
+        return COMPLETED in self.last_log()
+
+    def streaming_table(self) -> list[tuple[int, int]]:
+        """``(partition, offset)`` of every row of the streaming table ``orders_raw``."""
+        path = self.work / "warehouse" / "orders_raw"
+        if not path.exists():
+            return []
+        table = pads.dataset(str(path), format="parquet").to_table(["partition", "offset"])
+        return list(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))
+
+    def delta_table(self) -> list[tuple[int, int]]:
+        """``(partition, offset)`` of every row of the delta-group sink's table."""
+        path = self.work / "tables" / "orders"
+        if not (path / "_delta_log").exists():
+            return []
+        table = DeltaTable(str(path)).to_pyarrow_table(columns=["partition", "offset"])
+        return list(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))
