@@ -467,6 +467,16 @@ def demo(work_dir: str | None) -> None:
         run_demo(Path(work_dir) if work_dir else None)
 
 
+@main.command(name="pipeline-demo")
+def pipeline_demo() -> None:
+    """The example pipeline (jobs/pipeline) on the embedded broker: two spark-pipelines
+    runs with new orders between them, then what landed (Spark 4.1+, docs/pipelines.md)."""
+    from spark_groups.tools.pipeline_demo import run_pipeline_demo
+
+    with clean_errors():
+        run_pipeline_demo()
+
+
 @main.command()
 @click.option("--port", type=click.IntRange(1, 65535), default=9092, show_default=True)
 @click.option("--topic", default="orders", show_default=True, help="topic to create ('' for none)")

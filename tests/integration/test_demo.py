@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from spark_groups.spark.compat import SPARK_VERSION
 from spark_groups.tools.cli import main
 from spark_groups.tools.timeline import timeline
 
@@ -39,3 +40,19 @@ def test_demo_lands_every_order_and_history_shows_who_read_them(
     assert assigned == {0, 1, 2}
     first_batch = min(e.at for e in batches)
     assert all(e.at <= first_batch for e in events if e.kind == "assigned")
+
+
+@pytest.mark.skipif(SPARK_VERSION < "4.1", reason="Spark Declarative Pipelines came with Spark 4.1")
+def test_the_pipeline_demo_lands_every_order_once_in_both_tables() -> None:
+    """docs/pipelines.md's one command (``spark-groups pipeline-demo``): the example
+    pipeline, run twice by spark-pipelines on the embedded broker."""
+    result = CliRunner().invoke(main, ["pipeline-demo"])
+    assert result.exit_code == 0, result.output
+    assert "orders_raw" in result.output and ": 4000 rows" in result.output
+    assert "4000 rows, 4000 distinct Kafka positions" in result.output
+    committed = [
+        line.split(": ", 1)[1] for line in result.output.splitlines() if "committed offsets" in line
+    ]
+    assert len(committed) == 2 and committed[0] == committed[1]  # both groups at the log ends
+    offsets = dict(kv.split(": ") for kv in committed[0].strip("{}").split(", "))
+    assert sum(int(v) for v in offsets.values()) == 4000
