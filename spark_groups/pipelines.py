@@ -87,7 +87,7 @@ def flow_checkpoints(
     if not sink:
         database = str(settings.get("database") or settings.get("schema") or DEFAULT_DATABASE)
         catalog = str(settings.get("catalog") or DEFAULT_CATALOG)
-        parts = [catalog, database, *parts][-3:] if len(parts) < 3 else parts
+        parts = [catalog, database][: 3 - len(parts)] + parts
     return "/".join([storage.rstrip("/"), "_checkpoints", *parts, flow or parts[-1]])
 
 
