@@ -37,15 +37,18 @@ MORE = 1000
 
 
 def pipeline_cli() -> str:
-    """The ``spark-pipelines`` of the running pyspark (Spark 4.1+)."""
-    try:
-        import pyspark
-    except ImportError:
-        raise SparkGroupsError("the pipeline demo needs pyspark 4.1 or later") from None
-    cli = Path(pyspark.__file__).parent / "bin" / "spark-pipelines"
+    """The ``spark-pipelines`` of the installed pyspark (Spark 4.1+), found without importing
+    pyspark (only the adapters do)."""
+    import importlib.util
+    from importlib.metadata import version
+
+    found = importlib.util.find_spec("pyspark")
+    if found is None or not found.submodule_search_locations:
+        raise SparkGroupsError("the pipeline demo needs pyspark 4.1 or later")
+    cli = Path(next(iter(found.submodule_search_locations))) / "bin" / "spark-pipelines"
     if not cli.is_file():
         raise SparkGroupsError(
-            f"pyspark {pyspark.__version__} has no spark-pipelines: Spark Declarative Pipelines "
+            f"pyspark {version('pyspark')} has no spark-pipelines: Spark Declarative Pipelines "
             "came with Spark 4.1"
         )
     return str(cli)
