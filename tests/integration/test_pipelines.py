@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from spark_groups.spark.compat import SPARK_VERSION
 from spark_groups.tools.cli import main
+from spark_groups.tools.spark_jars import DELTA_SQL_CONF, JarsMissingError, jar_conf
 
 from support.broker import committed_offsets, log_end_offsets, produce_ids, wait_until
 from support.pipelines import PipelineRun
@@ -138,3 +139,34 @@ def test_the_pipeline_shares_its_group_with_a_plain_consumer(
     finally:
         service.stop()
     once_each(pipeline.streaming_table(), len(set(pipeline.streaming_table())))
+
+
+def test_a_delta_streaming_table_where_the_line_has_delta_spark(
+    bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    """ORDERS_TABLE_FORMAT=delta with delta-spark's jars and catalog in the pipeline's
+    server (Spark 4.0 to 4.2): the streaming table is Delta, two runs, every record once."""
+    if compat_delta_spark_missing():
+        pytest.skip(compat_delta_spark_missing())
+    conf = {**jar_conf("delta-spark"), **DELTA_SQL_CONF}
+    pipeline = PipelineRun(tmp_path, bootstrap_servers, make_topic(PARTITIONS), conf)
+    pipeline.env["ORDERS_TABLE_FORMAT"] = "delta"
+    topic = pipeline.env["ORDERS_TOPIC"]
+    produce_ids(bootstrap_servers, topic, range(300), PARTITIONS)
+    ran(pipeline)
+    produce_ids(bootstrap_servers, topic, range(300, 500), PARTITIONS)
+    ran(pipeline)
+    assert (pipeline.work / "warehouse" / "orders_raw" / "_delta_log").is_dir()
+    once_each(pipeline.streaming_table(), 500)
+    once_each(pipeline.delta_table(), 500)
+
+
+def compat_delta_spark_missing() -> str | None:
+    """Why delta-spark cannot run in this Spark's pipeline server here, or None."""
+    if not SPARK_VERSION.startswith(("4.0", "4.1", "4.2")):
+        return f"delta-spark runs on Spark 4.0 to 4.2 only, not {SPARK_VERSION} (spark-versions.md)"
+    try:
+        jar_conf("delta-spark")
+    except JarsMissingError as exc:
+        return str(exc)
+    return None

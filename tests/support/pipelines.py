@@ -46,13 +46,17 @@ class PipelineRun(MemberProcess):
     (``--full-refresh orders_raw``); :meth:`streaming_table` and :meth:`delta_table` read
     back the ``(partition, offset)`` of every row each table holds."""
 
-    def __init__(self, folder: Path, servers: str, topic: str) -> None:
+    def __init__(
+        self, folder: Path, servers: str, topic: str, spark_conf: Mapping[str, str] | None = None
+    ) -> None:
         self.project = folder / "project"
         self.work = folder / "work"
         shutil.copytree(EXAMPLE, self.project, ignore=shutil.ignore_patterns("__pycache__"))
         for path in self.project.rglob("*"):
             if path.is_file():
                 path.write_text(path.read_text().replace(EXAMPLE_WORK, str(self.work)))
+        with (self.project / "conf" / "spark-defaults.conf").open("a") as defaults:
+            defaults.writelines(f"{key} {value}\n" for key, value in (spark_conf or {}).items())
         super().__init__("pipeline", cli(), folder / "logs")
         self.env = {
             "KAFKA_BOOTSTRAP_SERVERS": servers,
@@ -88,11 +92,15 @@ class PipelineRun(MemberProcess):
         return COMPLETED in self.last_log()
 
     def streaming_table(self) -> list[tuple[int, int]]:
-        """``(partition, offset)`` of every row of the streaming table ``orders_raw``."""
+        """``(partition, offset)`` of every row of the streaming table ``orders_raw``
+        (Parquet, or Delta when the run wrote one)."""
         path = self.work / "warehouse" / "orders_raw"
         if not path.exists():
             return []
-        table = pads.dataset(str(path), format="parquet").to_table(["partition", "offset"])
+        if (path / "_delta_log").exists():
+            table = DeltaTable(str(path)).to_pyarrow_table(columns=["partition", "offset"])
+        else:
+            table = pads.dataset(str(path), format="parquet").to_table(["partition", "offset"])
         return list(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))
 
     def delta_table(self) -> list[tuple[int, int]]:
