@@ -44,11 +44,10 @@ HEAVY = (
     "tests/integration/test_rolling_deploy.py",
     "tests/integration/test_sink_maintenance_s3.py",
     "tests/integration/test_sink.py::test_two_member_processes_one_killed_mid_batch",
+    # One to three spark-pipelines runs a test (each a Spark Connect server and its workers);
+    # their fixed port (15002) also wants them one at a time.
+    "tests/integration/test_pipelines.py",
 )
-# tests/integration/test_pipelines.py (each test one to three spark-pipelines runs of ~25 s)
-# runs with the others: the heavy stream is the main suite's longest, and the CLI's local
-# Connect server's fixed port (15002) only needs the module's runs to come one at a time,
-# which one pytest process does.
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
