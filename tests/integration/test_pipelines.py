@@ -144,13 +144,13 @@ def test_the_pipeline_shares_its_group_with_a_plain_consumer(
 def test_a_delta_streaming_table_where_the_line_has_delta_spark(
     bootstrap_servers: str, make_topic, tmp_path: Path
 ) -> None:
-    """ORDERS_TABLE_FORMAT=delta with delta-spark's jars and catalog in the pipeline's
-    server (Spark 4.0 to 4.2): the streaming table is Delta, two runs, every record once."""
+    """The delta lines of the example's conf/spark-defaults.conf (delta-spark's jars and
+    catalog, Delta the default format; Spark 4.0 to 4.2): the streaming table is Delta, two
+    runs, every record once."""
     if compat_delta_spark_missing():
         pytest.skip(compat_delta_spark_missing())
-    conf = {**jar_conf("delta-spark"), **DELTA_SQL_CONF}
+    conf = {**jar_conf("delta-spark"), **DELTA_SQL_CONF, "spark.sql.sources.default": "delta"}
     pipeline = PipelineRun(tmp_path, bootstrap_servers, make_topic(PARTITIONS), conf)
-    pipeline.env["ORDERS_TABLE_FORMAT"] = "delta"
     topic = pipeline.env["ORDERS_TOPIC"]
     produce_ids(bootstrap_servers, topic, range(300), PARTITIONS)
     ran(pipeline)

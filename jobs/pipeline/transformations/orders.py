@@ -8,8 +8,8 @@
 
 The Kafka cluster and topic come from the environment (``KAFKA_BOOTSTRAP_SERVERS``,
 ``ORDERS_TOPIC``); everything else lives under ``/tmp/spark-groups-pipeline``. The streaming
-table is in the catalog's default format (Parquet), or Delta with ``ORDERS_TABLE_FORMAT=delta``
-where the pipeline's Spark has delta-spark (Spark 4.0 to 4.2: conf/spark-defaults.conf).
+table is in the session's default format: Parquet, or Delta where the pipeline's Spark has
+delta-spark (Spark 4.0 to 4.2: the delta lines of conf/spark-defaults.conf).
 """
 
 import os
@@ -41,10 +41,7 @@ COLUMNS = (
 )
 
 
-@dp.table(
-    comment="Every order as Kafka holds it, read by the consumer group orders-pipeline.",
-    format=os.environ.get("ORDERS_TABLE_FORMAT") or None,
-)
+@dp.table(comment="Every order as Kafka holds it, read by the consumer group orders-pipeline.")
 def orders_raw():
     return (
         spark.readStream.format("kafka-group")
