@@ -55,16 +55,22 @@ COLUMNS = (
 )
 
 
-@dp.table(comment="Every order as Kafka holds it, read by the consumer group orders-pipeline.")
-def orders_raw():
+def orders(group, **options):
+    """The orders as the consumer group ``group`` reads them, with its own ledger."""
     return (
         spark.readStream.format("kafka-group")
         .options(**KAFKA)
-        .option("group.id", "orders-pipeline")
-        .option("offsets.table", f"{TABLES}/ledgers/orders-pipeline")
+        .option("group.id", group)
+        .option("offsets.table", f"{TABLES}/ledgers/{group}")
+        .options(**options)
         .load()
         .selectExpr(*COLUMNS)
     )
+
+
+@dp.table(comment="Every order as Kafka holds it, read by the consumer group orders-pipeline.")
+def orders_raw():
+    return orders("orders-pipeline")
 
 
 dp.create_sink("orders_delta", format="delta-group", options={})
@@ -72,12 +78,4 @@ dp.create_sink("orders_delta", format="delta-group", options={})
 
 @dp.append_flow(target="orders_delta")
 def orders_to_delta():
-    return (
-        spark.readStream.format("kafka-group")
-        .options(**KAFKA)
-        .option("group.id", "orders-pipeline-delta")
-        .option("offsets.table", f"{TABLES}/ledgers/orders-pipeline-delta")
-        .option("sink.table", f"{TABLES}/orders")
-        .load()
-        .selectExpr(*COLUMNS)
-    )
+    return orders("orders-pipeline-delta", **{"sink.table": f"{TABLES}/orders"})

@@ -41,16 +41,23 @@ COLUMNS = (
 )
 
 
-@dp.table(comment="Every order as Kafka holds it, read by the consumer group orders-pipeline.")
-def orders_raw():
+def orders(group: str, **options: str):
+    """The orders as the consumer group ``group`` reads them, with its own ledger."""
     return (
         spark.readStream.format("kafka-group")
         .options(**KAFKA)
-        .option("group.id", "orders-pipeline")
-        .option("offsets.table", f"{WORK}/ledgers/orders-pipeline")
-        .option("pipelines.flowCheckpoints", flow_checkpoints("orders_raw"))
+        .option("group.id", group)
+        .option("offsets.table", f"{WORK}/ledgers/{group}")
+        .options(**options)
         .load()
         .selectExpr(*COLUMNS)
+    )
+
+
+@dp.table(comment="Every order as Kafka holds it, read by the consumer group orders-pipeline.")
+def orders_raw():
+    return orders(
+        "orders-pipeline", **{"pipelines.flowCheckpoints": flow_checkpoints("orders_raw")}
     )
 
 
@@ -60,16 +67,12 @@ dp.create_sink("orders_delta", format="delta-group", options={})
 
 @dp.append_flow(target="orders_delta")
 def orders_to_delta():
-    return (
-        spark.readStream.format("kafka-group")
-        .options(**KAFKA)
-        .option("group.id", "orders-pipeline-delta")
-        .option("offsets.table", f"{WORK}/ledgers/orders-pipeline-delta")
-        .option("sink.table", ORDERS_TABLE)
-        .option(
-            "pipelines.flowCheckpoints",
-            flow_checkpoints("orders_delta", "orders_to_delta", sink=True),
-        )
-        .load()
-        .selectExpr(*COLUMNS)
+    return orders(
+        "orders-pipeline-delta",
+        **{
+            "sink.table": ORDERS_TABLE,
+            "pipelines.flowCheckpoints": flow_checkpoints(
+                "orders_delta", "orders_to_delta", sink=True
+            ),
+        },
     )
