@@ -138,7 +138,8 @@ def test_the_pipeline_shares_its_group_with_a_plain_consumer(
         )
     finally:
         service.stop()
-    once_each(pipeline.streaming_table(), len(set(pipeline.streaming_table())))
+    rows = pipeline.streaming_table()
+    once_each(rows, len(set(rows)))
 
 
 def test_a_delta_streaming_table_where_the_line_has_delta_spark(

@@ -22,6 +22,7 @@ from spark_groups.tools.s3_server import S3Server
 from support.broker import produce_ids, unique, wait_until
 from support.options import group_options
 from support.s3 import put_object
+from support.spark import run_into_sink
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -115,16 +116,7 @@ def test_a_group_query_with_ledger_history_and_sink_on_s3_lands_every_record_onc
             .load()
             .selectExpr("cast(cast(value as string) as long) as id", "topic", "partition", "offset")
         )
-        query = (
-            df.writeStream.format("delta-group")
-            .option("group.id", group)
-            .option("checkpointLocation", str(checkpoint))
-            .options(**storage)
-            .trigger(availableNow=True)
-            .start(table)
-        )
-        assert query.awaitTermination(240), "AvailableNow query did not end"
-        assert query.exception() is None
+        assert run_into_sink(spark, df, table, checkpoint, group, 240, **storage) is None
 
     counts = produce_ids(bootstrap_servers, topic, range(300), 3, chunk_sizes=[40, 90])
     run()

@@ -114,8 +114,7 @@ class MemberProcess:
         :class:`AssertionError` when the program exits or ``timeout_s`` passes first."""
         deadline = time.monotonic() + timeout_s
         while True:
-            log = self._process.log_path
-            text = log.read_text(errors="replace") if log and log.exists() else ""
+            text = self.last_log()
             found = [x for x in text.splitlines() if x.startswith(prefix)]
             if found:
                 return found[0]
@@ -174,6 +173,11 @@ class MemberProcess:
         if self.pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
+
+    def last_log(self) -> str:
+        """The last run's output so far ("" before the first)."""
+        log = self._process.log_path
+        return log.read_text(errors="replace") if log and log.exists() else ""
 
     def log_text(self) -> str:
         """Every run's output, oldest first."""

@@ -82,11 +82,6 @@ class PipelineRun(MemberProcess):
         self.args = list(args)
         return self.run(timeout_s, {**self.env, **(env or {})})
 
-    def last_log(self) -> str:
-        """The last run's output."""
-        path = self.logs / f"{self.name}-{self.runs}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
     def completed(self) -> bool:
         """Whether the last run printed that it completed."""
         return COMPLETED in self.last_log()

@@ -80,10 +80,17 @@ def ended_with(start: Callable[[], Any], timeout_s: float = 180) -> BaseExceptio
 
 
 def run_into_sink(
-    spark: Any, df: Any, table: Path, checkpoint: Path, group: str, **options: str
+    spark: Any,
+    df: Any,
+    table: Path | str,
+    checkpoint: Path,
+    group: str,
+    timeout_s: float = 180,
+    **options: str,
 ) -> BaseException | None:
-    """Run one Trigger.AvailableNow query into the delta-group sink until it ends; return
-    the error it failed with (:func:`ended_with`), or None."""
+    """Run one Trigger.AvailableNow query into the delta-group sink (``table``: a path or an
+    object-store URI) until it ends, within ``timeout_s``; return the error it failed with
+    (:func:`ended_with`), or None."""
     writer = (
         df.writeStream.format("delta-group")
         .option("group.id", group)
@@ -91,4 +98,4 @@ def run_into_sink(
         .options(**options)
         .trigger(availableNow=True)
     )
-    return ended_with(lambda: writer.start(str(table)))
+    return ended_with(lambda: writer.start(str(table)), timeout_s)

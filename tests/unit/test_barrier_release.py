@@ -42,6 +42,12 @@ def log_batch(chk: Path, spark_id: int, batch: BatchOffset, *, committed: bool) 
         commit(chk, spark_id)
 
 
+def ledger_ranges(ledger: OffsetLedger) -> list[tuple[int, int, int]]:
+    """Every row of the ledger as ``(partition, until_offset, batch)``, sorted."""
+    rows = ledger.history().to_pylist()
+    return sorted((r["partition"], r["until_offset"], r["batch"]) for r in rows)
+
+
 def commit(chk: Path, spark_id: int) -> None:
     (chk / "commits").mkdir(parents=True, exist_ok=True)
     (chk / "commits" / str(spark_id)).write_text('v1\n{"nextBatchWatermarkMs":0}')
@@ -180,11 +186,7 @@ def test_the_barrier_ends_when_the_checkpoint_commits_the_batch(
         assert ledger.latest_positions(list(moved)) == {tp: 50 for tp in moved}
         # Spark's next trigger commits the rest of batch 0, and the moved partitions once.
         stream.latest_offset(in_flight, None)
-        rows = ledger.history().to_pylist()
-        assert sorted((r["partition"], r["until_offset"], r["batch"]) for r in rows) == [
-            (0, 50, 0),
-            (1, 50, 0),
-        ]
+        assert ledger_ranges(ledger) == [(0, 50, 0), (1, 50, 0)]
         assert stream.metrics.failed_commits == 0
         assert stream.metrics.barrier_timeouts == 0
     finally:
@@ -315,8 +317,7 @@ def test_a_revocation_inside_sparks_own_commit_is_committed_in_its_place(
         assert len(moved) == 1
         # The newcomer resumes where batch 0 ended; each range was committed once.
         assert newcomer.committed(moved) == {tp: 50 for tp in moved}
-        rows = OffsetLedger(str(tmp_path / "ledger"), group).history().to_pylist()
-        assert sorted((r["partition"], r["until_offset"], r["batch"]) for r in rows) == [
+        assert ledger_ranges(OffsetLedger(str(tmp_path / "ledger"), group)) == [
             (0, 50, 0),
             (1, 50, 0),
         ]
