@@ -99,12 +99,8 @@ def _why(member: GroupMember, describe: Callable[[], str]) -> str:
 def describe_group(config: Mapping[str, Any], group_id: str, timeout_s: float = 10.0) -> str:
     """The group's state and members as one line (DescribeGroups through an AdminClient of
     ``config``'s connection settings); secrets never appear in it."""
-    from spark_groups.kafka.client import AdminClient
-    from spark_groups.kafka.logs import with_logger
-
-    connection = {k: v for k, v in config.items() if k.startswith(_CONNECTION_PREFIXES)}
     try:
-        admin = AdminClient(with_logger(connection))
+        admin = _admin(config)
         group = admin.describe_consumer_groups([group_id])[group_id].result(timeout_s)
         cluster_id = str(admin.list_topics(timeout=timeout_s).cluster_id or "")
     except Exception as exc:
@@ -143,13 +139,9 @@ def wait_for_a_share(
     the others first and assigned in the rebalance that follows. A run that ended there would
     read nothing, every time it runs beside them. Partitions owned by nobody are such
     partitions in flight; once every one is owned, the group has nothing more to give."""
-    from spark_groups.kafka.client import AdminClient
-    from spark_groups.kafka.logs import with_logger
-
     if member.assignment or not subscribed:
         return
-    connection = {k: v for k, v in config.items() if k.startswith(_CONNECTION_PREFIXES)}
-    admin = AdminClient(with_logger(connection))
+    admin = _admin(config)
     deadline = time.monotonic() + bound_s
     while not member.assignment and time.monotonic() < deadline:
         member.check()
@@ -174,3 +166,12 @@ def wait_for_a_share(
             group_id,
             bound_s,
         )
+
+
+def _admin(config: Mapping[str, Any]) -> Any:
+    """An AdminClient with the connection settings of the member's ``config``."""
+    from spark_groups.kafka.client import AdminClient
+    from spark_groups.kafka.logs import with_logger
+
+    connection = {k: v for k, v in config.items() if k.startswith(_CONNECTION_PREFIXES)}
+    return AdminClient(with_logger(connection))

@@ -311,14 +311,13 @@ class GroupStream:
         bound_s = timeout_ms / 1000.0 if timeout_ms is not None else None
         if bound_s is None and self._available_now.active:
             bound_s = first_assignment.AVAILABLE_NOW_BOUND_S
-        group = self.options.group_id
-        config = self.options.member_config()
+        group, config = self.options.group_id, self.options.member_config
         first_assignment.wait(  # the group is described only when the wait is reported
-            member, group, bound_s, lambda: first_assignment.describe_group(config, group)
+            member, group, bound_s, lambda: first_assignment.describe_group(config(), group)
         )
         if self._available_now.active and self._books.batches.last_planned_at is None:
             targets = self._available_now.partitions  # an empty first share may grow
-            first_assignment.wait_for_a_share(member, config, group, targets)
+            first_assignment.wait_for_a_share(member, config(), group, targets)
 
     # ------------------------------------------------------------------ 2, 6: RebalanceListener
     def _generation(self) -> int:
