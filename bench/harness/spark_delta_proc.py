@@ -5,12 +5,15 @@
 Run by :func:`bench.harness.spark.spark_delta_sink` (delta-spark does not run on pyspark 4.3):
 ``format("kafka")`` from offset 0 into ``noop``, then into ``format("delta")``. Imports only
 pyspark. SPEC: ``conf``, ``options`` (kafka's), ``warmup`` (or null), ``rounds``, ``work``, ``out``.
+With ``stream`` (a table path) instead: kafka -> delta there with trigger 0 s, from when it
+touches ``started`` beside ``out`` until ``stop_file`` exists; ``out`` gets its progress.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,21 @@ def _run(spark: Any, options: dict, work: Path, sink: str) -> dict:
     return result
 
 
+def _stream(spark: Any, spec: dict) -> list:
+    table, out = Path(spec["stream"]), Path(spec["out"])
+    df = spark.readStream.format("kafka").options(**spec["options"]).load()
+    writer = df.selectExpr("value", "topic", "partition", "offset").writeStream.format("delta")
+    writer = writer.option("checkpointLocation", str(table.parent / "checkpoint"))
+    query = writer.trigger(processingTime="0 seconds").start(str(table))
+    (out.parent / "started").touch()
+    while not Path(spec["stop_file"]).exists() and query.isActive:
+        time.sleep(0.2)
+    query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(f"the delta query failed: {query.exception()}")
+    return [json.loads(p.json) for p in query.recentProgress]
+
+
 def main() -> int:
     spec = json.loads(sys.argv[1])
     from pyspark.sql import SparkSession
@@ -41,6 +59,9 @@ def main() -> int:
     spark = builder.config(map=spec["conf"]).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
+        if spec.get("stream"):
+            Path(spec["out"]).write_text(json.dumps(_stream(spark, spec)))
+            return 0
         if spec.get("warmup"):
             for sink in ("noop", "delta"):
                 _run(spark, spec["warmup"], Path(spec["work"] + "-w"), sink)

@@ -169,14 +169,20 @@ class CommitAttempt:
             log.warning("sink %s: cannot read the table back: %s", self.table.path, exc)
             return None
 
-    def version_of(self, plan: BatchPlan, decision: BatchDecision) -> int | None:
+    def version_of(
+        self, plan: BatchPlan, decision: BatchDecision, snapshot: DeltaTable | None = None
+    ) -> int | None:
         """The table version of the commit just made (found by its commit info; None if it
-        cannot be found among the last few commits)."""
+        cannot be found among the last few commits). ``snapshot``: the one it was made on,
+        brought up to date (reading only the commits after it) instead of loading the table
+        again."""
         info = self.info(plan, decision)
         try:
-            table = self.table.load()
+            table = snapshot if snapshot is not None else self.table.load()
             if table is None:
                 return None
+            if snapshot is not None:
+                table.update_incremental()
             for entry in table.history(20):
                 if all(entry.get(k) == info[k] for k in COMMIT_INFO_KEYS):
                     return int(entry["version"])

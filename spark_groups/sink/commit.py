@@ -207,7 +207,8 @@ class DeltaSink:
         1. **Check** the batch: every file's rows in its partition's planned range, every
            file in storage with the size its task reported, the query's columns and the
            partition columns usable.
-        2. **Open** the table at its newest version, one snapshot: created when missing, its
+        2. **Open** the table at its newest version, one snapshot (on the first attempt the
+           one step 1 loaded, a few milliseconds before): created when missing, its
            features and partition columns checked, new columns added (``mergeSchema``).
         3. **Decide** each partition against the snapshot's transaction versions and claims:
            leave it out (its claim moved on: ``spark_groups.sink.claims``), drop it (in the
@@ -230,41 +231,52 @@ class DeltaSink:
         """
         crash_points.reached("sink.files_written")
         staged = StagedFiles(self._table, files, self.compression)
-        partition_by = self._check(plan, staged, schema)  # 1
+        loaded, partition_by = self._check(plan, staged, schema)  # 1
         attempt = 0
         while True:
             attempt += 1
-            snapshot, decision = self._open_and_decide(plan, staged, schema, partition_by)  # 2, 3
+            snapshot, decision = self._open_and_decide(plan, staged, schema, partition_by, loaded)
+            loaded = None  # 2, 3: a retry loads the table again
             if not decision.txns:  # 4
                 return self._nothing_to_write(plan, staged, decision, attempt)
             self._before_commit(attempt, snapshot, decision)
             crash_points.reached("sink.commit_in_flight")
             if self._attempt(snapshot, plan, decision, partition_by, staged) == "ok":  # 5
                 crash_points.reached("sink.committed")
-                return self._clean_up(plan, staged, decision, attempt)  # 6
+                return self._clean_up(plan, staged, decision, attempt, snapshot)  # 6
             self._wait_to_retry(plan, staged, attempt)  # 5, a conflict: again from 2
 
     # ------------------------------------------------------------------ the steps
 
-    def _check(self, plan: BatchPlan, staged: StagedFiles, schema: pa.Schema) -> tuple[str, ...]:
-        """Step 1: check the batch's files and schema; the partition columns. On a
+    def _check(
+        self, plan: BatchPlan, staged: StagedFiles, schema: pa.Schema
+    ) -> tuple[DeltaTable | None, tuple[str, ...]]:
+        """Step 1: check the batch's files and schema; the table as loaded now (None: not
+        there yet), which step 2 then uses, and the partition columns. On a
         :class:`~spark_groups.errors.SinkError` the files are deleted."""
         try:
             staged.check(plan)
-            partition_by = self._table.partition_by_for(staged.files)
+            loaded = self._table.load()
+            partition_by = self._table.partition_by_for(staged.files, loaded)
             check_schema(schema, partition_by)
         except SinkError:
             self.abort(staged.files)
             raise
-        return partition_by
+        return loaded, partition_by
 
     def _open_and_decide(
-        self, plan: BatchPlan, staged: StagedFiles, schema: pa.Schema, partition_by: tuple[str, ...]
+        self,
+        plan: BatchPlan,
+        staged: StagedFiles,
+        schema: pa.Schema,
+        partition_by: tuple[str, ...],
+        loaded: DeltaTable | None,
     ) -> tuple[DeltaTable, BatchDecision]:
-        """Steps 2 and 3: one snapshot of the table, and the batch decided against it. Any
-        error deletes the files and is raised as a :class:`~spark_groups.errors.SinkError`."""
+        """Steps 2 and 3: one snapshot of the table (``loaded`` when step 1 just loaded it),
+        and the batch decided against it. Any error deletes the files and is raised as a
+        :class:`~spark_groups.errors.SinkError`."""
         try:
-            snapshot = self._table.open(schema, partition_by)
+            snapshot = self._table.open(schema, partition_by, loaded)
             decision = decide_batch(
                 plan,
                 versions(snapshot, self.group_id, plan.ranges),
@@ -346,10 +358,16 @@ class DeltaSink:
         time.sleep(delay)
 
     def _clean_up(
-        self, plan: BatchPlan, staged: StagedFiles, decision: BatchDecision, attempt: int
+        self,
+        plan: BatchPlan,
+        staged: StagedFiles,
+        decision: BatchDecision,
+        attempt: int,
+        snapshot: DeltaTable,
     ) -> CommitResult:
-        """Step 6: the batch is committed; delete the files it does not reference."""
-        version = self._committer.version_of(plan, decision)
+        """Step 6: the batch is committed on ``snapshot``; delete the files it does not
+        reference."""
+        version = self._committer.version_of(plan, decision, snapshot)
         staged.remove(keep={f.path for f in decision.keep})
         rows = sum(f.rows for f in decision.keep)
         log.info(

@@ -141,15 +141,18 @@ class SinkTable:
             return None
         return tuple(table.metadata().partition_columns)
 
-    def partition_by_for(self, files: Sequence[DataFile]) -> tuple[str, ...]:
-        """The partition columns: the option's, else the table's, else none; and the ones the
-        files were written for, which must agree (the table may have been created by another
-        writer after the tasks ran)."""
+    def partition_by_for(
+        self, files: Sequence[DataFile], snapshot: DeltaTable | None = None
+    ) -> tuple[str, ...]:
+        """The partition columns: the option's, else the table's (``snapshot``, when given,
+        is the table as just loaded: None for none), else none; and the ones the files were
+        written for, which must agree (the table may have been created by another writer
+        after the tasks ran)."""
         if self.partition_by is not None:
             wanted = self.partition_by
         else:
-            existing = self.partition_columns()
-            wanted = existing if existing is not None else ()
+            table = snapshot if snapshot is not None else self.load()
+            wanted = tuple(table.metadata().partition_columns) if table is not None else ()
         for f in files:
             if tuple(f.partition_values) != wanted:
                 raise SinkError(
@@ -159,9 +162,12 @@ class SinkTable:
                 )
         return wanted
 
-    def open(self, schema: pa.Schema, partition_by: tuple[str, ...]) -> DeltaTable:
-        """The table at its newest version (created when missing), with the query's columns."""
-        table = self.load()
+    def open(
+        self, schema: pa.Schema, partition_by: tuple[str, ...], loaded: DeltaTable | None = None
+    ) -> DeltaTable:
+        """The table at its newest version (created when missing), with the query's columns;
+        ``loaded``: the table just loaded, to use instead of loading it again."""
+        table = loaded if loaded is not None else self.load()
         if table is None:
             table = self._create(schema, partition_by)
         check_table_features(table, self.path)
