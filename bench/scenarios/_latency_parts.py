@@ -17,6 +17,8 @@ import pyarrow.parquet as pq
 #: A visible batch: when (epoch seconds) and, per partition, the offsets ``[from, until)``
 #: it made visible, or the offsets themselves (an array) where a table's files list them.
 Visible = tuple[float, dict[int, Any]]
+#: Spark keeps this many progress reports (``recentProgress``): every batch of a run.
+PROGRESS_KEPT = "spark.sql.streaming.numRecentProgressUpdates"
 
 
 def created_times(servers: str, topic: str, partitions: int) -> dict[int, array]:
@@ -53,7 +55,7 @@ def visible_in_table(table: Path) -> list[Visible]:
         parts: dict[int, list] = {}
         for name in files:
             t = pq.read_table(table / name, columns=["partition", "offset"])
-            for p, o in zip(t.column("partition").to_pylist(), t.column("offset").to_pylist()):
+            for p, o in zip(*t.to_pydict().values(), strict=True):
                 parts.setdefault(p, []).append(o)
         out.append((entry.stat().st_mtime, {p: np.array(o) for p, o in parts.items()}))
     return out
@@ -85,7 +87,7 @@ def visible_in_progress(progress: list[dict]) -> list[Visible]:
         source = p["sources"][0]
         end, start = _offsets(source["endOffset"]), _offsets(source["startOffset"])
         if "ranges" in end:
-            ranges = {int(n): tuple(b) for parts in end["ranges"].values() for n, b in parts.items()}
+            ranges = {int(n): tuple(b) for ps in end["ranges"].values() for n, b in ps.items()}
         else:
             ranges = {int(n): (int(start.get(t, {}).get(n, 0)), int(e))
                       for t, parts in end.items() for n, e in parts.items()}  # fmt: skip
@@ -119,17 +121,33 @@ def summary(ms: np.ndarray, visible: list[Visible], window: tuple[float, float])
     ends = sorted(at for at, _ in visible if window[0] <= at < window[1])
     gaps = np.diff(ends) * 1000 if len(ends) > 1 else np.array([0.0])
     q = np.percentile(ms, [50, 95, 99, 100]) if len(ms) else [float("nan")] * 4
-    return {"p50": q[0], "p95": q[1], "p99": q[2], "max": q[3], "records": int(len(ms)),
+    return {"p50": q[0], "p95": q[1], "p99": q[2], "max": q[3], "records": len(ms),
             "batches": len(ends), "spacing_ms": float(np.median(gaps))}  # fmt: skip
 
 
 def phases(progress: list[dict], window: tuple[float, float]) -> dict[str, float]:
     """Median milliseconds of each ``durationMs`` phase over the batches that ran in
     ``window``."""
+    at = datetime.fromisoformat
     ran = [p["durationMs"] for p in progress if "addBatch" in p["durationMs"]
-           and window[0] <= datetime.fromisoformat(p["timestamp"]).timestamp() < window[1]]  # fmt: skip
+           and window[0] <= at(p["timestamp"]).timestamp() < window[1]]  # fmt: skip
     keys = {k for d in ran for k in d}
     return {k: float(np.median([d.get(k, 0) for d in ran])) for k in sorted(keys)}
+
+
+def compaction(table: Path, commits: int) -> dict[str, float]:
+    """Compact ``table`` (the sink's own ``optimize``, as ``compactEvery`` runs it) after a
+    run of ``commits`` batches: seconds, and the data files before and after."""
+    from spark_groups.sink.maintenance import optimize
+    from spark_groups.storage.delta import open_table
+    from spark_groups.storage.maintenance import active_files
+
+    before = active_files(open_table(str(table))).files
+    started = time.perf_counter()
+    optimize(str(table), None, "bench")
+    took = time.perf_counter() - started
+    after = active_files(open_table(str(table))).files
+    return {"seconds": took, "files_before": before, "files_after": after, "commits": commits}
 
 
 class SessionSide:
@@ -139,7 +157,7 @@ class SessionSide:
     def __init__(self, spark: Any, source: str, sink: str, options: dict, work: Path) -> None:
         from bench.harness.spark import stream
 
-        spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
+        spark.conf.set(PROGRESS_KEPT, "99999")
         self.table = work / "table" if sink == "delta-group" else None
         if self.table is not None:
             options = {**options, "sink.table": str(self.table),
@@ -177,7 +195,7 @@ class SparkDeltaSide:
         from spark_groups.tools.spark_jars import DELTA_SQL_CONF, delta_spark_python, jar_conf
 
         conf = {**jar_conf("delta-spark", "spark-kafka", line="4.2"), **DELTA_SQL_CONF,
-                **SESSION_CONF, "spark.sql.streaming.numRecentProgressUpdates": "100000"}  # fmt: skip
+                **SESSION_CONF, PROGRESS_KEPT: "99999"}  # fmt: skip
         work.mkdir(parents=True)
         self.table, self.out, self.stop_file = work / "table", work / "out.json", work / "stop"
         spec = {"conf": conf, "options": options, "stream": str(self.table),
@@ -190,7 +208,7 @@ class SparkDeltaSide:
     def started(self) -> bool:
         """True once the query runs (the process says so with a file ``started``)."""
         if self.proc.poll() is not None:
-            raise RuntimeError(f"spark_delta_proc ended ({self.proc.returncode}): see {self.log.name}")
+            raise RuntimeError(f"spark_delta_proc ended early: see {self.log.name}")
         return (self.out.parent / "started").exists()
 
     def rows(self) -> int:

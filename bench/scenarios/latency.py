@@ -5,12 +5,14 @@
 On one Apache Kafka broker with Kafka's own group settings, a fresh 4-partition topic per
 side, a producer writing ``--size`` B records at each of ``--rates`` (2,000 and 20,000 a
 second; librdkafka stamps CreateTime at ``produce()``): from the first record visible,
-``--warmup`` s (15) not counted, then ``--counted`` s (45). The sides, one after another, trigger ``processingTime="0
-seconds"``, ``local[2]``: kafka-group -> delta-group (``offsets.table`` and ``sink.table``
-set), kafka-group -> ``noop``, Spark's kafka source -> ``noop`` (Spark's own micro-batch
-floor) in this process's pyspark, and Spark's kafka source -> delta-spark ``format("delta")``
-(pyspark 4.2). A record's latency: the mtime of the ``_delta_log`` JSON that added it, less
-its CreateTime; into ``noop``, the end of its batch (trigger start + ``triggerExecution``).
+``--warmup`` s (15) not counted, then ``--counted`` s (45). The sides, one after another,
+trigger ``processingTime="0 seconds"``, ``local[2]``: kafka-group -> delta-group
+(``offsets.table`` and ``sink.table`` set), kafka-group -> ``noop``, kafka-group ->
+``discard-arrow`` (a Python stream writer that drops its rows: the Python data source API's
+own floor), Spark's kafka source -> ``noop`` (Spark's own micro-batch floor) in this
+process's pyspark, and Spark's kafka source -> delta-spark ``format("delta")`` (pyspark 4.2).
+A record's latency: the mtime of the ``_delta_log`` JSON that added it, less its CreateTime;
+into a sink without a table, the end of its batch (trigger start + ``triggerExecution``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from bench.harness.kafka import PRODUCTION_GROUP_SETTINGS, Flow, broker
 from bench.harness.procfs import machine_facts
 from bench.harness.spark import source_options, spark_session
 from bench.scenarios import _latency_parts as parts
+from bench.scenarios.sink_cost import DiscardDataSource
 
 from support.broker import create_topic, unique
 
@@ -35,6 +38,11 @@ SECTION = "latency"
 SIDES = (
     ("kafka-group -> `delta-group`", "kafka-group", "delta-group"),
     ("kafka-group -> `noop`", "kafka-group", "noop"),
+    (
+        "kafka-group -> `discard-arrow` (a Python sink that drops its rows)",
+        "kafka-group",
+        "discard-arrow",
+    ),
     ("Spark's kafka source -> `noop` (Spark's floor)", "kafka", "noop"),
     ('Spark\'s kafka source -> delta-spark `format("delta")` (pyspark 4.2)', "kafka", "delta"),
 )
@@ -60,6 +68,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     scratch = Path(tempfile.mkdtemp(prefix="bench-latency-"))
     with broker("kafka", PRODUCTION_GROUP_SETTINGS) as kafka:
         spark = spark_session()
+        spark.dataSource.register(DiscardDataSource)
         try:
             for rate in map(int, args.rates.split(",")):
                 for name, source, sink in sides:
@@ -100,8 +109,11 @@ def one_side(
     visible = (parts.visible_in_table(table) if table is not None
                else parts.visible_in_progress(progress))  # fmt: skip
     ms, missing = parts.latencies(created, visible, window)
-    return {"latency": parts.summary(ms, visible, window), "missing": missing,
-            "phases": parts.phases(progress, window), "sent": flow.sent}  # fmt: skip
+    found = {"latency": parts.summary(ms, visible, window), "missing": missing,
+             "phases": parts.phases(progress, window), "sent": flow.sent}  # fmt: skip
+    if sink == "delta-group":  # what compacting the run's small files costs
+        found["compaction"] = parts.compaction(table, len(visible))
+    return found
 
 
 def wait_for(condition: Any, seconds: float, what: str) -> None:
@@ -119,7 +131,8 @@ def _ms(x: float) -> str:
 
 def render(results: dict[str, Any]) -> str:
     """The section of docs/benchmarks.md."""
-    sides, rates = results["sides"], sorted({r for s in results["sides"].values() for r in s}, key=int)
+    sides = results["sides"]
+    rates = sorted({r for s in sides.values() for r in s}, key=int)
     lines = [
         "## Latency: produced -> visible in the table (issue 44)",
         "",
@@ -129,7 +142,7 @@ def render(results: dict[str, Any]) -> str:
         f"{results['size']} B produced at a steady rate (librdkafka stamps CreateTime at "
         f"`produce()`); from the first record visible, {results['warmup']:.0f} s of warm-up "
         f"not counted, then "
-        f"{results['counted']:.0f} s counted; trigger `processingTime=\"0 seconds\"`, "
+        f'{results["counted"]:.0f} s counted; trigger `processingTime="0 seconds"`, '
         "`local[2]`, the sides one after another. A record's latency is the mtime of the "
         "`_delta_log` JSON that added it less its CreateTime; into `noop` (no table), the end "
         "of its batch (trigger start + `triggerExecution`). Batches: commits (or batches) "
@@ -143,7 +156,8 @@ def render(results: dict[str, Any]) -> str:
             if rate not in by_rate:
                 continue
             lat = by_rate[rate]["latency"]
-            lost = f" ({by_rate[rate]['missing']:,} never visible)" if by_rate[rate]["missing"] else ""
+            missing = by_rate[rate]["missing"]
+            lost = f" ({missing:,} never visible)" if missing else ""
             lines.append(
                 f"| {name}{lost} | {_ms(lat['p50'])} | {_ms(lat['p95'])} | {_ms(lat['p99'])} | "
                 f"{_ms(lat['max'])} | {lat['batches']} | {_ms(lat['spacing_ms'])} |"
@@ -166,4 +180,13 @@ def render(results: dict[str, Any]) -> str:
              for r, p, most in GOALS if str(r) in ours]  # fmt: skip
     if goals:
         lines += ["", "Goals (kafka-group -> `delta-group`): " + "; ".join(goals) + "."]
+    for rate, run in ours.items():
+        c = run.get("compaction")
+        if c and c["commits"]:
+            hourly = c["seconds"] / c["commits"] * 3600_000 / run["latency"]["spacing_ms"]
+            lines += ["", f"Compaction at {int(rate):,} records/s: the run left "
+                      f"{c['files_before']:,} data files from {c['commits']} commits; the "
+                      f"sink's `optimize` (what `compactEvery` runs) made them "
+                      f"{c['files_after']:,} in {c['seconds']:.1f} s, so about "
+                      f"{hourly / 60:.1f} min of compaction an hour at this rate."]  # fmt: skip
     return "\n".join(lines)

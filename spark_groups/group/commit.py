@@ -27,7 +27,10 @@ The order of one commit (:meth:`BatchCommitter.commit_ranges`):
    next owner resumes from the last accepted offsets.
 5. Any other Kafka failure: the ledger still records the batch; a new owner resumes from the
    furthest of the two.
-6. Append one ledger row per committed range (with the log end seen, for lag at commit).
+6. Append one ledger row per committed range (with the log end seen, for lag at commit): from
+   the safe point on a thread of its own while Spark's thread goes on
+   (``group.ledger_behind``; a crash before it lands is one at ``kafka.committed``), from the
+   barrier and the other callers here and now.
 7. Record the offsets as committed in the partitions' states (a replayed batch moves a
    freshly resumed position past what it read).
 
@@ -49,6 +52,7 @@ from spark_groups.group import durable
 from spark_groups.group.bookkeeping import Bookkeeping
 from spark_groups.group.commit_lock import CommitLock
 from spark_groups.group.durable import DurabilityWatch
+from spark_groups.group.ledger_behind import LedgerBehind
 from spark_groups.group.member import GroupMember
 from spark_groups.ledger import LedgerRow, OffsetLedger
 from spark_groups.metrics import StreamMetrics
@@ -82,6 +86,8 @@ class BatchCommitter:
         self.metrics = metrics
         #: One commit at a time: Spark's thread (safe point) or the barrier (owner thread).
         self.lock = CommitLock()
+        #: The safe point's ledger appends, behind Spark's thread (``group.ledger_behind``).
+        self.behind = LedgerBehind(ledger) if ledger is not None else None
 
     def safe_point(self, member: GroupMember, batch: BatchOffset) -> None:
         """Commit ``batch``, which Spark has finished (and every batch before it).
@@ -219,8 +225,11 @@ class BatchCommitter:
         ranges, offsets = self._to_kafka(member, batch, from_barrier=from_barrier)
         if ranges:
             crash_points.reached("kafka.committed")
-            self.record_in_ledger(member, ranges, batch.batch)
-            crash_points.reached("ledger.written")
+            if self.behind is not None and not from_barrier:  # 6, behind Spark's thread
+                self.behind.append(self.ledger_rows(member, ranges, batch.batch), batch.batch)
+            else:
+                self.record_in_ledger(member, ranges, batch.batch)
+                crash_points.reached("ledger.written")
         with self.books.lock:
             self.books.partitions.record_commit(offsets)
         return ranges
@@ -288,27 +297,31 @@ class BatchCommitter:
         return True
 
     def record_in_ledger(self, member: GroupMember, ranges: list[OffsetRange], batch: int) -> None:
-        """Step 6: one ledger row per range, all committed by ``member`` for ``batch``."""
-        if self.ledger is None:
-            return
+        """Step 6, here and now: one ledger row per range, all committed by ``member`` for
+        ``batch``."""
+        if self.ledger is not None:
+            self.ledger.append(self.ledger_rows(member, ranges, batch))
+
+    def ledger_rows(
+        self, member: GroupMember, ranges: list[OffsetRange], batch: int
+    ) -> list[LedgerRow]:
+        """Step 6's rows: one per range, all committed by ``member`` for ``batch``."""
         now = datetime.now(UTC)
         log_ends = self.books.log_ends  # seen at (or, for the barrier's commits, before) now
-        self.ledger.append(
-            [
-                LedgerRow(
-                    topic=r.topic,
-                    partition=r.partition,
-                    from_offset=r.from_offset,
-                    until_offset=r.until_offset,
-                    member_id=member.member_id,
-                    generation=member.generation,
-                    batch=batch,
-                    committed_at=now,
-                    log_end=log_ends.get(r.topic_partition),
-                )
-                for r in ranges
-            ]
-        )
+        return [
+            LedgerRow(
+                topic=r.topic,
+                partition=r.partition,
+                from_offset=r.from_offset,
+                until_offset=r.until_offset,
+                member_id=member.member_id,
+                generation=member.generation,
+                batch=batch,
+                committed_at=now,
+                log_end=log_ends.get(r.topic_partition),
+            )
+            for r in ranges
+        ]
 
     def metadata(self, member: GroupMember, what: str) -> str:
         """The metadata of this member's OffsetCommit for ``what`` (who committed)."""

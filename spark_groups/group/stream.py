@@ -20,8 +20,7 @@ The protocol, as this module runs it:
    meanwhile (``group.replay``).
 4. **Safe point.** ``latest_offset(start)``: every batch up to ``start`` has finished and is
    in Spark's commit log, so ``start``'s ranges are committed: Kafka, then the ledger
-   (``group.commit``), on a thread of their own while step 5 and the next batch go on
-   (``group.commit_behind``).
+   (``group.commit``; the ledger's append lands behind, ``group.ledger_behind``).
 5. **Plan.** One range per owned partition with new records, up to the log ends (cut at
    AvailableNow's targets, ``group.available_now``; bounded by admission control,
    ``group.planner``). A run of AvailableNow with nothing left commits and leaves here.
@@ -54,7 +53,6 @@ from spark_groups.group.barrier import RevocationBarrier
 from spark_groups.group.bookkeeping import Bookkeeping
 from spark_groups.group.claims import Claims
 from spark_groups.group.commit import BatchCommitter
-from spark_groups.group.commit_behind import CommitBehind
 from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.history import RebalanceHistory
 from spark_groups.group.idle import IdleNote
@@ -99,7 +97,6 @@ class GroupStream:
         self._committer = BatchCommitter(
             options, self._books, ledger, self._durability, self.metrics
         )
-        self._commits = CommitBehind(self._commit_now)
         self._claims = Claims(arbiter, self._books, self._committer, self.metrics)
         self._arrivals = Arrivals(options, self._books, self._committer, self.metrics, self._claims)
         self._replays = Replays(options, self._books, self._arrivals, self._durability)
@@ -160,7 +157,8 @@ class GroupStream:
             if self._books.stopped:
                 return
             member = self._member
-            self._commits.wait_quietly()  # the safe point's commit in flight lands first
+            if self._committer.behind is not None:  # the safe point's ledger append lands first
+                self._committer.behind.wait_quietly()
             if member is not None and not member.closed:
                 settled = self._claims.release_all(member)
                 self._committer.what_finished(member, settled)
@@ -209,7 +207,7 @@ class GroupStream:
         except BrokerUnreachableError as exc:
             log.warning("log ends unknown before the commit of batch %d: %s", start.batch, exc)
             ends = None
-        self.commit_durable(start)  # 4, behind: the plan does not wait for it
+        self.commit_durable(start)  # 4
         self._claims.claim_late(member, start.batch)
         self._barrier.warn_if_slow(start.batch, self._books.batches.took(start.batch))
         if self._history is not None:
@@ -267,22 +265,12 @@ class GroupStream:
         log.debug("planned batch %d: %s", batch.batch, batch.to_json()["ranges"])
         if self.options.at_most_once:
             # Claim, then process: a crash from here on skips this batch's records.
-            self._commit_now(batch)
+            self.commit_durable(batch)
         return batch.to_json()
 
     def commit_durable(self, batch: BatchOffset) -> None:
-        """Step 4: commit ``batch``, which Spark has finished, on a thread of its own
-        (``group.commit_behind``: one commit at a time, in order; the one before must have
-        landed, or its error is raised here)."""
-        self._commits.submit(batch)
-
-    def await_commit(self) -> None:
-        """Wait until the safe point's commit in flight has landed; raise its error."""
-        self._commits.wait()
-
-    def _commit_now(self, batch: BatchOffset) -> None:
-        """Commit ``batch`` (``group.commit``) as it was read (a replay may have read less
-        than Spark logged)."""
+        """Step 4: commit ``batch``, which Spark has finished (``group.commit``), as it was
+        read (a replay may have read less than Spark logged)."""
         if self._member is not None:
             if batch.batch > self._books.batches.committed_through:
                 crash_points.reached("spark.commit_log")

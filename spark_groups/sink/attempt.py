@@ -27,6 +27,7 @@ from spark_groups.sink.claims import claim_app_id
 from spark_groups.sink.decision import BatchDecision
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.table import SinkTable, app_id, referenced, versions
+from spark_groups.storage.files import location
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -173,11 +174,14 @@ class CommitAttempt:
         self, plan: BatchPlan, decision: BatchDecision, snapshot: DeltaTable | None = None
     ) -> int | None:
         """The table version of the commit just made (found by its commit info; None if it
-        cannot be found among the last few commits). ``snapshot``: the one it was made on,
-        brought up to date (reading only the commits after it) instead of loading the table
-        again."""
+        cannot be found among the last few commits). ``snapshot``: the one it was made on.
+        The commit is most likely the version after it (read first: one small log entry);
+        else that snapshot is brought up to date (reading only the commits after it) and its
+        history searched."""
         info = self.info(plan, decision)
         try:
+            if snapshot is not None and self._carries(snapshot.version() + 1, info):
+                return snapshot.version() + 1
             table = snapshot if snapshot is not None else self.table.load()
             if table is None:
                 return None
@@ -189,6 +193,19 @@ class CommitAttempt:
         except Exception as exc:
             log.debug("sink %s: cannot find the commit's version: %s", self.table.path, exc)
         return None
+
+
+    def _carries(self, version: int, info: Mapping[str, str]) -> bool:
+        """True when the table's commit ``version`` exists and carries ``info``."""
+        where = location(self.table.uri, self.table.storage_options)
+        entry = where.child(f"_delta_log/{version:020d}.json")
+        if not where.exists(entry):
+            return False
+        for line in where.read_text(entry).splitlines():
+            if line.startswith('{"commitInfo"'):
+                commit = json.loads(line)["commitInfo"]
+                return all(commit.get(k) == info.get(k) for k in COMMIT_INFO_KEYS)
+        return False
 
 
 def txns_text(group_id: str, txns: Mapping[TopicPartition, int]) -> str:

@@ -183,6 +183,7 @@ class DeltaGroupStreamWriter(_WriterBase):
         log_to_stderr()
         bound_allocator()  # the sink's commit process: delta-rs loads here
         files = _files_of(messages)
+        log.debug("sink %s: committing batch %d: %d file(s)", self.target.path, batchId, len(files))
         try:
             options = self.options
             plan = read_batch_plan(

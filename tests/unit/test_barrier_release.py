@@ -186,7 +186,7 @@ def test_the_barrier_ends_when_the_checkpoint_commits_the_batch(
         assert ledger.latest_positions(list(moved)) == {tp: 50 for tp in moved}
         # Spark's next trigger commits the rest of batch 0, and the moved partitions once.
         stream.latest_offset(in_flight, None)
-        stream.await_commit()
+        stream._committer.behind.wait()  # the ledger's append lands behind the safe point
         assert ledger_ranges(ledger) == [(0, 50, 0), (1, 50, 0)]
         assert stream.metrics.failed_commits == 0
         assert stream.metrics.barrier_timeouts == 0
@@ -263,10 +263,10 @@ def test_without_a_signal_the_barrier_still_waits_for_the_trigger(
 def test_a_revocation_inside_sparks_own_commit_is_committed_in_its_place(
     bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path
 ) -> None:
-    """The revocation arrives inside the safe point's commit of the very batch it waits for:
-    that Kafka commit first polls for queued rebalance events, on the owner thread, and that
-    poll runs the revoke callback. The safe point's commit thread (group.commit_behind) holds
-    the committer's lock and waits for the owner thread, so the barrier commits in its place. (Found under load by
+    """The revocation arrives inside Spark's commit of the very batch it waits for: the safe
+    point's Kafka commit first polls for queued rebalance events, on the owner thread, and
+    that poll runs the revoke callback. Spark's thread holds the committer's lock and waits
+    for the owner thread, so the barrier commits in its place. (Found under load by
     test_member_kill: the query failed with "the group member did not answer within 30 s"
     while the barrier waited for the commit it was running inside.)
 
@@ -280,7 +280,7 @@ def test_a_revocation_inside_sparks_own_commit_is_committed_in_its_place(
     callbacks = member._callbacks
     real_poll, real_owned = callbacks.poll, callbacks.owned_now
     hold = threading.Event()
-    interrupted: list[frozenset[str]] = []  # whose requests each revocation ran inside
+    interrupted: list[frozenset[int]] = []  # whose requests each revocation ran inside
 
     def step_poll(consumer: Any, timeout_s: float | None = None) -> None:
         if timeout_s is None and hold.is_set():  # the owner thread's own step: held back
@@ -301,8 +301,7 @@ def test_a_revocation_inside_sparks_own_commit_is_committed_in_its_place(
     real_revoke = stream._barrier.revoke
 
     def revoke(*args: Any, **kwargs: Any) -> Any:
-        waiting = member.waiting_callers()
-        interrupted.append(frozenset(t.name for t in threading.enumerate() if t.ident in waiting))
+        interrupted.append(member.waiting_callers())
         return real_revoke(*args, **kwargs)
 
     callbacks.poll = step_poll  # type: ignore[method-assign]
@@ -312,14 +311,14 @@ def test_a_revocation_inside_sparks_own_commit_is_committed_in_its_place(
     try:
         callbacks.owned_now = owned_now  # type: ignore[method-assign]
         stream.latest_offset(in_flight, None)  # Spark finished batch 0: the safe point
-        stream.await_commit()
         callbacks.owned_now = real_owned  # type: ignore[method-assign]
-        assert interrupted == [frozenset({"spark-groups-commit-0"})]
+        assert interrupted == [frozenset({threading.get_ident()})]
         wait_until(lambda: bool(newcomer.assignment), what="the newcomer never got a partition")
         moved = newcomer.assignment
         assert len(moved) == 1
         # The newcomer resumes where batch 0 ended; each range was committed once.
         assert newcomer.committed(moved) == {tp: 50 for tp in moved}
+        stream._committer.behind.wait()  # the safe point's ledger append lands behind it
         assert ledger_ranges(OffsetLedger(str(tmp_path / "ledger"), group)) == [
             (0, 50, 0),
             (1, 50, 0),

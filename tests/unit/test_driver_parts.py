@@ -171,7 +171,8 @@ def test_a_commit_refused_for_a_moved_on_generation_is_made_again_under_the_new_
     assert commit.metrics.failed_commits == 0 and commit.metrics.batches_committed == 1
     assert books.batches.committed_through == 0 and books.batches.pending() == []
     assert books.partitions.committed_offsets() == {T0: 5, T1: 3}
-    assert commit.ledger is not None
+    assert commit.ledger is not None and commit.behind is not None
+    commit.behind.wait()  # the ledger's append lands behind the safe point
     assert commit.ledger.latest_positions([T0, T1]) == {T0: 5, T1: 3}
     commit.safe_point(member, batch)  # once only
     assert len(member.commits) == 1
@@ -192,7 +193,8 @@ def test_another_kafka_failure_still_records_the_batch_in_the_ledger(tmp_path: P
     member = Member([CommitError("broker down", code=7)])
     batch = BatchOffset.of(0, [rng(T0, 0, 5)])
     commit.safe_point(member, batch)  # type: ignore[arg-type]
-    assert commit.metrics.failed_commits == 1
+    assert commit.metrics.failed_commits == 1 and commit.behind is not None
+    commit.behind.wait()  # the ledger's append lands behind the safe point
     assert commit.ledger is not None and commit.ledger.latest_positions([T0]) == {T0: 5}
     assert books.partitions.committed_offsets() == {T0: 5}
 

@@ -72,14 +72,14 @@ def test_plan_then_commit_at_the_next_call(
     # Planned is not committed: nothing in Kafka or the ledger yet.
     member = stream.ensure_started()
     assert member.committed([TopicPartition(topic, 0)]) == {}
-    # The next call is the safe point: batch 0 is committed (behind the call, which does not
-    # wait for it), and with no new data the same offset comes back (no new batch).
+    # The next call is the safe point: batch 0 is committed, and with no new data the
+    # same offset comes back (no new batch).
     assert stream.latest_offset(first, None) is first
-    stream.await_commit()
     assert member.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)]) == {
         TopicPartition(topic, 0): 10,
         TopicPartition(topic, 1): 10,
     }
+    stream._committer.behind.wait()  # the ledger's append lands behind the safe point
     rows = OffsetLedger(str(tmp_path / "ledger"), group).history().to_pylist()
     assert [(r["partition"], r["from_offset"], r["until_offset"], r["batch"]) for r in rows] == [
         (0, 0, 10, 0),
@@ -243,7 +243,6 @@ def test_commit_refused_for_a_fenced_member_is_reported_not_ignored(
     member.call = call  # type: ignore[method-assign]
     with caplog.at_level("ERROR", logger="spark_groups"):
         stream.latest_offset(planned, None)
-        stream.await_commit()
     assert stream.metrics.failed_commits == 1
     assert any("refused the offset commit" in r.getMessage() for r in caplog.records)
     # A fenced member's offsets reach neither Kafka nor the ledger.
@@ -283,11 +282,11 @@ def test_a_commit_refused_mid_rebalance_is_made_again_under_the_new_generation(
 
     member.call = call  # type: ignore[method-assign]
     stream.latest_offset(planned, None)
-    stream.await_commit()
     member.call = real_call  # type: ignore[method-assign]
     assert refused, "the commit was never refused"
     assert stream.metrics.failed_commits == 0
     assert member.committed([tp]) == {tp: 5}
+    stream._committer.behind.wait()  # the ledger's append lands behind the safe point
     assert OffsetLedger(str(tmp_path / "ledger"), group).latest_positions() == {tp: 5}
 
 

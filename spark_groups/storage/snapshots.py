@@ -1,0 +1,73 @@
+"""A Delta table kept open between uses and brought to its newest version before each.
+
+Loading a table reads its last checkpoint and every commit after it: with delta-rs' default
+checkpoint interval (100 commits) that grows to a hundred small files, 5 to 20 ms on a local
+disk (docs/benchmarks.md, "Latency"), and a request each on an object store. A driver that
+reads the same table at every batch (the source's safe point asking the sink's table what it
+holds; the sink's commit) needs only the commits made since it last looked:
+:class:`LatestSnapshot` keeps the table and calls ``update_incremental()``, which reads just
+those. The result is the table at its newest version, as a fresh load would give.
+
+One thing a fresh load handles and an incremental update does not: a table deleted and made
+again at the same path, whose log an update would graft onto the old one. So before each
+update the snapshot checks that the log still has the very commit file it holds (its size
+and modification time, one ``stat``, or one ``HEAD`` on an object store); when that file is
+gone or differs it loads the table anew. It loads anew after any error too.
+
+One object serves one thread at a time: :meth:`LatestSnapshot.latest` holds a lock while the
+caller reads the table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from spark_groups.storage.delta import open_table
+from spark_groups.storage.files import location, table_uri
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+
+class LatestSnapshot:
+    """The Delta table at ``path``, kept open and brought up to date (see the module doc)."""
+
+    def __init__(self, path: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.uri = table_uri(path)
+        self.storage_options = dict(storage_options) if storage_options else None
+        self._table: DeltaTable | None = None
+        self._held: Any = None  # the size and mtime of the held version's commit file
+        self._where: Any = None  # the table's file system, opened at the first check
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def latest(self) -> Iterator[DeltaTable | None]:
+        """The table at its newest version (None while there is none), for the block."""
+        with self._lock:
+            yield self._refresh()
+
+    def _refresh(self) -> DeltaTable | None:
+        table = self._table
+        if table is not None:
+            try:
+                held = self._held
+                if held is not None and self._fingerprint(table.version()) == held:
+                    table.update_incremental()
+                    self._held = self._fingerprint(table.version())
+                    return table
+            except Exception:  # the table as a fresh load sees it, below
+                pass
+        self._table = table = open_table(self.uri, self.storage_options)
+        self._held = None if table is None else self._fingerprint(table.version())
+        return table
+
+    def _fingerprint(self, version: int) -> Any:
+        """The size and modification time of commit ``version``'s log file (None: gone)."""
+        if self._where is None:
+            self._where = location(self.uri, self.storage_options)
+        where = self._where
+        info = where.fs.get_file_info(where.child(f"_delta_log/{version:020d}.json"))
+        return None if info.size is None else (info.size, info.mtime_ns)
