@@ -14,8 +14,8 @@ from spark_groups.group.arbiter import Claimed, Holdings
 from spark_groups.offsets import TopicPartition
 from spark_groups.options import SourceOptions
 from spark_groups.sink import claims
-from spark_groups.sink.table import load, versions
-from spark_groups.storage.files import table_uri
+from spark_groups.sink.table import versions
+from spark_groups.storage.snapshots import LatestSnapshot
 
 
 class DeltaArbiter:
@@ -28,20 +28,22 @@ class DeltaArbiter:
         self.path = path
         self.group_id = group_id
         self.storage_options = dict(storage_options) if storage_options else None
+        # Asked at every safe point: kept open, reading only the commits since the last time.
+        self._snapshot = LatestSnapshot(path, self.storage_options)
 
     def holdings(self, partitions: Iterable[TopicPartition]) -> Holdings:
         """The table's positions and claims for ``partitions`` from its newest snapshot."""
         wanted = sorted(set(partitions))
-        table = load(table_uri(self.path), self.storage_options)
-        if table is None:
-            return Holdings(exists=False)
-        if not wanted:
-            return Holdings(exists=True)
-        return Holdings(
-            True,
-            versions(table, self.group_id, wanted),
-            claims.claims_of(table, self.group_id, wanted),
-        )
+        with self._snapshot.latest() as table:
+            if table is None:
+                return Holdings(exists=False)
+            if not wanted:
+                return Holdings(exists=True)
+            return Holdings(
+                True,
+                versions(table, self.group_id, wanted),
+                claims.claims_of(table, self.group_id, wanted),
+            )
 
     def new_token(self) -> int:
         """A fresh claim token."""

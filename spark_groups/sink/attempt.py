@@ -194,7 +194,6 @@ class CommitAttempt:
             log.debug("sink %s: cannot find the commit's version: %s", self.table.path, exc)
         return None
 
-
     def _carries(self, version: int, info: Mapping[str, str]) -> bool:
         """True when the table's commit ``version`` exists and carries ``info``."""
         where = location(self.table.uri, self.table.storage_options)

@@ -256,7 +256,7 @@ class DeltaSink:
         :class:`~spark_groups.errors.SinkError` the files are deleted."""
         try:
             staged.check(plan)
-            loaded = self._table.load()
+            loaded = self._table.latest()
             partition_by = self._table.partition_by_for(staged.files, loaded)
             check_schema(schema, partition_by)
         except SinkError:

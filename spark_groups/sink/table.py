@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from spark_groups.offsets import TopicPartition
 from spark_groups.sink.features import check_table_features
 from spark_groups.storage.delta import create_table, open_table
 from spark_groups.storage.files import table_uri
+from spark_groups.storage.snapshots import LatestSnapshot
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -38,6 +40,10 @@ log = logging.getLogger(__name__)
 
 #: Prefix of the sink's Delta transaction (``txn``) app ids.
 APP_ID_PREFIX = "spark_groups"
+#: The snapshots :meth:`SinkTable.latest` keeps, by table, storage options and thread.
+_SNAPSHOTS: dict[tuple[str, str, int], LatestSnapshot] = {}
+#: More than this many (threads come and go) and they are all dropped.
+MAX_SNAPSHOTS = 64
 
 
 def app_id(table_id: str, group_id: str, tp: TopicPartition) -> str:
@@ -133,6 +139,27 @@ class SinkTable:
     def load(self) -> DeltaTable | None:
         """The table at its newest version, or None when there is none (see :func:`load`)."""
         return load(self.uri, self.storage_options)
+
+    def latest(self) -> DeltaTable | None:
+        """:meth:`load`, from a snapshot this process keeps open between commits and brings
+        up to date (``spark_groups.storage.snapshots``): the sink's commit process commits one
+        batch at a time and reads only the commits made since its last. One per table *and
+        thread*: a commit decides and commits on its own snapshot (the compare-and-set), so
+        two threads never share one. Raises :class:`~spark_groups.errors.SinkError` as
+        :func:`load` does."""
+        key = (self.uri, json.dumps(self.storage_options, sort_keys=True), threading.get_ident())
+        snapshot = _SNAPSHOTS.get(key)
+        if snapshot is None:
+            if len(_SNAPSHOTS) >= MAX_SNAPSHOTS:  # threads come and go in tests, not here
+                _SNAPSHOTS.clear()
+            snapshot = _SNAPSHOTS[key] = LatestSnapshot(self.uri, self.storage_options)
+        try:
+            with snapshot.latest() as table:
+                return table
+        except Exception as exc:
+            raise SinkError(
+                f"sink table {self.uri}: cannot open it: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def partition_columns(self) -> tuple[str, ...] | None:
         """The existing table's partition columns, or None when there is no table yet."""

@@ -18,7 +18,13 @@ BENCH_SMOKE = "integration/test_bench_smoke.py"
 ALLOWED = {
     "pyspark": ("spark/", "source.py", "sink/spark.py", "deadletter.py"),
     "confluent_kafka": ("kafka/",),
-    "deltalake": ("storage/delta.py", "storage/maintenance.py", "ledger/", "sink/"),
+    "deltalake": (
+        "storage/delta.py",
+        "storage/maintenance.py",
+        "storage/snapshots.py",
+        "ledger/",
+        "sink/",
+    ),
 }
 
 
