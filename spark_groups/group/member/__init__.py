@@ -81,6 +81,9 @@ class GroupMember:
             close=self._leave,
             error=self._membership_error,
             log=log,
+            # Polls do not wait; the thread waits on its requests between them instead, so a
+            # commit runs at once (owner.py): at most poll_interval_s between two polls.
+            idle_s=poll_interval_s,
         )
         self._callbacks = Callbacks(
             self._config,
@@ -88,7 +91,7 @@ class GroupMember:
             serve=self._owner.serve,
             closing=lambda: self._owner.closing,
             fail=self._owner.fail,
-            poll_interval_s=poll_interval_s,
+            poll_interval_s=0.0,
         )
 
     # ----------------------------------------------------------------- lifecycle
