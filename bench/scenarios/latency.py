@@ -5,14 +5,11 @@
 On one Apache Kafka broker with Kafka's own group settings, a fresh 4-partition topic per
 side, a producer writing ``--size`` B records at each of ``--rates`` (2,000 and 20,000 a
 second; librdkafka stamps CreateTime at ``produce()``): from the first record visible,
-``--warmup`` s (15) not counted, then ``--counted`` s (45). The sides, one after another,
-trigger ``processingTime="0 seconds"``, ``local[2]``: kafka-group -> delta-group
-(``offsets.table`` and ``sink.table`` set), kafka-group -> ``noop``, kafka-group ->
-``discard-arrow`` (a Python stream writer that drops its rows: the Python data source API's
-own floor), Spark's kafka source -> ``noop`` (Spark's own micro-batch floor) in this
-process's pyspark, and Spark's kafka source -> delta-spark ``format("delta")`` (pyspark 4.2).
-A record's latency: the mtime of the ``_delta_log`` JSON that added it, less its CreateTime;
-into a sink without a table, the end of its batch (trigger start + ``triggerExecution``).
+``--warmup`` s (15) not counted, then ``--counted`` s (45). The sides (:data:`SIDES`), one
+after another, trigger ``processingTime="0 seconds"``, ``local[2]``; all but the last in this
+process's pyspark, the last (delta-spark) in pyspark 4.2. A record's latency: the mtime of
+the ``_delta_log`` JSON that added it, less its CreateTime; into a sink without a table, the
+end of its batch (trigger start + ``triggerExecution``).
 """
 
 from __future__ import annotations
@@ -30,22 +27,20 @@ from bench.harness.spark import source_options, spark_session
 from bench.scenarios import _latency_parts as parts
 from bench.scenarios.sink_cost import DiscardDataSource
 
-from support.broker import create_topic, unique
+from support.broker import create_topic, unique, wait_until
 
 #: The section of docs/benchmarks.md this scenario writes.
 SECTION = "latency"
-#: The sides: (name, source, sink); sink "delta" is Spark's own, in a pyspark-4.2 process.
+#: The sides: (name, source, sink); sink "delta" is delta-spark's, in a pyspark-4.2 process.
 SIDES = (
-    ("kafka-group -> `delta-group`", "kafka-group", "delta-group"),
+    ("kafka-group -> `delta-group` (`offsets.table` and `sink.table` set)", "kafka-group",
+     "delta-group"),
     ("kafka-group -> `noop`", "kafka-group", "noop"),
-    (
-        "kafka-group -> `discard-arrow` (a Python sink that drops its rows)",
-        "kafka-group",
-        "discard-arrow",
-    ),
+    ("kafka-group -> `discard-arrow` (a Python sink that drops its rows)", "kafka-group",
+     "discard-arrow"),
     ("Spark's kafka source -> `noop` (Spark's floor)", "kafka", "noop"),
     ('Spark\'s kafka source -> delta-spark `format("delta")` (pyspark 4.2)', "kafka", "delta"),
-)
+)  # fmt: skip
 #: Issue 44's goals: (rate, percentile, at most ms), for kafka-group -> delta-group.
 GOALS = ((2000, "p50", 250), (2000, "p99", 500), (20000, "p99", 1000))
 PARTITIONS = 4
@@ -62,7 +57,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every side at every rate, one after another (see the module doc)."""
-    sides = [s for s in SIDES if args.sides in s[0]]
     out: dict[str, Any] = {"size": args.size, "warmup": args.warmup, "counted": args.counted,
                            "sides": {}, "machine": machine_facts("kafka")}  # fmt: skip
     scratch = Path(tempfile.mkdtemp(prefix="bench-latency-"))
@@ -71,7 +65,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         spark.dataSource.register(DiscardDataSource)
         try:
             for rate in map(int, args.rates.split(",")):
-                for name, source, sink in sides:
+                for name, source, sink in (s for s in SIDES if args.sides in s[0]):
                     found = one_side(spark, kafka.bootstrap_servers, source, sink, rate,
                                      args, scratch / unique("side"))  # fmt: skip
                     out["sides"].setdefault(name, {})[str(rate)] = found
@@ -85,44 +79,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def one_side(
     spark: Any, servers: str, source: str, sink: str, rate: int, args: Any, work: Path
 ) -> dict[str, Any]:
-    """Run one side under the producer; its latencies, cadence and phases."""
+    """Run one side under the producer: its latencies, batches and phases."""
     topic = create_topic(servers, PARTITIONS, "latency")
     options = source_options(servers, [topic], unique("latency") if source == "kafka-group" else "")
     if source == "kafka-group":  # Kafka's default session, as users run it
         options = {k: v for k, v in options.items() if not k.startswith("kafka.session")}
     side: Any = (parts.SparkDeltaSide(options, work) if sink == "delta"
                  else parts.SessionSide(spark, source, sink, options, work))  # fmt: skip
-    wait_for(side.started, 180, "the query to start")
-    payload = bytes(args.size)
-    flow = Flow(servers, topic, PARTITIONS, rate, lambda i: (None, payload))
+    wait_until(side.started, 180, "the query to start")
+    flow = Flow(servers, topic, PARTITIONS, rate, lambda i: (None, bytes(args.size)))
     flow.start()
     try:  # the warm-up counts from the first record visible: the group's join is not in it
-        wait_for(lambda: side.rows() > 0, 180, "the first record to be visible")
+        wait_until(lambda: side.rows() > 0, 180, "the first record to be visible")
         window = (time.time() + args.warmup, time.time() + args.warmup + args.counted)
         time.sleep(args.warmup + args.counted)  # the producer runs on its schedule meanwhile
     finally:
         flow.stop()
-    wait_for(lambda: side.rows() >= flow.sent, 120, f"all {flow.sent:,} records to be visible")
+    wait_until(lambda: side.rows() >= flow.sent, 120, f"all {flow.sent:,} records visible")
     progress = side.stop()
-    created = parts.created_times(servers, topic, PARTITIONS)
     table = getattr(side, "table", None)
     visible = (parts.visible_in_table(table) if table is not None
                else parts.visible_in_progress(progress))  # fmt: skip
-    ms, missing = parts.latencies(created, visible, window)
-    found = {"latency": parts.summary(ms, visible, window), "missing": missing,
+    found = {"latency": parts.measure(parts.created_times(servers, topic, PARTITIONS), visible,
+                                      window),
              "phases": parts.phases(progress, window), "sent": flow.sent}  # fmt: skip
     if sink == "delta-group":  # what compacting the run's small files costs
         found["compaction"] = parts.compaction(table, len(visible))
     return found
-
-
-def wait_for(condition: Any, seconds: float, what: str) -> None:
-    """Poll ``condition`` every 0.2 s for up to ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {seconds:.0f} s for {what}")
-        time.sleep(0.2)
 
 
 def _ms(x: float) -> str:
@@ -141,52 +124,46 @@ def render(results: dict[str, Any]) -> str:
         f"settings, a fresh {PARTITIONS}-partition topic per side, records of "
         f"{results['size']} B produced at a steady rate (librdkafka stamps CreateTime at "
         f"`produce()`); from the first record visible, {results['warmup']:.0f} s of warm-up "
-        f"not counted, then "
-        f'{results["counted"]:.0f} s counted; trigger `processingTime="0 seconds"`, '
-        "`local[2]`, the sides one after another. A record's latency is the mtime of the "
-        "`_delta_log` JSON that added it less its CreateTime; into `noop` (no table), the end "
-        "of its batch (trigger start + `triggerExecution`). Batches: commits (or batches) "
-        "that ended in the counted window; spacing: their median distance.",
+        f"not counted, then {results['counted']:.0f} s counted; trigger "
+        '`processingTime="0 seconds"`, `local[2]`, the sides one after another. A record\'s '
+        "latency is the mtime of the `_delta_log` JSON that added it less its CreateTime; "
+        "into a sink without a table, the end of its batch (trigger start + "
+        "`triggerExecution`). Batches: commits (or batches) that ended in the counted "
+        "window; spacing: their median distance.",
     ]
     for rate in rates:
         lines += ["", f"At {int(rate):,} records/s:", "",
                   "| pipeline | p50 | p95 | p99 | max | batches | spacing |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
         for name, by_rate in sides.items():
-            if rate not in by_rate:
-                continue
-            lat = by_rate[rate]["latency"]
-            missing = by_rate[rate]["missing"]
-            lost = f" ({missing:,} never visible)" if missing else ""
-            lines.append(
-                f"| {name}{lost} | {_ms(lat['p50'])} | {_ms(lat['p95'])} | {_ms(lat['p99'])} | "
-                f"{_ms(lat['max'])} | {lat['batches']} | {_ms(lat['spacing_ms'])} |"
-            )
-    lines += ["", "Median milliseconds per batch of Spark's own phases (`durationMs` of the "
-              "progress reports, the counted window's batches):", ""]  # fmt: skip
+            if rate in by_rate:
+                lat = by_rate[rate]["latency"]
+                lost = f" ({lat['missing']:,} never visible)" if lat["missing"] else ""
+                cells = " | ".join(_ms(lat[q]) for q in ("p50", "p95", "p99", "max"))
+                lines.append(f"| {name}{lost} | {cells} | {lat['batches']} | "
+                             f"{_ms(lat['spacing_ms'])} |")  # fmt: skip
     keys = ["latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets",
             "triggerExecution"]  # fmt: skip
-    lines += ["| pipeline | records/s | " + " | ".join(f"`{k}`" for k in keys) + " |",
+    lines += ["", "Median milliseconds per batch of Spark's own phases (`durationMs` of the "
+              "progress reports, the counted window's batches):", "",
+              "| pipeline | records/s | " + " | ".join(f"`{k}`" for k in keys) + " |",
               "| --- | ---: |" + " ---: |" * len(keys)]  # fmt: skip
     for name, by_rate in sides.items():
-        for rate in rates:
-            if rate in by_rate:
-                ph = by_rate[rate]["phases"]
-                cells = " | ".join(f"{ph.get(k, 0):,.0f}" for k in keys)
-                lines.append(f"| {name} | {int(rate):,} | {cells} |")
+        for rate in (r for r in rates if r in by_rate):
+            cells = " | ".join(f"{by_rate[rate]['phases'].get(k, 0):,.0f}" for k in keys)
+            lines.append(f"| {name} | {int(rate):,} | {cells} |")
     ours = sides.get(SIDES[0][0], {})
-    goals = [f"{p} at {r:,} records/s <= {_ms(most)}: {ours[str(r)]['latency'][p]:,.0f} ms, "
+    goals = [f"{p} at {r:,} records/s <= {_ms(most)}: {_ms(ours[str(r)]['latency'][p])}, "
              + ("met" if ours[str(r)]["latency"][p] <= most else "**not met**")
              for r, p, most in GOALS if str(r) in ours]  # fmt: skip
     if goals:
         lines += ["", "Goals (kafka-group -> `delta-group`): " + "; ".join(goals) + "."]
-    for rate, run in ours.items():
-        c = run.get("compaction")
-        if c and c["commits"]:
-            hourly = c["seconds"] / c["commits"] * 3600_000 / run["latency"]["spacing_ms"]
+    for rate, found in ours.items():
+        if (c := found.get("compaction")) and c["commits"]:
+            hourly_s = c["seconds"] / c["commits"] * 3600_000 / found["latency"]["spacing_ms"]
             lines += ["", f"Compaction at {int(rate):,} records/s: the run left "
                       f"{c['files_before']:,} data files from {c['commits']} commits; the "
                       f"sink's `optimize` (what `compactEvery` runs) made them "
-                      f"{c['files_after']:,} in {c['seconds']:.1f} s, so about "
-                      f"{hourly / 60:.1f} min of compaction an hour at this rate."]  # fmt: skip
+                      f"{c['files_after']:,} in {c['seconds']:.1f} s: about "
+                      f"{hourly_s / 60:.1f} min of compaction an hour at this rate."]  # fmt: skip
     return "\n".join(lines)
