@@ -102,3 +102,28 @@ def test_whole_run_sides_read_every_record(spark, bootstrap_servers: str, tmp_pa
         assert run["rows"] == 3000, side
         assert run["whole_s"] >= run["triggers_s"] > 0, side
     assert runs["python-floor"]["batches"] == 1  # one micro-batch of prebuilt rows
+
+
+def test_latency_side_measures_every_record_produced(
+    spark, bootstrap_servers: str, tmp_path: Path
+) -> None:
+    """The latency scenario's own side, tiny: kafka-group -> delta-group under a producer;
+    every record produced in the window is found visible in the table, with a latency."""
+    from argparse import Namespace
+
+    from bench.scenarios.latency import one_side, render
+
+    args = Namespace(warmup=1.0, counted=3.0, size=100)
+    found = one_side(
+        spark, bootstrap_servers, "kafka-group", "delta-group", 500, args, tmp_path / "side"
+    )
+    latency = found["latency"]
+    assert latency["records"] > 0 and latency["missing"] == 0
+    assert 0 < latency["p50"] <= latency["p99"] <= latency["max"] < 60_000
+    assert latency["batches"] >= 1 and found["phases"]["addBatch"] >= 0
+    assert found["compaction"]["files_after"] <= found["compaction"]["files_before"]
+    results = {"command": "python -m bench latency", "when": "now", "load_before": "0",
+               "size": 100, "warmup": 1.0, "counted": 3.0,
+               "sides": {"kafka-group -> `delta-group` (`offsets.table` and `sink.table` set)":
+                         {"500": found}}}  # fmt: skip
+    assert "| kafka-group -> `delta-group`" in render(results)
