@@ -67,7 +67,7 @@ def visible_in_table(table: Path) -> list[Visible]:
     return out
 
 
-def _offsets(value: Any) -> dict:
+def _json(value: Any) -> dict:  # Spark's progress parses an offset's JSON where it can
     return json.loads(value) if isinstance(value, str) else (value or {})
 
 
@@ -79,8 +79,7 @@ def visible_in_progress(progress: list[dict]) -> list[Visible]:
     for p in progress:
         if "addBatch" not in p["durationMs"] or not p["numInputRows"]:
             continue  # an idle trigger
-        source = p["sources"][0]
-        end, start = _offsets(source["endOffset"]), _offsets(source["startOffset"])
+        end, start = (_json(p["sources"][0][k]) for k in ("endOffset", "startOffset"))
         ranges = ({int(n): tuple(b) for ps in end["ranges"].values() for n, b in ps.items()}
                   if "ranges" in end else
                   {int(n): (int(start.get(t, {}).get(n, 0)), int(e))
@@ -136,8 +135,8 @@ def compaction(table: Path, commits: int) -> dict[str, float]:
 
 
 class SessionSide:
-    """``source`` into ``sink`` (``delta-group`` at ``work/table``) in this process's session,
-    trigger 0 s."""
+    """``source`` into ``sink`` (``delta-group``: at ``work/table``), trigger 0 s, in this
+    process's session. Both sides: ``started()``, ``rows()`` visible, ``stop()`` -> progress."""
 
     def __init__(self, spark: Any, source: str, sink: str, options: dict, work: Path) -> None:
         from bench.harness.spark import stream
@@ -157,7 +156,7 @@ class SessionSide:
         return self.query.isActive
 
     def rows(self) -> int:
-        """Records visible so far (in the table, or read by the batches that ran)."""
+        """Records visible so far."""
         if self.table is not None:
             return rows_in_table(self.table)
         return sum(int(p.numInputRows) for p in self.query.recentProgress)
