@@ -16,10 +16,11 @@ with the query's new columns added when ``mergeSchema`` allows it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -59,8 +60,15 @@ def load(uri: str, storage_options: dict[str, str] | None) -> DeltaTable | None:
     """The table at ``uri`` at its newest version, or None when there is none.
 
     Raises :class:`~spark_groups.errors.SinkError` when it cannot be opened."""
-    try:
+    with _opening(uri):
         return open_table(uri, storage_options)
+
+
+@contextlib.contextmanager
+def _opening(uri: str) -> Iterator[None]:
+    """Opening the table at ``uri``: any error as a :class:`~spark_groups.errors.SinkError`."""
+    try:
+        yield
     except Exception as exc:
         raise SinkError(f"sink table {uri}: cannot open it: {type(exc).__name__}: {exc}") from exc
 
@@ -153,13 +161,8 @@ class SinkTable:
             if len(_SNAPSHOTS) >= MAX_SNAPSHOTS:  # threads come and go in tests, not here
                 _SNAPSHOTS.clear()
             snapshot = _SNAPSHOTS[key] = LatestSnapshot(self.uri, self.storage_options)
-        try:
-            with snapshot.latest() as table:
-                return table
-        except Exception as exc:
-            raise SinkError(
-                f"sink table {self.uri}: cannot open it: {type(exc).__name__}: {exc}"
-            ) from exc
+        with _opening(self.uri), snapshot.latest() as table:
+            return table
 
     def partition_columns(self) -> tuple[str, ...] | None:
         """The existing table's partition columns, or None when there is no table yet."""
@@ -171,10 +174,10 @@ class SinkTable:
     def partition_by_for(
         self, files: Sequence[DataFile], snapshot: DeltaTable | None = None
     ) -> tuple[str, ...]:
-        """The partition columns: the option's, else the table's (``snapshot``, when given,
-        is the table as just loaded: None for none), else none; and the ones the files were
-        written for, which must agree (the table may have been created by another writer
-        after the tasks ran)."""
+        """The partition columns: the option's, else the table's (``snapshot``: the table as
+        just loaded, used instead of loading it; without one it is loaded), else none; and the
+        ones the files were written for, which must agree (the table may have been created by
+        another writer after the tasks ran)."""
         if self.partition_by is not None:
             wanted = self.partition_by
         else:

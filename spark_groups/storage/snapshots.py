@@ -54,9 +54,11 @@ class LatestSnapshot:
         if table is not None:
             try:
                 held = self._held
-                if held is not None and self._fingerprint(table.version()) == held:
+                before = table.version()
+                if held is not None and self._fingerprint(before) == held:
                     table.update_incremental()
-                    self._held = self._fingerprint(table.version())
+                    if table.version() != before:
+                        self._held = self._fingerprint(table.version())
                     return table
             except Exception:  # the table as a fresh load sees it, below
                 pass

@@ -196,14 +196,6 @@ class OwnerThread(Generic[C]):
         finally:
             self._callers.pop()
 
-    def _next_request(self, seconds: float) -> None:
-        """Wait up to ``seconds`` for a request and run it."""
-        try:
-            request = self._requests.get(timeout=seconds)
-        except queue.Empty:
-            return
-        self._run_request(*request)
-
     def _drain(self) -> None:
         while True:
             try:
@@ -220,9 +212,10 @@ class OwnerThread(Generic[C]):
             self._ready.set()
             while not self._closing:
                 self._step(self._client)
-                self._drain()
                 if self._idle_s:
-                    self._next_request(self._idle_s)
+                    self.serve(self._idle_s)  # runs each request as it arrives
+                else:
+                    self._drain()
         except BaseException as exc:
             self._failure = exc
             if not self._ready.is_set():
