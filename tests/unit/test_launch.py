@@ -12,13 +12,14 @@ import pytest
 from support.broker import wait_until
 from support.launch import MemberProcess
 
-#: Prints its run's argument, starts a child that outlives it unless killed (its pid in the
-#: file given), then sleeps or exits with the code given.
+#: Starts a child that outlives it unless killed (its pid in the file given, written before
+#: the HELLO line that the tests wait for), prints its run's argument, then sleeps or exits
+#: with the code given.
 PROGRAM = """\
-import subprocess, sys, time
-print("HELLO", sys.argv[1], flush=True)
+import pathlib, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-open(sys.argv[2], "w").write(str(child.pid))
+pathlib.Path(sys.argv[2]).write_text(str(child.pid))
+print("HELLO", sys.argv[1], flush=True)
 if sys.argv[3] == "sleep":
     time.sleep(300)
 sys.exit(int(sys.argv[3]))
