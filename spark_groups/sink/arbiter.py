@@ -41,8 +41,8 @@ class DeltaArbiter:
                 return Holdings(exists=True)
             return Holdings(
                 True,
-                versions(table, self.group_id, wanted),
-                claims.claims_of(table, self.group_id, wanted),
+                versions(table, self.group_id, wanted, self.storage_options),
+                claims.claims_of(table, self.group_id, wanted, self.storage_options),
             )
 
     def new_token(self) -> int:

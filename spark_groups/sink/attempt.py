@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+#: How many commits after its snapshot a commit's version is looked for.
+SEARCHED_COMMITS = 50
+
 #: Keys of the commit info (``commitInfo``) every sink commit carries.
 COMMIT_INFO_KEYS = (
     "spark_groups.batch",
@@ -164,7 +167,7 @@ class CommitAttempt:
                 return False
             if decision.keep:
                 return bool(referenced(table, [decision.keep[0].path]))
-            found = versions(table, self.group_id, decision.txns)
+            found = versions(table, self.group_id, decision.txns, self.table.storage_options)
             return all(found.get(tp) == until for tp, until in decision.txns.items())
         except Exception as exc:
             log.warning("sink %s: cannot read the table back: %s", self.table.path, exc)
@@ -175,32 +178,39 @@ class CommitAttempt:
     ) -> int | None:
         """The table version of the commit just made (found by its commit info; None if it
         cannot be found among the last few commits). ``snapshot``: the one it was made on.
-        The commit is most likely the version after it (read first: one small log entry);
-        else that snapshot is brought up to date (reading only the commits after it) and its
-        history searched."""
+        The commit is one of the first versions after it: their log entries are read in
+        order (the next one, most often; a few more when other members committed in
+        between), without touching ``snapshot`` (which may be one kept for later batches);
+        past :data:`SEARCHED_COMMITS` of them a fresh load's history is searched."""
         info = self.info(plan, decision)
         try:
-            if snapshot is not None and self._carries(snapshot.version() + 1, info):
-                return snapshot.version() + 1
-            table = snapshot if snapshot is not None else self.table.load()
+            if snapshot is not None:
+                for version in range(
+                    snapshot.version() + 1, snapshot.version() + 1 + SEARCHED_COMMITS
+                ):
+                    carries = self._carries(version, info)
+                    if carries is None:
+                        break
+                    if carries:
+                        return version
+            table = self.table.load()
             if table is None:
                 return None
-            if snapshot is not None:
-                table.update_incremental()
-            for entry in table.history(20):
+            for entry in table.history(SEARCHED_COMMITS):
                 if all(entry.get(k) == info[k] for k in COMMIT_INFO_KEYS):
                     return int(entry["version"])
         except Exception as exc:
             log.debug("sink %s: cannot find the commit's version: %s", self.table.path, exc)
         return None
 
-    def _carries(self, version: int, info: Mapping[str, str]) -> bool:
-        """True when the table's commit ``version`` exists and carries ``info``."""
+    def _carries(self, version: int, info: Mapping[str, str]) -> bool | None:
+        """Whether the table's commit ``version`` carries ``info`` (None: no such commit)."""
         where = location(self.table.uri, self.table.storage_options)
-        entry = where.child(f"_delta_log/{version:020d}.json")
-        if not where.exists(entry):
-            return False
-        for line in where.read_text(entry).splitlines():
+        try:
+            text = where.read_text(where.child(f"_delta_log/{version:020d}.json"))
+        except FileNotFoundError:
+            return None
+        for line in text.splitlines():
             if line.startswith('{"commitInfo"'):
                 commit = json.loads(line)["commitInfo"]
                 return all(commit.get(k) == info.get(k) for k in COMMIT_INFO_KEYS)

@@ -45,6 +45,7 @@ from spark_groups.group.arbiter import Claimed
 from spark_groups.offsets import TopicPartition, positions_text
 from spark_groups.sink.table import load, versions
 from spark_groups.storage.files import table_uri
+from spark_groups.storage.transactions import transaction_versions
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -70,17 +71,18 @@ def new_token() -> int:
 
 
 def claims_of(
-    table: DeltaTable, group_id: str, partitions: Iterable[TopicPartition]
+    table: DeltaTable,
+    group_id: str,
+    partitions: Iterable[TopicPartition],
+    storage_options: Mapping[str, str] | None = None,
 ) -> dict[TopicPartition, int]:
-    """The claim token of ``group_id`` on each partition in the snapshot ``table``;
-    partitions never claimed are absent."""
+    """The claim token of ``group_id`` on each partition in the snapshot ``table`` (its
+    ``storage_options``: as :func:`spark_groups.sink.table.versions`); partitions never
+    claimed are absent."""
     table_id = str(table.metadata().id)
-    out: dict[TopicPartition, int] = {}
-    for tp in partitions:
-        token = table.transaction_version(claim_app_id(table_id, group_id, tp))
-        if token is not None:
-            out[tp] = int(token)
-    return out
+    ids = {claim_app_id(table_id, group_id, tp): tp for tp in partitions}
+    found = transaction_versions(table, ids, storage_options)
+    return {ids[a]: v for a, v in found.items()}
 
 
 def claim(
@@ -165,14 +167,14 @@ def _change(
             snapshot = load(uri, options)
             if snapshot is None:
                 return None
-            held = claims_of(snapshot, group_id, new)
+            held = claims_of(snapshot, group_id, new, options)
             mine = {
                 tp: token
                 for tp, token in new.items()
                 if expect is None or held.get(tp) == expect[tp]
             }
             not_mine = tuple(sorted(tp for tp in new if tp not in mine))
-            positions = versions(snapshot, group_id, mine)
+            positions = versions(snapshot, group_id, mine, options)
             if not mine:
                 return Claimed(snapshot.version(), positions, not_mine)
             table_id = str(snapshot.metadata().id)

@@ -279,13 +279,13 @@ class DeltaSink:
             snapshot = self._table.open(schema, partition_by, loaded)
             decision = decide_batch(
                 plan,
-                versions(snapshot, self.group_id, plan.ranges),
+                versions(snapshot, self.group_id, plan.ranges, self.storage_options),
                 staged.files,
                 staged.cut,
                 table_path=self.path,
                 group_id=self.group_id,
                 fail_on_gap=self.fail_on_gap,
-                claims=claims_of(snapshot, self.group_id, plan.claims),
+                claims=claims_of(snapshot, self.group_id, plan.claims, self.storage_options),
             )
         except SinkError:
             staged.remove()

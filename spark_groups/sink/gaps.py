@@ -67,7 +67,7 @@ def accept_gap(
         table = load(uri, storage_options)
         if table is None:
             raise SinkError(f"sink table {table_path}: there is no Delta table there")
-        offset = versions(table, group_id, [tp]).get(tp)
+        offset = versions(table, group_id, [tp], storage_options).get(tp)
         if offset is None:
             raise SinkError(
                 f"sink table {table_path}: group {group_id!r} has written nothing of {tp} "

@@ -20,7 +20,7 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -31,6 +31,7 @@ from spark_groups.sink.features import check_table_features
 from spark_groups.storage.delta import create_table, open_table
 from spark_groups.storage.files import table_uri
 from spark_groups.storage.snapshots import LatestSnapshot
+from spark_groups.storage.transactions import transaction_versions
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -83,17 +84,18 @@ def referenced(table: DeltaTable | None, paths: Iterable[str]) -> set[str]:
 
 
 def versions(
-    table: DeltaTable, group_id: str, partitions: Iterable[TopicPartition]
+    table: DeltaTable,
+    group_id: str,
+    partitions: Iterable[TopicPartition],
+    storage_options: Mapping[str, str] | None = None,
 ) -> dict[TopicPartition, int]:
     """The transaction version (next offset) of ``group_id`` per partition in the snapshot
-    ``table``; partitions the group never wrote are absent."""
+    ``table`` (its ``storage_options``: to read its log once for every partition,
+    :mod:`spark_groups.storage.transactions`); partitions the group never wrote are absent."""
     table_id = str(table.metadata().id)
-    out: dict[TopicPartition, int] = {}
-    for tp in partitions:
-        version = table.transaction_version(app_id(table_id, group_id, tp))
-        if version is not None:
-            out[tp] = int(version)
-    return out
+    ids = {app_id(table_id, group_id, tp): tp for tp in partitions}
+    found = transaction_versions(table, ids, storage_options)
+    return {ids[a]: v for a, v in found.items()}
 
 
 def committed_positions(
@@ -115,7 +117,7 @@ def committed_positions(
     table = load(table_uri(table_path), storage_options)
     if table is None:
         return {}
-    return versions(table, group_id, wanted)
+    return versions(table, group_id, wanted, storage_options)
 
 
 class SinkTable:

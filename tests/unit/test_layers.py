@@ -22,6 +22,7 @@ ALLOWED = {
         "storage/delta.py",
         "storage/maintenance.py",
         "storage/snapshots.py",
+        "storage/transactions.py",
         "ledger/",
         "sink/",
     ),

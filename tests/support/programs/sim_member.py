@@ -12,8 +12,11 @@ nothing to what the crash-point matrix checks, and without its JVM a member star
 second, so the matrix runs every cell.
 
 SPEC keys: ``servers``, ``topic``, ``group``, ``table``, ``checkpoint``, ``member`` (its name),
-``stop_file``, ``kafka`` (librdkafka settings of the member), ``max_records``. The crash
-points (``spark_groups.crash_points``) fire from the environment the test sets.
+``stop_file``, ``kafka`` (librdkafka settings of the member), ``max_records``; for the
+benchmarks also ``storage`` (delta-rs storage options of the table, an S3 server's say),
+``trigger_s`` (Spark's ``processingTime``: a batch starts at most that often) and ``stats``
+(a file to which each batch appends one JSON line of its timings). The crash points
+(``spark_groups.crash_points``) fire from the environment the test sets.
 """
 
 from __future__ import annotations
@@ -78,12 +81,13 @@ def _atomic(path: Path, text: str) -> None:
 
 def run_batch(
     spec: dict, stream: GroupStream, sink: DeltaSink, spark_id: int, read: BatchOffset
-) -> None:
+) -> dict:
     """The batch's task (every range in one, as Spark packs small ranges: read, write the
     sink's files), then the sink's commit on the driver, planned from the checkpoint as the
-    real sink plans it."""
+    real sink plans it; the batch's timings and the commit's outcome."""
     options = stream.options
     files = []
+    started = time.perf_counter()
     batches = list(read_ranges(options.reader_config(), read.ranges, include_headers=False))
     if batches:
         table = pa.Table.from_batches(batches)
@@ -95,9 +99,31 @@ def run_batch(
                 "offset": table["offset"],
             }
         ).cast(SCHEMA)
-        files = TaskFileWriter(spec["table"], SCHEMA, ()).write(rows.to_batches())
+        writer = TaskFileWriter(spec["table"], SCHEMA, (), storage_options=spec.get("storage"))
+        files = writer.write(rows.to_batches())
     plan = read_batch_plan(spec["checkpoint"], spark_id, group_id=spec["group"])
-    sink.commit(plan, files, SCHEMA)
+    committing = time.perf_counter()
+    result = sink.commit(plan, files, SCHEMA)
+    return {
+        "batch": spark_id,
+        "task_ms": (committing - started) * 1000,
+        "commit_ms": (time.perf_counter() - committing) * 1000,
+        "attempts": result.attempts,
+        "version": result.version,
+        "rows": result.rows,
+    }
+
+
+class Stats:
+    """The batches' timings, one JSON line each in ``path`` (nothing without one)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.file = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115
+
+    def write(self, row: dict) -> None:
+        if self.file is not None:
+            self.file.write(json.dumps({"t": time.time(), **row}) + "\n")
+            self.file.flush()
 
 
 def main() -> None:
@@ -115,10 +141,15 @@ def main() -> None:
             "checkpointLocation": spec["checkpoint"],
             "maxOffsetsPerTrigger": str(spec.get("max_records", 20)),
             **{f"kafka.{k}": v for k, v in spec.get("kafka", {}).items()},
+            **{f"storage.{k}": v for k, v in spec.get("storage", {}).items()},
         }
     )
     stream = GroupStream(options, for_source(options))
-    sink = DeltaSink(spec["table"], spec["group"], member=spec["member"])
+    sink = DeltaSink(
+        spec["table"], spec["group"], member=spec["member"], storage_options=spec.get("storage")
+    )
+    stats = Stats(spec.get("stats"))
+    trigger_s = float(spec.get("trigger_s", 0))
     checkpoint = Checkpoint(spec["checkpoint"])
     start, spark_id = BatchOffset.initial(), -1
     last = checkpoint.last()
@@ -130,21 +161,34 @@ def main() -> None:
             checkpoint.commit(spark_id)
             stream.commit_durable(start)
     stop_file = Path(spec["stop_file"])
+    trigger_at = time.monotonic()
     while not stop_file.exists():
+        time.sleep(max(0.0, trigger_at - time.monotonic()))
+        trigger_at = time.monotonic() + trigger_s
+        planning = time.perf_counter()
         planned = stream.latest_offset(start.to_json(), options.max_offsets_per_trigger)
+        plan_ms = (time.perf_counter() - planning) * 1000
         if planned == start.to_json():
-            time.sleep(TRIGGER_S)
+            trigger_at = max(trigger_at, time.monotonic() + TRIGGER_S)
             continue
         batch = BatchOffset.from_json(planned)
         spark_id += 1
         checkpoint.log(spark_id, batch)
-        run_batch(spec, stream, sink, spark_id, stream.batch_to_read(batch))
+        row = run_batch(spec, stream, sink, spark_id, stream.batch_to_read(batch))
         checkpoint.commit(spark_id)
+        durable = time.perf_counter()
         stream.commit_durable(batch)  # Spark's commit() of 4.2+
+        durable_ms = (time.perf_counter() - durable) * 1000
+        stats.write({"plan_ms": plan_ms, "durable_ms": durable_ms, **row})
         start = batch
     stream.stop()
     print("STOPPED", flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    if os.environ.get("SIM_MEMBER_PROFILE"):  # cProfile's stats of the whole run there
+        import cProfile
+
+        cProfile.run("main()", os.environ["SIM_MEMBER_PROFILE"])
+    else:
+        main()

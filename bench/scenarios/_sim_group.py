@@ -1,0 +1,143 @@
+"""A group of simulated members on one delta-group table: the pieces of the scale scenarios.
+
+The members are ``tests/support/programs/sim_member.py`` processes: the product's driver,
+read path, task files and sink commit, without Spark's JVM (Spark adds nothing to what these
+scenarios measure: the group, the table's log, the commits). Each appends one JSON line of
+timings per batch to its stats file (:class:`SimGroup.batches`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from bench.harness.kafka import percentile
+from spark_groups.storage.files import location
+
+from support.members import SIM_MEMBER, Member, stop_all
+from support.tables import table_ids
+
+
+class SimGroup:
+    """``count`` simulated members of ``group`` reading ``topic`` into ``table`` (with
+    delta-rs ``storage`` options), each with its own checkpoint and stats file under
+    ``scratch``; ``extra`` goes into every member's spec (``trigger_s``, ``kafka``, ...)."""
+
+    def __init__(
+        self, servers: str, topic: str, group: str, table: str, scratch: Path, count: int,
+        storage: Mapping[str, str] | None = None, **extra: Any,
+    ) -> None:  # fmt: skip
+        self.scratch, self.table, self.storage = scratch, table, dict(storage or {})
+        (scratch / "logs").mkdir(parents=True, exist_ok=True)
+        self.stop_file = scratch / "stop"
+        base = {"servers": servers, "topic": topic, "group": group, "table": table,
+                "stop_file": str(self.stop_file), "storage": self.storage, **extra}  # fmt: skip
+        self.members = [
+            Member(
+                f"m{i:02d}",
+                {**base, "checkpoint": str(scratch / f"cp-{i:02d}"),
+                 "stats": str(scratch / f"stats-{i:02d}.jsonl")},  # fmt: skip
+                scratch / "logs",
+                SIM_MEMBER,
+            )
+            for i in range(count)
+        ]
+        self.started_at: dict[str, float] = {}
+
+    def start(self, stagger_s: float = 0.0) -> None:
+        """Start every member, ``stagger_s`` apart."""
+        for member in self.members:
+            self.started_at[member.name] = time.time()
+            member.start()
+            time.sleep(stagger_s)
+
+    def stop(self) -> None:
+        """Ask every member to stop and wait; AssertionError (with its log) for one that
+        failed."""
+        try:
+            stop_all(self.members, self.stop_file, timeout_s=180)
+        finally:
+            for member in self.members:
+                member.kill()
+                member.reap()
+
+    def batches(self) -> list[dict[str, Any]]:
+        """Every batch of every member so far, with ``member``, oldest first."""
+        rows = []
+        for member in self.members:
+            path = Path(member.spec["stats"])
+            lines = path.read_text().splitlines() if path.exists() else []
+            rows += [{"member": member.name, **json.loads(x)} for x in lines if x.strip()]
+        return sorted(rows, key=lambda r: r["t"])
+
+    def failures(self) -> list[str]:
+        """The members' logged errors and failed batches, one line each."""
+        out = []
+        for member in self.members:
+            for line in member.log_text().splitlines():
+                if " ERROR " in line or "Traceback" in line or "Error:" in line:
+                    out.append(f"{member.name}: {line[:300]}")
+        return out
+
+    def first_batch_s(self) -> list[float]:
+        """Per member, seconds from its start to its first committed batch with rows."""
+        first: dict[str, float] = {}
+        for row in self.batches():
+            if row["rows"] and row["member"] not in first:
+                first[row["member"]] = row["t"] - self.started_at[row["member"]]
+        return sorted(first.values())
+
+
+def commit_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sink commits of ``rows`` (batches): p50/p99/max, retried ones, per second."""
+    if not rows:
+        return {"batches": 0}
+    commits = [r["commit_ms"] for r in rows]
+    span = rows[-1]["t"] - rows[0]["t"]
+    return {
+        "batches": len(rows),
+        "batches_per_s": round(len(rows) / span, 2) if span > 0 else None,
+        "commit_p50_ms": round(percentile(commits, 0.5), 1),
+        "commit_p99_ms": round(percentile(commits, 0.99), 1),
+        "commit_max_ms": round(max(commits), 1),
+        "task_p50_ms": round(percentile([r["task_ms"] for r in rows], 0.5), 1),
+        "plan_p50_ms": round(percentile([r["plan_ms"] for r in rows], 0.5), 1),
+        "durable_p50_ms": round(percentile([r["durable_ms"] for r in rows], 0.5), 1),
+        "retried": sum(1 for r in rows if r["attempts"] > 1),
+        "attempts_max": max(r["attempts"] for r in rows),
+    }
+
+
+def every_record_once(table: str, storage: Mapping[str, str], sent: int) -> dict[str, int]:
+    """What the table holds of ids ``0 .. sent-1``: missing, duplicated, unexpected."""
+    counts = Counter(table_ids(table, storage or None))
+    return {
+        "sent": sent,
+        "rows": sum(counts.values()),
+        "missing": sum(1 for i in range(sent) if i not in counts),
+        "duplicated": sum(1 for c in counts.values() if c > 1),
+        "unexpected": sum(1 for i in counts if not 0 <= i < sent),
+    }
+
+
+def log_facts(table: str, storage: Mapping[str, str]) -> dict[str, Any]:
+    """The table's ``_delta_log``: commits, their bytes, the newest checkpoint's bytes."""
+    log = location(f"{table}/_delta_log", storage or None)
+    infos = log.fs.get_file_info(pafs.FileSelector(log.path, allow_not_found=True))
+    commits = [i for i in infos if i.path.endswith(".json")]
+    checkpoints = sorted(
+        (i for i in infos if ".checkpoint" in i.path), key=lambda i: int(Path(i.path).name[:20])
+    )
+    return {
+        "commits": len(commits),
+        "commit_bytes_avg": round(sum(i.size for i in commits) / max(1, len(commits))),
+        "checkpoints": len(checkpoints),
+        "checkpoint_bytes": checkpoints[-1].size if checkpoints else 0,
+        "checkpoint_version": int(Path(checkpoints[-1].path).name[:20]) if checkpoints else None,
+    }

@@ -1,0 +1,154 @@
+"""Members per table: many members of one group committing every batch into one delta-group table.
+
+    python -m bench members                                  # 5, 10, 20, 40 members, disk and S3
+    python -m bench members --counts 20 --stores local --seconds 60
+
+Per store (:data:`STORES`: the local disk, S3 on S3Proxy) and member count: a topic of
+``--partitions`` partitions, ids at ``--rate`` records/s throughout, and that many simulated
+members (:mod:`._sim_group`: the product without Spark's JVM) on a ``--trigger``-second
+trigger in one group, all writing one new table. Counted: the batches of the ``--seconds``
+after the last member's first batch. Then the producer stops, the members drain and stop,
+and the table is read back: every id once. Sink commit times are the sink's own
+(``DeltaSink.commit``: snapshot, decision, Delta commit, clean-up); retried batches met a
+concurrent commit of the same partitions or claims (delta-rs rebases the others itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.harness.kafka import GROUP_TIMING, Flow, broker, percentile
+from bench.harness.procfs import BusySampler, machine_facts
+from bench.scenarios._sim_group import SimGroup, commit_figures, every_record_once, log_facts
+from spark_groups.tools.s3_server import S3Server
+
+from support.broker import create_topic, unique, wait_until
+
+SECTION = "members"
+#: The stores a table is written to.
+STORES = ("local", "s3")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The scenario's options."""
+    parser.add_argument("--counts", default="5,10,20,40", help="member counts, comma-separated")
+    parser.add_argument("--stores", default=",".join(STORES))
+    parser.add_argument("--partitions", type=int, default=80)
+    parser.add_argument("--rate", type=int, default=2000, help="records/s into the topic")
+    parser.add_argument("--trigger", type=float, default=1.0, help="seconds between batches")
+    parser.add_argument("--seconds", type=int, default=60, help="counted seconds per run")
+
+
+@contextlib.contextmanager
+def store(kind: str, scratch: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """A place for tables: a folder, or a bucket on a fresh S3Proxy; (root uri, options)."""
+    if kind == "local":
+        yield str(scratch), {}
+        return
+    with S3Server() as s3:
+        s3.create_bucket("tables")
+        yield "s3://tables", s3.storage_options()
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every store and count, one run each, on one broker."""
+    counts = [int(x) for x in args.counts.split(",")]
+    results: list[dict[str, Any]] = []
+    with broker("kafka") as kafka:
+        for kind in args.stores.split(","):
+            scratch = Path(tempfile.mkdtemp(prefix=f"members-{kind}-"))
+            with store(kind, scratch) as (root, storage):
+                for count in counts:
+                    r = run_one(kafka.bootstrap_servers, root, storage, scratch, count, args)
+                    results.append({"store": kind, "members": count, **r})
+                    print(json.dumps(results[-1]), flush=True)
+    keys = ("partitions", "rate", "trigger", "seconds")
+    return {"runs": results, "machine": machine_facts("kafka"),
+            "args": {k: vars(args)[k] for k in keys}}  # fmt: skip
+
+
+def run_one(
+    servers: str, root: str, storage: dict[str, str], scratch: Path, count: int,
+    args: argparse.Namespace,
+) -> dict[str, Any]:  # fmt: skip
+    """``count`` members into a new table for ``args.seconds`` counted seconds."""
+    topic = create_topic(servers, args.partitions, f"members-{count}")
+    name = unique(f"t{count}")
+    group = SimGroup(servers, topic, unique("members"), f"{root}/{name}", scratch / name, count,
+                     storage, trigger_s=args.trigger, max_records=1_000_000,
+                     kafka=GROUP_TIMING)  # fmt: skip
+    flow = Flow(servers, topic, args.partitions, args.rate)
+    flow.start()
+    busy = BusySampler()
+    try:
+        group.start()
+        wait_until(lambda: len(group.first_batch_s()) == count, 300, "every member's first batch",
+                   poll_s=0.5)  # fmt: skip
+        with busy:
+            counted_from = time.time()
+            time.sleep(args.seconds)  # the counted window: nothing to wait for, only time
+            counted = (counted_from, time.time())
+        flow.stop()
+        wait_until(lambda: _landed(group) >= flow.sent, 300, "every record in the table",
+                   poll_s=1.0)  # fmt: skip
+    finally:
+        flow.stopping.set()
+        group.stop()
+    window = [r for r in group.batches() if counted[0] <= r["t"] <= counted[1]]
+    starts = group.first_batch_s()
+    return {
+        **commit_figures(window),
+        "per_member_batches_per_s": round(len(window) / args.seconds / count, 2),
+        "cores_busy": _round(busy.cores_busy(counted)),
+        "first_batch_p50_s": round(percentile(starts, 0.5), 1),
+        "first_batch_max_s": round(max(starts), 1),
+        "failures": group.failures()[:20],
+        "records": every_record_once(group.table, storage, flow.sent),
+        "log": log_facts(group.table, storage),
+    }
+
+
+def _landed(group: SimGroup) -> int:
+    return sum(r["rows"] for r in group.batches())
+
+
+def render(results: dict[str, Any]) -> str:
+    """The docs/benchmarks.md section."""
+    a = results["args"]
+    lines = [
+        "## Members per table (issue 45)",
+        "",
+        f"`{results['command']}`, {results['when']}, load average {results['load_before']} "
+        f"before. {a['partitions']} partitions, {a['rate']:,} records/s, a {a['trigger']} s "
+        f"trigger, {a['seconds']} s counted per run; simulated members (the product without "
+        "Spark's JVM).",
+        "",
+        "| store | members | batches/s (per member) | commit p50 | p99 | max | retried | "
+        "failed | first batch p50 / max (s) | cores busy | commits | checkpoint | every record "
+        "once |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in results["runs"]:
+        rec = r["records"]
+        once = rec["missing"] == 0 and rec["duplicated"] == 0 and rec["unexpected"] == 0
+        lines.append(
+            f"| {r['store']} | {r['members']} | {r['batches_per_s']} "
+            f"({r['per_member_batches_per_s']}) | {r['commit_p50_ms']:.0f} ms | "
+            f"{r['commit_p99_ms']:.0f} ms | {r['commit_max_ms']:.0f} ms | {r['retried']} | "
+            f"{len(r['failures'])} | {r['first_batch_p50_s']} / {r['first_batch_max_s']} | "
+            f"{r['cores_busy']} | {r['log']['commits']:,} | "
+            f"{r['log']['checkpoint_bytes'] / 1e6:.1f} MB | "
+            f"{'yes' if once else 'NO: ' + json.dumps(rec)} |"
+        )
+    return "\n".join(lines)
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 2)

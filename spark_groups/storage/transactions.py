@@ -1,0 +1,169 @@
+"""Every application transaction of a Delta table, read once and then brought forward.
+
+The sink keeps one Delta transaction id per Kafka partition and group (its position) and one
+per claimed partition (``spark_groups.sink.claims``). delta-rs answers one id per call
+(``DeltaTable.transaction_version``), and each call replays the table's log segment: about
+6 ms with 10 members writing one table (docs/benchmarks.md, "Members per table"), times two
+ids per partition, at every batch's decision and every safe point. That grows with the
+partitions, the members and the log, and it was the first wall of a big group.
+
+:func:`transaction_versions` answers every id of a snapshot from one map per table
+(:class:`AppTransactions`):
+
+1. **Load** (first use, or when the map cannot be brought forward): the ``txn`` column of
+   the newest classic checkpoint at or below the snapshot's version (one Parquet column),
+   then the ``txn`` actions of each commit file after it, in order; the last one of an id
+   wins, as in Delta's log replay.
+2. **Forward**: for a snapshot newer than the map, only the commit files in between (the
+   same ones ``update_incremental`` just read); for an older one, a load.
+3. **Fall back** to delta-rs' call per id when the map cannot be built the way the protocol
+   allows here: a multi-part or V2 checkpoint, a commit file missing, transactions that
+   expire (``delta.setTransactionRetentionDuration``, which delta-rs applies and a replay of
+   the raw log would not), or any error reading the log.
+
+Maps are kept per table id (app ids carry it, and a table made again at the same path has a
+new one), per storage options and per thread, like :mod:`spark_groups.storage.snapshots`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+import pyarrow.fs as pafs
+
+from spark_groups.storage.files import Location, location
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+log = logging.getLogger(__name__)
+
+#: The table property whose transactions expire; the map is not used for such a table.
+RETENTION_PROPERTY = "delta.setTransactionRetentionDuration"
+#: At most this many maps are kept (tables x storage options x threads).
+MAX_MAPS = 64
+#: A classic single-file checkpoint and its version.
+_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
+#: Any checkpoint file (multi-part and V2 ones too) and its version.
+_ANY_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.")
+
+
+class LogNotReplayable(Exception):
+    """The log cannot be replayed here (see the module doc, step 3)."""
+
+
+class AppTransactions:
+    """The app transaction versions of one table (``uri``, table id) as of :attr:`version`."""
+
+    def __init__(self, uri: str, storage_options: Mapping[str, str] | None) -> None:
+        self.where: Location = location(f"{uri.rstrip('/')}/_delta_log", storage_options)
+        self.version: int | None = None
+        self.versions: dict[str, int] = {}
+        #: The log cannot be replayed here (step 3): every answer is delta-rs' own.
+        self.unreplayable = False
+
+    def at(self, version: int) -> dict[str, int]:
+        """The versions as of table ``version``; raises :class:`LogNotReplayable`."""
+        if self.version is None or version < self.version:
+            self._load(version)
+        elif version > self.version:
+            self._apply(self.version + 1, version)
+        return self.versions
+
+    def _load(self, version: int) -> None:
+        self.version, self.versions = None, {}
+        names = [i.base_name for i in self._list()]
+        checkpoints = [int(m[1]) for n in names if (m := _ANY_CHECKPOINT.match(n))]
+        below = [v for v in checkpoints if v <= version]
+        start = 0
+        if below:
+            newest = max(below)
+            if f"{newest:020d}.checkpoint.parquet" not in names:
+                raise LogNotReplayable(f"checkpoint {newest} is multi-part or V2")
+            self._read_checkpoint(newest)
+            start = newest + 1
+        self.version = start - 1
+        self._apply(start, version)
+
+    def _list(self) -> list[pafs.FileInfo]:
+        return self.where.fs.get_file_info(pafs.FileSelector(self.where.path))
+
+    def _read_checkpoint(self, version: int) -> None:
+        import pyarrow.parquet as pq
+
+        path = self.where.child(f"{version:020d}.checkpoint.parquet")
+        txn = pq.read_table(path, columns=["txn"], filesystem=self.where.fs).column("txn")
+        for row in txn.drop_null().to_pylist():
+            self.versions[row["appId"]] = int(row["version"])
+
+    def _apply(self, first: int, last: int) -> None:
+        """Replay the ``txn`` actions of commits ``first .. last``, in order."""
+        for v in range(first, last + 1):
+            try:
+                text = self.where.read_text(self.where.child(f"{v:020d}.json"))
+            except FileNotFoundError as exc:
+                raise LogNotReplayable(f"commit {v} is not in the log") from exc
+            for line in text.splitlines():
+                if line.startswith('{"txn"'):
+                    txn = json.loads(line)["txn"]
+                    self.versions[txn["appId"]] = int(txn["version"])
+            self.version = v
+
+
+_maps: dict[tuple, AppTransactions] = {}
+_maps_lock = threading.Lock()
+
+
+def transaction_versions(
+    table: DeltaTable, app_ids: Iterable[str], storage_options: Mapping[str, str] | None = None
+) -> dict[str, int]:
+    """The version of each of ``app_ids`` in the snapshot ``table``; ids never set are
+    absent. ``storage_options``: the table's (to read its log)."""
+    wanted = list(app_ids)
+    if not wanted:
+        return {}
+    known = _replayed(table, storage_options)
+    if known is not None:
+        return {a: known[a] for a in wanted if a in known}
+    out: dict[str, int] = {}
+    for app in wanted:
+        found = table.transaction_version(app)
+        if found is not None:
+            out[app] = int(found)
+    return out
+
+
+def _replayed(table: DeltaTable, storage_options: Mapping[str, str] | None) -> dict | None:
+    """The table's map at the snapshot's version, or None (fall back: the module doc)."""
+    key: tuple = ()
+    try:
+        if RETENTION_PROPERTY in (table.metadata().configuration or {}):
+            return None
+        uri = table.table_uri
+        options = tuple(sorted((storage_options or {}).items()))
+        key = (uri, str(table.metadata().id), options, threading.get_ident())
+        with _maps_lock:
+            found = _maps.get(key)
+            if found is None:
+                if len(_maps) >= MAX_MAPS:
+                    _maps.pop(next(iter(_maps)))
+                found = _maps[key] = AppTransactions(uri, storage_options)
+        if found.unreplayable:
+            return None
+        return found.at(table.version())
+    except LogNotReplayable as exc:
+        log.info("transactions of %s: read one id at a time (%s)", table.table_uri, exc)
+        with _maps_lock:
+            if key in _maps:
+                _maps[key].unreplayable = True
+        return None
+    except Exception as exc:  # reading the log failed: one call per id now, a load next time
+        log.debug("transactions of %s: one call per id this time (%s)", table.table_uri, exc)
+        with _maps_lock:
+            _maps.pop(key, None)
+        return None
