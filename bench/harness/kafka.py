@@ -109,7 +109,10 @@ class Flow(threading.Thread):
         self.sent = 0
 
     def run(self) -> None:
-        producer = Producer({"bootstrap.servers": self.servers, "linger.ms": 5})
+        # Idempotent: a retried send would put a record in the log twice (a second offset).
+        producer = Producer(
+            {"bootstrap.servers": self.servers, "linger.ms": 5, "enable.idempotence": True}
+        )
         started = time.monotonic()
         try:
             while not self.stopping.is_set():

@@ -39,13 +39,7 @@ class SimGroup:
         base = {"servers": servers, "topic": topic, "group": group, "table": table,
                 "stop_file": str(self.stop_file), "storage": self.storage, **extra}  # fmt: skip
         self.members = [
-            Member(
-                f"m{i:02d}",
-                {**base, "checkpoint": str(scratch / f"cp-{i:02d}"),
-                 "stats": str(scratch / f"stats-{i:02d}.jsonl")},  # fmt: skip
-                scratch / "logs",
-                SIM_MEMBER,
-            )
+            Member(f"m{i:02d}", {**base, **_own(scratch, i)}, scratch / "logs", SIM_MEMBER)
             for i in range(count)
         ]
         self.started_at: dict[str, float] = {}
@@ -94,6 +88,11 @@ class SimGroup:
         return sorted(first.values())
 
 
+def _own(scratch: Path, i: int) -> dict[str, str]:
+    """Member ``i``'s own checkpoint and stats file."""
+    return {"checkpoint": str(scratch / f"cp-{i:02d}"), "stats": str(scratch / f"stats-{i:02d}.jsonl")}
+
+
 def commit_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The sink commits of ``rows`` (batches): p50/p99/max, retried ones, per second."""
     if not rows:
@@ -109,13 +108,15 @@ def commit_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "task_p50_ms": round(percentile([r["task_ms"] for r in rows], 0.5), 1),
         "plan_p50_ms": round(percentile([r["plan_ms"] for r in rows], 0.5), 1),
         "durable_p50_ms": round(percentile([r["durable_ms"] for r in rows], 0.5), 1),
+        "cpu_p50_ms": round(percentile([r["cpu_ms"] for r in rows], 0.5), 1),
         "retried": sum(1 for r in rows if r["attempts"] > 1),
         "attempts_max": max(r["attempts"] for r in rows),
     }
 
 
 def every_record_once(table: str, storage: Mapping[str, str], sent: int) -> dict[str, int]:
-    """What the table holds of ids ``0 .. sent-1``: missing, duplicated, unexpected."""
+    """What the table holds of ids ``0 .. sent-1`` (one per offset: the producer is
+    idempotent): missing, duplicated, unexpected."""
     counts = Counter(table_ids(table, storage or None))
     return {
         "sent": sent,

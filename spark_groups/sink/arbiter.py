@@ -14,8 +14,8 @@ from spark_groups.group.arbiter import Claimed, Holdings
 from spark_groups.offsets import TopicPartition
 from spark_groups.options import SourceOptions
 from spark_groups.sink import claims
-from spark_groups.sink.table import versions
-from spark_groups.storage.snapshots import LatestSnapshot
+from spark_groups.sink.table import app_id
+from spark_groups.storage.transactions import LatestTransactions
 
 
 class DeltaArbiter:
@@ -28,22 +28,22 @@ class DeltaArbiter:
         self.path = path
         self.group_id = group_id
         self.storage_options = dict(storage_options) if storage_options else None
-        # Asked at every safe point: kept open, reading only the commits since the last time.
-        self._snapshot = LatestSnapshot(path, self.storage_options)
+        # Asked at every safe point: only the transactions of the commits since the last time.
+        self._transactions = LatestTransactions(path, self.storage_options)
 
     def holdings(self, partitions: Iterable[TopicPartition]) -> Holdings:
         """The table's positions and claims for ``partitions`` from its newest snapshot."""
         wanted = sorted(set(partitions))
-        with self._snapshot.latest() as table:
-            if table is None:
-                return Holdings(exists=False)
-            if not wanted:
-                return Holdings(exists=True)
-            return Holdings(
-                True,
-                versions(table, self.group_id, wanted, self.storage_options),
-                claims.claims_of(table, self.group_id, wanted, self.storage_options),
-            )
+        found = self._transactions.latest()
+        if found is None:
+            return Holdings(exists=False)
+        positions = {app_id(found.table_id, self.group_id, tp): tp for tp in wanted}
+        tokens = {claims.claim_app_id(found.table_id, self.group_id, tp): tp for tp in wanted}
+        return Holdings(
+            True,
+            {positions[a]: v for a, v in found.of(positions).items()},
+            {tokens[a]: v for a, v in found.of(tokens).items()},
+        )
 
     def new_token(self) -> int:
         """A fresh claim token."""

@@ -32,11 +32,13 @@ import logging
 import re
 import threading
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
 
-from spark_groups.storage.files import Location, location
+from spark_groups.storage.delta import open_table
+from spark_groups.storage.files import Location, location, table_uri
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -105,14 +107,94 @@ class AppTransactions:
         """Replay the ``txn`` actions of commits ``first .. last``, in order."""
         for v in range(first, last + 1):
             try:
-                text = self.where.read_text(self.where.child(f"{v:020d}.json"))
+                self.apply(v, self.read(v))
             except FileNotFoundError as exc:
                 raise LogNotReplayable(f"commit {v} is not in the log") from exc
-            for line in text.splitlines():
-                if line.startswith('{"txn"'):
-                    txn = json.loads(line)["txn"]
-                    self.versions[txn["appId"]] = int(txn["version"])
-            self.version = v
+
+    def read(self, version: int) -> str:
+        """The text of commit ``version``'s log file (FileNotFoundError: none yet)."""
+        return self.where.read_text(self.where.child(f"{version:020d}.json"))
+
+    def apply(self, version: int, text: str) -> None:
+        """Replay the ``txn`` actions of commit ``version`` (its log file's ``text``)."""
+        for line in text.splitlines():
+            if line.startswith('{"txn"'):
+                txn = json.loads(line)["txn"]
+                self.versions[txn["appId"]] = int(txn["version"])
+        self.version = version
+
+
+@dataclass(frozen=True)
+class TableTransactions:
+    """A table's app transactions at one version: from a replayed map, or (``table``) from
+    delta-rs one id at a time (step 3 of the module doc)."""
+
+    table_id: str
+    version: int
+    replayed: Mapping[str, int] | None = None
+    table: DeltaTable | None = None
+
+    def of(self, app_ids: Iterable[str]) -> dict[str, int]:
+        """The version of each of ``app_ids``; ids never set are absent."""
+        if self.replayed is not None:
+            return {a: self.replayed[a] for a in app_ids if a in self.replayed}
+        assert self.table is not None
+        return transaction_versions(self.table, app_ids)
+
+
+class LatestTransactions:
+    """The app transactions of the table at ``path`` at its newest version, for a reader that
+    needs nothing else of the table (the source's safe point asking what the sink's table
+    holds): a delta-rs load the first time, then only the ``txn`` lines of the commits made
+    since, found by reading the next commit file until there is none (no listing, no
+    snapshot to update). It loads again when the commit it last read changed (the table was
+    made again at its path), when a commit changes the table's metadata, and after any
+    error. One object serves one thread at a time."""
+
+    def __init__(self, path: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.uri = table_uri(path)
+        self.storage_options = dict(storage_options) if storage_options else None
+        self._map: AppTransactions | None = None
+        self._table_id = ""
+        self._held = ""  # the text of the commit the map last read
+
+    def latest(self) -> TableTransactions | None:
+        """The transactions at the newest version (None while there is no table)."""
+        found = self._map
+        if found is not None and found.version is not None:
+            try:
+                if found.read(found.version) == self._held:
+                    self._forward(found)
+                    return TableTransactions(self._table_id, found.version, found.versions)
+            except Exception:  # loaded anew, below
+                pass
+        self._map = None
+        table = open_table(self.uri, self.storage_options)
+        if table is None:
+            return None
+        table_id, version = str(table.metadata().id), table.version()
+        if RETENTION_PROPERTY in (table.metadata().configuration or {}):
+            return TableTransactions(table_id, version, table=table)
+        found = AppTransactions(self.uri, self.storage_options)
+        try:
+            found.at(version)
+            self._held = found.read(version)
+        except LogNotReplayable:
+            return TableTransactions(table_id, version, table=table)
+        self._map, self._table_id = found, table_id
+        return TableTransactions(table_id, version, found.versions)
+
+    def _forward(self, found: AppTransactions) -> None:
+        assert found.version is not None
+        while True:
+            try:
+                text = found.read(found.version + 1)
+            except FileNotFoundError:
+                return
+            if '{"metaData"' in text:
+                raise LogNotReplayable("the table's metadata changed")
+            found.apply(found.version + 1, text)
+            self._held = text
 
 
 _maps: dict[tuple, AppTransactions] = {}

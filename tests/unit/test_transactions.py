@@ -11,7 +11,11 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from spark_groups.storage import transactions
-from spark_groups.storage.transactions import RETENTION_PROPERTY, transaction_versions
+from spark_groups.storage.transactions import (
+    RETENTION_PROPERTY,
+    LatestTransactions,
+    transaction_versions,
+)
 
 IDS = [f"app-{i}" for i in range(12)]
 
@@ -98,3 +102,32 @@ def test_a_multi_part_checkpoint_is_left_to_delta_rs(tmp_path: Path) -> None:
     assert delta_rs(table), "delta-rs reads the one-part checkpoint"
     assert transaction_versions(table, IDS) == delta_rs(table)
     assert all(m.unreplayable for m in transactions._maps.values())
+
+
+def test_the_newest_transactions_follow_new_commits_a_new_table_and_new_metadata(
+    tmp_path: Path,
+) -> None:
+    newest = LatestTransactions(str(tmp_path))
+    assert newest.latest() is None
+    make_table(tmp_path)
+    grow(tmp_path, 7, checkpoint_at=(3,))
+    for more in range(3):  # commits by others between two looks
+        found = newest.latest()
+        table = DeltaTable(str(tmp_path))
+        assert found is not None and found.version == table.version()
+        assert found.table_id == str(table.metadata().id)
+        assert found.of(IDS) == delta_rs(table) and found.replayed is not None
+        grow(tmp_path, 2 + more, start=100 + 10 * more)
+    shutil.rmtree(tmp_path)  # made again at the same path, with as many commits as before
+    make_table(tmp_path)
+    grow(tmp_path, found.version, start=500)
+    table = DeltaTable(str(tmp_path))
+    found = newest.latest()
+    assert found is not None and found.table_id == str(table.metadata().id)
+    assert found.of(IDS) == delta_rs(table)
+    DeltaTable(str(tmp_path)).alter.set_table_properties({RETENTION_PROPERTY: "interval 1 days"})
+    grow(tmp_path, 2, start=900)
+    found = newest.latest()
+    table = DeltaTable(str(tmp_path))
+    assert found is not None and found.replayed is None, "delta-rs answers: they expire"
+    assert found.version == table.version() and found.of(IDS) == delta_rs(table)

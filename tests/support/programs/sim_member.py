@@ -161,7 +161,7 @@ def main() -> None:
             checkpoint.commit(spark_id)
             stream.commit_durable(start)
     stop_file = Path(spec["stop_file"])
-    trigger_at = time.monotonic()
+    trigger_at, cpu_s = time.monotonic(), time.process_time()
     while not stop_file.exists():
         time.sleep(max(0.0, trigger_at - time.monotonic()))
         trigger_at = time.monotonic() + trigger_s
@@ -179,7 +179,8 @@ def main() -> None:
         durable = time.perf_counter()
         stream.commit_durable(batch)  # Spark's commit() of 4.2+
         durable_ms = (time.perf_counter() - durable) * 1000
-        stats.write({"plan_ms": plan_ms, "durable_ms": durable_ms, **row})
+        cpu_ms, cpu_s = (time.process_time() - cpu_s) * 1000, time.process_time()
+        stats.write({"plan_ms": plan_ms, "durable_ms": durable_ms, "cpu_ms": cpu_ms, **row})
         start = batch
     stream.stop()
     print("STOPPED", flush=True)
