@@ -90,7 +90,7 @@ class SimGroup:
 
 def _own(scratch: Path, i: int) -> dict[str, str]:
     """Member ``i``'s own checkpoint and stats file."""
-    return {"checkpoint": str(scratch / f"cp-{i:02d}"), "stats": str(scratch / f"stats-{i:02d}.jsonl")}
+    return {"checkpoint": str(scratch / f"cp-{i:02d}"), "stats": str(scratch / f"s-{i:02d}.jsonl")}
 
 
 def commit_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:

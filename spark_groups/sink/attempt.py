@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+#: How many times a failed commit's table is read to tell whether the commit landed.
+READ_BACK_ATTEMPTS = 3
 #: How many commits after its snapshot a commit's version is looked for.
 SEARCHED_COMMITS = 50
 
@@ -48,15 +51,18 @@ COMMIT_INFO_KEYS = (
     "spark_groups.outside",
 )
 
-#: What an attempt that did not raise came to.
-Outcome = Literal["ok", "conflict"]
+#: What an attempt that did not raise came to: committed; a concurrent commit of the same
+#: partitions or claims; or an error after which the commit is certainly not in the table
+#: (a storage error, a log listed while another writer's commit appeared: worth deciding
+#: again on a fresh snapshot, :attr:`CommitAttempt.last_error` says what).
+Outcome = Literal["ok", "conflict", "failed"]
 
 
 class CommitUnknownError(SinkError):
     """A commit failed in a way that leaves it unknown whether it landed."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class CommitAttempt:
     """Commits batch decisions to ``table`` as ``member`` of the consumer group
     ``group_id`` (whose transaction ids the commits set)."""
@@ -64,6 +70,8 @@ class CommitAttempt:
     table: SinkTable
     group_id: str
     member: str
+    #: The error of the last attempt that came to "failed".
+    last_error: str = ""
 
     def attempt(
         self,
@@ -124,10 +132,14 @@ class CommitAttempt:
                     f"({type(exc).__name__}: {exc}) and the table cannot be read to tell whether "
                     "it landed; its files were left in place"
                 ) from exc
-            raise SinkError(
-                f"sink {self.table.path}: batch {plan.batch_id}: the commit failed: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.warning(
+                "sink %s: batch %d: the commit failed and is not in the table: %s",
+                self.table.path,
+                plan.batch_id,
+                self.last_error,
+            )
+            return "failed"
         return "ok"
 
     def info(self, plan: BatchPlan, decision: BatchDecision) -> dict[str, str]:
@@ -160,18 +172,25 @@ class CommitAttempt:
         return info
 
     def landed(self, decision: BatchDecision) -> bool | None:
-        """Whether the commit of ``decision`` is in the table (None: cannot tell)."""
-        try:
-            table = self.table.load()
-            if table is None:
-                return False
-            if decision.keep:
-                return bool(referenced(table, [decision.keep[0].path]))
-            found = versions(table, self.group_id, decision.txns, self.table.storage_options)
-            return all(found.get(tp) == until for tp, until in decision.txns.items())
-        except Exception as exc:
-            log.warning("sink %s: cannot read the table back: %s", self.table.path, exc)
-            return None
+        """Whether the commit of ``decision`` is in the table (None: cannot tell, after
+        :data:`READ_BACK_ATTEMPTS` tries)."""
+        for attempt in range(1, READ_BACK_ATTEMPTS + 1):
+            try:
+                return self._landed(decision)
+            except Exception as exc:
+                path = self.table.path
+                log.warning("sink %s: cannot read the table back (try %d): %s", path, attempt, exc)
+                time.sleep(0.1 * attempt)
+        return None
+
+    def _landed(self, decision: BatchDecision) -> bool:
+        table = self.table.load()
+        if table is None:
+            return False
+        if decision.keep:
+            return bool(referenced(table, [decision.keep[0].path]))
+        found = versions(table, self.group_id, decision.txns, self.table.storage_options)
+        return all(found.get(tp) == until for tp, until in decision.txns.items())
 
     def version_of(
         self, plan: BatchPlan, decision: BatchDecision, snapshot: DeltaTable | None = None

@@ -218,8 +218,9 @@ class DeltaSink:
            files, return.
         5. **Commit** the kept files and one transaction id per partition written (and its
            claim again, when the batch read it under one), on that snapshot. A concurrent
-           commit of the same partitions or claims (a conflict): wait a moment and go back to
-           2, at most :data:`MAX_COMMIT_ATTEMPTS` times.
+           commit of the same partitions or claims (a conflict), or an error after which the
+           commit is certainly not in the table: wait a moment and go back to 2, at most
+           :data:`MAX_COMMIT_ATTEMPTS` times.
         6. **Clean up**: find the commit's table version, delete the files it does not
            reference (dropped, cut, rewritten), return what went in.
 
@@ -328,8 +329,9 @@ class DeltaSink:
         partition_by: tuple[str, ...],
         staged: StagedFiles,
     ) -> Outcome:
-        """Step 5: commit on the decision's snapshot. A certain failure deletes the files;
-        an unknown outcome keeps them (they may be in the table)."""
+        """Step 5: commit on the decision's snapshot. A certain failure ("failed": the commit
+        is not in the table) is tried again like a conflict; an unknown outcome keeps the
+        files (they may be in the table) and raises."""
         try:
             return self._committer.attempt(snapshot, plan, decision, partition_by)
         except CommitUnknownError:
@@ -343,9 +345,12 @@ class DeltaSink:
         deciding again, or give up after :data:`MAX_COMMIT_ATTEMPTS`, deleting the files."""
         if attempt >= MAX_COMMIT_ATTEMPTS:
             staged.remove()
+            last = self._committer.last_error
             raise SinkError(
                 f"sink {self.path}: batch {plan.batch_id} failed {attempt} times on "
-                "concurrent commits to the same partitions; nothing committed"
+                "concurrent commits to the same partitions"
+                + (f" or on errors (the last: {last})" if last else "")
+                + "; nothing committed"
             )
         delay = random.uniform(0.0, min(1.0, 0.02 * 2**attempt))
         log.info(

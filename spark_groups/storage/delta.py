@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
 
 log = logging.getLogger(__name__)
+
+#: How many times :func:`open_table` tries to load a table before an error propagates.
+OPEN_ATTEMPTS = 3
 
 #: jemalloc settings for delta-rs (its wheel links jemalloc, configured by this environment
 #: variable when the library loads) in the long-lived driver processes spark_groups runs in:
@@ -48,17 +52,27 @@ def bound_allocator() -> None:
 
 
 def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> DeltaTable | None:
-    """The Delta table at ``uri`` at its newest version, or None when there is none (other
-    errors propagate)."""
+    """The Delta table at ``uri`` at its newest version, or None when there is none.
+
+    Other errors are tried again (:data:`OPEN_ATTEMPTS` times in all) before they propagate:
+    a load lists the log, and a listing made while another writer's commit appears can see
+    a later commit file without an earlier one (delta-rs: "Expected contiguous commit files,
+    but found gap"; seen with 40 writers of one table on a local disk)."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
-    try:
-        return DeltaTable(
-            table_uri(uri), storage_options=dict(storage_options) if storage_options else None
-        )
-    except TableNotFoundError:
-        return None
+    options = dict(storage_options) if storage_options else None
+    for attempt in range(1, OPEN_ATTEMPTS + 1):
+        try:
+            return DeltaTable(table_uri(uri), storage_options=options)
+        except TableNotFoundError:
+            return None
+        except Exception as exc:
+            if attempt == OPEN_ATTEMPTS:
+                raise
+            log.debug("opening %s failed (try %d), trying again: %s", uri, attempt, exc)
+            time.sleep(0.05 * attempt)
+    raise AssertionError("unreachable")
 
 
 def create_table(

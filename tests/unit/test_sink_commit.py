@@ -387,6 +387,28 @@ def test_an_error_before_the_commit_deletes_the_files(tmp_path: Path, monkeypatc
     assert committed_positions(str(table), "g1", [TP0]) == {TP0: 2}
 
 
+def test_a_commit_that_failed_and_is_not_in_the_table_is_decided_and_tried_again(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """As delta-rs failing a commit because it listed the log while another writer's commit
+    appeared ("Expected contiguous commit files, but found gap", 40 members on one table)."""
+    table = tmp_path / "t"
+    sink(table).commit(plan(0, {0: (0, 2)}), write_task(table, [rows(0, [0, 1])]), SCHEMA)
+    real = DeltaTable.create_write_transaction
+    calls = []
+
+    def fail_once(self, *args, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("Expected contiguous commit files, but found gap")
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", fail_once)
+    result = sink(table).commit(plan(1, {0: (2, 4)}), write_task(table, [rows(0, [2, 3])]), SCHEMA)
+    assert result.attempts == 2 and result.rows == 2
+    assert offsets_in(table, 0) == [0, 1, 2, 3]
+
+
 def test_two_writers_creating_the_table_at_once_share_it(tmp_path: Path) -> None:
     table = tmp_path / "t"
     files = {p: write_task(table, [rows(p, range(10))]) for p in (0, 1)}
