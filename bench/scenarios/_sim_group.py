@@ -15,7 +15,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+from deltalake import DeltaTable, QueryBuilder
+from deltalake.exceptions import TableNotFoundError
 
 from bench.harness.kafka import percentile
 from spark_groups.storage.files import location
@@ -71,13 +76,20 @@ class SimGroup:
         return sorted(rows, key=lambda r: r["t"])
 
     def failures(self) -> list[str]:
-        """The members' logged errors and failed batches, one line each."""
+        """The members' logged errors (a failed batch ends its member with one), one line
+        each."""
         out = []
         for member in self.members:
             for line in member.log_text().splitlines():
-                if " ERROR " in line or "Traceback" in line or "Error:" in line:
+                if " ERROR " in line or line.startswith("Traceback"):
                     out.append(f"{member.name}: {line[:300]}")
         return out
+
+    def commit_errors(self) -> int:
+        """Commits that failed, were not in the table and were tried again."""
+        return sum(
+            m.log_text().count("the commit failed and is not in the table") for m in self.members
+        )
 
     def first_batch_s(self) -> list[float]:
         """Per member, seconds from its start to its first committed batch with rows."""
@@ -93,11 +105,30 @@ def _own(scratch: Path, i: int) -> dict[str, str]:
     return {"checkpoint": str(scratch / f"cp-{i:02d}"), "stats": str(scratch / f"s-{i:02d}.jsonl")}
 
 
+def in_topics(servers: str, topics: list[str], partitions: int) -> int:
+    """How many records the topics hold (each with ``partitions`` partitions): the sum of
+    their log ends, as the broker answers ListOffsets (what every-record-once counts
+    against, rather than what a producer believes it sent)."""
+    admin = AdminClient({"bootstrap.servers": servers})
+    wanted = {TopicPartition(t, p): OffsetSpec.latest() for t in topics for p in range(partitions)}
+    return sum(f.result(timeout=60).offset for f in admin.list_offsets(wanted).values())
+
+
+def table_rows(table: str, storage: Mapping[str, str]) -> int:
+    """How many rows the table holds now (0 while there is none)."""
+    try:
+        return DeltaTable(table, storage_options=dict(storage) or None).count()
+    except TableNotFoundError:
+        return 0
+
+
 def commit_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The sink commits of ``rows`` (batches): p50/p99/max, retried ones, per second."""
     if not rows:
         return {"batches": 0}
     commits = [r["commit_ms"] for r in rows]
+    # delta-rs writes a checkpoint after every 100th version, in that commit's call.
+    checkpointing = [r["commit_ms"] for r in rows if r["version"] and r["version"] % 100 == 0]
     span = rows[-1]["t"] - rows[0]["t"]
     return {
         "batches": len(rows),
@@ -109,6 +140,9 @@ def commit_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "plan_p50_ms": round(percentile([r["plan_ms"] for r in rows], 0.5), 1),
         "durable_p50_ms": round(percentile([r["durable_ms"] for r in rows], 0.5), 1),
         "cpu_p50_ms": round(percentile([r["cpu_ms"] for r in rows], 0.5), 1),
+        "checkpointing_commit_p50_ms": round(percentile(checkpointing, 0.5), 1)
+        if checkpointing
+        else None,
         "retried": sum(1 for r in rows if r["attempts"] > 1),
         "attempts_max": max(r["attempts"] for r in rows),
     }
@@ -116,14 +150,25 @@ def commit_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def every_record_once(table: str, storage: Mapping[str, str], sent: int) -> dict[str, int]:
     """What the table holds of ids ``0 .. sent-1`` (one per offset: the producer is
-    idempotent): missing, duplicated, unexpected."""
+    idempotent): missing, duplicated, unexpected; and the (topic, partition, offset) held
+    more than once."""
     counts = Counter(table_ids(table, storage or None))
+    dt = DeltaTable(table, storage_options=dict(storage) or None)
+    twice = (
+        QueryBuilder()
+        .register("t", dt)
+        .execute(
+            'SELECT count(*) AS n FROM (SELECT topic, partition, "offset" FROM t '
+            'GROUP BY topic, partition, "offset" HAVING count(*) > 1)'
+        )
+    )
     return {
         "sent": sent,
         "rows": sum(counts.values()),
         "missing": sum(1 for i in range(sent) if i not in counts),
         "duplicated": sum(1 for c in counts.values() if c > 1),
         "unexpected": sum(1 for i in counts if not 0 <= i < sent),
+        "offsets_twice": int(pa.table(twice.read_all()).column("n")[0].as_py()),
     }
 
 

@@ -164,3 +164,13 @@ def test_a_failed_fetch_is_a_membership_error_and_a_denial_an_authorization_erro
         commits.committed_with_metadata(
             on(StandInConsumer(answer=answer)), [T0], 5.0, config=CONFIG
         )
+
+
+def test_a_commit_is_cut_into_requests_under_the_byte_budget() -> None:
+    partitions = [TopicPartition("topic", p) for p in range(100)]
+    record = len("topic") + 10 + commits.RECORD_FRAMING_BYTES
+    requests = commits.in_requests(partitions, "m" * 10, budget=record * 30)
+    assert [len(r) for r in requests] == [30, 30, 30, 10]
+    assert [tp for r in requests for tp in r] == partitions  # all, in order
+    assert commits.in_requests(partitions[:3], "", budget=1) == [[tp] for tp in partitions[:3]]
+    assert commits.in_requests([], "x") == []

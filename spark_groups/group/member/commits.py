@@ -25,6 +25,12 @@ from spark_groups.offsets import TopicPartition
 
 T = TypeVar("T")
 
+#: The most bytes of offset records one OffsetCommit request carries (:func:`in_requests`):
+#: half of ``__consumer_offsets``' default ``max.message.bytes``.
+REQUEST_BYTES = 512 * 1024
+#: What an offset record takes beyond its topic and metadata (key, value, batch framing).
+RECORD_FRAMING_BYTES = 64
+
 
 class OnOwnerThread(Protocol):
     """Runs ``fn(consumer)`` on the member's owner thread: :meth:`GroupMember.call`."""
@@ -47,6 +53,30 @@ def to_kafka(
     return [
         KafkaTopicPartition(p.topic, p.partition, offsets[p], metadata=metadata) for p in partitions
     ]
+
+
+def in_requests(
+    partitions: list[TopicPartition], metadata: str, budget: int = REQUEST_BYTES
+) -> list[list[TopicPartition]]:
+    """``partitions`` cut into the OffsetCommit requests that carry them: each at most
+    ``budget`` bytes of offset records (topic, metadata and ~64 bytes of framing each).
+
+    The broker writes one request's offsets to ``__consumer_offsets`` as one record batch,
+    and refuses a batch over that topic's ``max.message.bytes`` (1 MB by default) with an
+    error librdkafka reports as "Unknown broker error": 2,500 partitions with 400 bytes of
+    metadata failed so (issue 45), and a metadata string names the sink's table path, up to
+    1,024 characters. Offsets are committed per partition in any case; one request was never
+    needed for correctness."""
+    requests: list[list[TopicPartition]] = []
+    size = budget
+    for tp in partitions:
+        record = len(tp.topic) + len(metadata.encode()) + RECORD_FRAMING_BYTES
+        if size + record > budget:
+            requests.append([])
+            size = 0
+        requests[-1].append(tp)
+        size += record
+    return requests
 
 
 def committed_with_metadata(
@@ -117,7 +147,10 @@ def commit(
         if not kept:
             return []
         sent_under.append(generation())
-        return consumer.commit(offsets=to_kafka(sorted(kept), kept, metadata), asynchronous=False)
+        answers: list[KafkaTopicPartition] = []
+        for part in in_requests(sorted(kept), metadata or ""):
+            answers += consumer.commit(offsets=to_kafka(part, kept, metadata), asynchronous=False)
+        return answers
 
     try:
         result = call(commit, timeout_s)

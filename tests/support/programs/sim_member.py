@@ -14,8 +14,9 @@ second, so the matrix runs every cell.
 SPEC keys: ``servers``, ``topic``, ``group``, ``table``, ``checkpoint``, ``member`` (its name),
 ``stop_file``, ``kafka`` (librdkafka settings of the member), ``max_records``; for the
 benchmarks also ``storage`` (delta-rs storage options of the table, an S3 server's say),
-``trigger_s`` (Spark's ``processingTime``: a batch starts at most that often) and ``stats``
-(a file to which each batch appends one JSON line of its timings). The crash points
+``trigger_s`` (Spark's ``processingTime``: a batch starts at most that often), ``stats`` (a
+file to which each batch appends one JSON line of its timings) and ``compact_every`` (the
+sink's ``compactEvery``). The crash points
 (``spark_groups.crash_points``) fire from the environment the test sets.
 """
 
@@ -36,7 +37,9 @@ from spark_groups.offsets import BatchOffset
 from spark_groups.options import parse_options
 from spark_groups.read.reader import read_ranges
 from spark_groups.sink.arbiter import for_source
+from spark_groups.sink.autocompact import compact_if_due
 from spark_groups.sink.commit import DeltaSink
+from spark_groups.sink.options import SinkOptions
 from spark_groups.sink.plan import read_batch_plan
 from spark_groups.sink.writer import TaskFileWriter
 from spark_groups.storage.checkpoint import is_committed, latest_logged, spark_batch_id
@@ -104,6 +107,10 @@ def run_batch(
     plan = read_batch_plan(spec["checkpoint"], spark_id, group_id=spec["group"])
     committing = time.perf_counter()
     result = sink.commit(plan, files, SCHEMA)
+    every = spec.get("compact_every", 0)
+    options = SinkOptions(spec["table"], spec["group"], spec["checkpoint"], member=spec["member"],
+                          compact_every=every, storage_options=spec.get("storage"))  # fmt: skip
+    compacted = compact_if_due(options, spec["table"], result.version)
     return {
         "batch": spark_id,
         "task_ms": (committing - started) * 1000,
@@ -111,6 +118,7 @@ def run_batch(
         "attempts": result.attempts,
         "version": result.version,
         "rows": result.rows,
+        "compacted": compacted,
     }
 
 
@@ -129,7 +137,8 @@ class Stats:
 def main() -> None:
     spec = json.loads(sys.argv[1])
     logging.basicConfig(
-        level=logging.INFO, format=f"%(asctime)s {spec['member']} %(name)s %(message)s"
+        level=logging.INFO,
+        format=f"%(asctime)s {spec['member']} %(levelname)s %(name)s %(message)s",
     )
     options = parse_options(
         {
