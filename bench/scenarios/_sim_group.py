@@ -25,7 +25,7 @@ from deltalake.exceptions import TableNotFoundError
 from bench.harness.kafka import percentile
 from spark_groups.storage.files import location
 
-from support.members import SIM_MEMBER, Member, stop_all
+from support.members import SIM_MEMBER, Member
 from support.tables import table_ids
 
 
@@ -56,15 +56,21 @@ class SimGroup:
             member.start()
             time.sleep(stagger_s)
 
-    def stop(self) -> None:
-        """Ask every member to stop and wait; AssertionError (with its log) for one that
-        failed."""
-        try:
-            stop_all(self.members, self.stop_file, timeout_s=180)
-        finally:
-            for member in self.members:
-                member.kill()
-                member.reap()
+    def stop(self) -> list[str]:
+        """Ask every member to stop and wait; the members that exited with an error (a
+        failed batch ends its member), with their exit codes."""
+        self.stop_file.touch()
+        failed = []
+        for member in self.members:
+            try:
+                code = member.wait(180)
+            except AssertionError:
+                code = None
+            if code != 0:
+                failed.append(f"{member.name} exited with {code}")
+            member.kill()
+            member.reap()
+        return failed
 
     def batches(self) -> list[dict[str, Any]]:
         """Every batch of every member so far, with ``member``, oldest first."""
@@ -180,7 +186,13 @@ def log_facts(table: str, storage: Mapping[str, str]) -> dict[str, Any]:
     checkpoints = sorted(
         (i for i in infos if ".checkpoint" in i.path), key=lambda i: int(Path(i.path).name[:20])
     )
+    at_checkpoint = None
+    if checkpoints:  # the live files the newest checkpoint lists
+        version = int(Path(checkpoints[-1].path).name[:20])
+        dt = DeltaTable(table, version=version, storage_options=dict(storage) or None)
+        at_checkpoint = dt.get_add_actions().num_rows
     return {
+        "checkpoint_files": at_checkpoint,
         "commits": len(commits),
         "commit_bytes_avg": round(sum(i.size for i in commits) / max(1, len(commits))),
         "checkpoints": len(checkpoints),

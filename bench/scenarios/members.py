@@ -109,7 +109,7 @@ def run_one(
                    poll_s=1.0)  # fmt: skip
     finally:
         flow.stopping.set()
-        group.stop()
+        exited = group.stop()
     window = [r for r in group.batches() if counted[0] <= r["t"] <= counted[1]]
     starts = group.first_batch_s()
     return {
@@ -118,7 +118,7 @@ def run_one(
         "cores_busy": _round(busy.cores_busy(counted)),
         "first_batch_p50_s": round(percentile(starts, 0.5), 1),
         "first_batch_max_s": round(max(starts), 1),
-        "failures": group.failures()[:20],
+        "failures": (exited + group.failures())[:20],
         "commit_errors_retried": group.commit_errors(),
         "records": every_record_once(group.table, storage, sent),
         "log": log_facts(group.table, storage),
@@ -132,28 +132,55 @@ def render(results: dict[str, Any]) -> str:
         "## Members per table (issue 45)",
         "",
         f"`{results['command']}`, {results['when']}, load average {results['load_before']} "
-        f"before. {a['partitions']} partitions, {a['rate']:,} records/s, a {a['trigger']} s "
-        f"trigger, {a['seconds']} s counted per run; simulated members (the product without "
-        "Spark's JVM).",
+        f"before, {results['machine']['cores']} cores. {a['partitions']} partitions, "
+        f"{a['rate']:,} records/s, a {a['trigger']} s trigger, {a['seconds']} s counted per "
+        "run, one new table per run; simulated members (the product without Spark's JVM, "
+        "`tests/support/programs/sim_member.py`). *Member CPU*: the member process's CPU time "
+        "per batch (p50). *Retried*: batches whose commit met a concurrent commit of the same "
+        "ids / commits that failed, were not in the table and were tried again. "
+        "*Checkpointing*: the commits whose version is a multiple of 100 (delta-rs writes the "
+        "checkpoint in that call).",
         "",
-        "| store | members | batches/s (per member) | commit p50 | p99 | max | retried | "
-        "failed | first batch p50 / max (s) | cores busy | commits | checkpoint | every record "
-        "once |",
-        "| --- " + "| ---: " * 11 + "| --- |",
+        "| store | members | batches/s (per member) | member CPU | commit p50 | p99 | "
+        "checkpointing | retried | failed | join to first batch, max | cores busy | "
+        "checkpoint (files) | an hour: log, checkpoint | every record once |",
+        "| --- " + "| ---: " * 12 + "| --- |",
     ]
     for r in results["runs"]:
-        rec = r["records"]
+        if "aborted" in r:
+            lines.append(f"| {r['store']} | {r['members']} | run aborted: {r['aborted']} |")
+            continue
+        rec, log = r["records"], r["log"]
         once = not any(rec[k] for k in ("missing", "duplicated", "unexpected", "offsets_twice"))
+        files = log.get("checkpoint_files")
         lines.append(
             f"| {r['store']} | {r['members']} | {r['batches_per_s']} "
-            f"({r['per_member_batches_per_s']}) | {r['commit_p50_ms']:.0f} ms | "
-            f"{r['commit_p99_ms']:.0f} ms | {r['commit_max_ms']:.0f} ms | {r['retried']} | "
-            f"{len(r['failures'])} | {r['first_batch_p50_s']} / {r['first_batch_max_s']} | "
-            f"{r['cores_busy']} | {r['log']['commits']:,} | "
-            f"{r['log']['checkpoint_bytes'] / 1e6:.1f} MB | "
+            f"({r['per_member_batches_per_s']}) | {r['cpu_p50_ms']:.0f} ms | "
+            f"{r['commit_p50_ms']:,.0f} ms | {r['commit_p99_ms']:,.0f} ms | "
+            f"{_ms(r.get('checkpointing_commit_p50_ms'))} | {r['retried']} / "
+            f"{r['commit_errors_retried']} | {len(r['failures'])} | {r['first_batch_max_s']} s | "
+            f"{r['cores_busy']} | {log['checkpoint_bytes'] / 1e6:.2f} MB "
+            f"({'?' if files is None else f'{files:,}'}) | {_hour(r, a)} | "
             f"{'yes' if once else 'NO: ' + json.dumps(rec)} |"
         )
     return "\n".join(lines)
+
+
+def _hour(r: dict[str, Any], a: dict[str, Any]) -> str:
+    """An hour at the run's rate, from its sizes: the commit files written, and the
+    checkpoint's size without compaction (one live file per partition per batch)."""
+    log = r["log"]
+    log_mb = r["batches_per_s"] * 3600 * log["commit_bytes_avg"] / 1e6
+    files = log.get("checkpoint_files")
+    if not files:
+        return f"{log_mb:,.0f} MB,"
+    per_file = log["checkpoint_bytes"] / files
+    hour_files = a["partitions"] * 3600 / a["trigger"]
+    return f"{log_mb:,.0f} MB, {per_file * hour_files / 1e6:,.0f} MB"
+
+
+def _ms(x: float | None) -> str:
+    return "" if x is None else f"{x:,.0f} ms"
 
 
 def _round(x: float | None) -> float | None:

@@ -107,7 +107,7 @@ def run_one(servers: str, count: int, args: argparse.Namespace) -> dict[str, Any
     finally:
         for flow in flows:
             flow.stopping.set()
-        group.stop()
+        exited = group.stop()
     window = [r for r in group.batches() if counted[0] <= r["t"] <= counted[1]]
     driver = [r["plan_ms"] + r["durable_ms"] for r in window]
     return {
@@ -118,7 +118,7 @@ def run_one(servers: str, count: int, args: argparse.Namespace) -> dict[str, Any
         "first_batch_s": [round(x, 1) for x in first_starts],
         "resume_s": round(resume_s, 1),
         "peak_rss_mb": peaks,
-        "failures": group.failures()[:20],
+        "failures": (exited + group.failures())[:20],
         "records": _once(group, sent, topics),
         "log": log_facts(group.table, {}),
     }
@@ -164,6 +164,9 @@ def render(results: dict[str, Any]) -> str:
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in results["runs"]:
+        if "aborted" in r:
+            lines.append(f"| {r['partitions']:,} | run aborted: {r['aborted']} |")
+            continue
         rss = max(v for v in r["peak_rss_mb"].values() if v is not None)
         once = r["records"]["rows"] == r["records"]["sent"] and not r["records"]["offsets_twice"]
         lines.append(

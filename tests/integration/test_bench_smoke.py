@@ -127,3 +127,25 @@ def test_latency_side_measures_every_record_produced(
                "sides": {"kafka-group -> `delta-group` (`offsets.table` and `sink.table` set)":
                          {"500": found}}}  # fmt: skip
     assert "| kafka-group -> `delta-group`" in render(results)
+
+
+def test_members_scenario_counts_every_record_of_a_small_group(
+    bootstrap_servers: str, tmp_path: Path
+) -> None:
+    """The members-per-table scenario, tiny: three simulated members on one table; every
+    record once, batches counted with their commit times, the table's log measured."""
+    from argparse import Namespace
+
+    from bench.scenarios.members import render, run_one
+
+    args = Namespace(partitions=6, rate=200, trigger=0.5, seconds=3, compact_every=0)
+    found = run_one(bootstrap_servers, str(tmp_path), {}, tmp_path, 3, args)
+    assert found["failures"] == [] and found["batches"] >= 3
+    assert found["records"]["sent"] > 0 and found["records"]["rows"] == found["records"]["sent"]
+    assert not any(found["records"][k] for k in ("missing", "duplicated", "offsets_twice"))
+    assert 0 < found["commit_p50_ms"] <= found["commit_p99_ms"] and found["cpu_p50_ms"] > 0
+    assert found["log"]["commits"] >= found["batches"]
+    results = {"command": "python -m bench members", "when": "now", "load_before": "0",
+               "machine": {"cores": "2"}, "args": {**vars(args)},
+               "runs": [{"store": "local", "members": 3, **found}]}  # fmt: skip
+    assert "| local | 3 |" in render(results)

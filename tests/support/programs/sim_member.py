@@ -171,8 +171,10 @@ def main() -> None:
             stream.commit_durable(start)
     stop_file = Path(spec["stop_file"])
     trigger_at, cpu_s = time.monotonic(), time.process_time()
-    while not stop_file.exists():
+    while True:
         time.sleep(max(0.0, trigger_at - time.monotonic()))
+        if stop_file.exists():  # looked at after the wait, as before the trigger existed
+            break
         trigger_at = time.monotonic() + trigger_s
         planning = time.perf_counter()
         planned = stream.latest_offset(start.to_json(), options.max_offsets_per_trigger)
