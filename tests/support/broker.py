@@ -28,10 +28,18 @@ def unique(prefix: str) -> str:
 
 def create_topics(servers: str, partitions: int, names: Sequence[str]) -> list[str]:
     """Create the topics ``names`` on ``servers``, ``partitions`` partitions each (one
-    replica); returns ``names``."""
+    replica), and wait until the broker's metadata shows them; returns ``names``. (The
+    controller answers before the broker has made the partitions: right after a topic of
+    1,000 partitions, members of the next tests found their fresh topics missing.)"""
     admin = AdminClient({"bootstrap.servers": servers})
     for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
         future.result(timeout=60)
+
+    def described() -> bool:
+        known = admin.list_topics(timeout=30).topics
+        return all(n in known and len(known[n].partitions) == partitions for n in names)
+
+    wait_until(described, 120, f"the topics {list(names)} in the broker's metadata", poll_s=0.05)
     return list(names)
 
 
