@@ -28,7 +28,9 @@ for records to be produced); one Spark end-to-end cell per point lives in
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -165,7 +167,13 @@ def run_cell(servers: str, topic: str, point: str, sig: str, owner: str, root: P
             60,
             f"the crash point {point}\n{a.log_text()[-3000:]}",
         )
-        a.wait(60)
+        try:
+            a.wait(60)
+        except AssertionError:  # its threads' stacks into its log, to tell where it hung
+            a.signal(signal.SIGUSR1, group=False)
+            with contextlib.suppress(AssertionError):
+                wait_until(lambda: "most recent call first" in a.log_text(), 10, poll_s=0.2)
+            raise AssertionError(f"A did not exit\n{a.log_text()[-6000:]}") from None
         step("crashed")
         a.reap()  # whatever is left of its process group
         if owner == "restart":

@@ -22,9 +22,11 @@ sink's ``compactEvery``). The crash points
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -136,6 +138,9 @@ class Stats:
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
+    # SIGUSR1 writes every thread's stack to the log, also while the main thread is in a
+    # native call: what a test sends a member that did not exit in time.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.basicConfig(
         level=logging.INFO,
         format=f"%(asctime)s {spec['member']} %(levelname)s %(name)s %(message)s",
