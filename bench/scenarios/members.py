@@ -172,6 +172,10 @@ def _hour(r: dict[str, Any], a: dict[str, Any]) -> str:
     log = r["log"]
     log_mb = r["batches_per_s"] * 3600 * log["commit_bytes_avg"] / 1e6
     files = log.get("checkpoint_files")
+    if a.get("compact_every") and log.get("checkpoint_version"):
+        # Compacted: few live files; the checkpoint grows by the removed files' tombstones.
+        grows = log["checkpoint_bytes"] / log["checkpoint_version"] * r["batches_per_s"] * 3600
+        return f"{log_mb:,.0f} MB, +{grows / 1e6:,.0f} MB/h of tombstones"
     if not files:
         return f"{log_mb:,.0f} MB,"
     per_file = log["checkpoint_bytes"] / files
