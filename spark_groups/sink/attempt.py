@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -28,7 +27,7 @@ from spark_groups.sink.claims import claim_app_id
 from spark_groups.sink.decision import BatchDecision
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.table import SinkTable, app_id, referenced, versions
-from spark_groups.storage.files import location
+from spark_groups.storage.files import Location, location
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -36,8 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: How many times a failed commit's table is read to tell whether the commit landed.
-READ_BACK_ATTEMPTS = 3
 #: How many commits after its snapshot a commit's version is looked for.
 SEARCHED_COMMITS = 50
 
@@ -172,25 +169,19 @@ class CommitAttempt:
         return info
 
     def landed(self, decision: BatchDecision) -> bool | None:
-        """Whether the commit of ``decision`` is in the table (None: cannot tell, after
-        :data:`READ_BACK_ATTEMPTS` tries)."""
-        for attempt in range(1, READ_BACK_ATTEMPTS + 1):
-            try:
-                return self._landed(decision)
-            except Exception as exc:
-                path = self.table.path
-                log.warning("sink %s: cannot read the table back (try %d): %s", path, attempt, exc)
-                time.sleep(0.1 * attempt)
-        return None
-
-    def _landed(self, decision: BatchDecision) -> bool:
-        table = self.table.load()
-        if table is None:
-            return False
-        if decision.keep:
-            return bool(referenced(table, [decision.keep[0].path]))
-        found = versions(table, self.group_id, decision.txns, self.table.storage_options)
-        return all(found.get(tp) == until for tp, until in decision.txns.items())
+        """Whether the commit of ``decision`` is in the table (None: cannot tell; loading the
+        table is itself tried :data:`~spark_groups.storage.delta.OPEN_ATTEMPTS` times)."""
+        try:
+            table = self.table.load()
+            if table is None:
+                return False
+            if decision.keep:
+                return bool(referenced(table, [decision.keep[0].path]))
+            found = versions(table, self.group_id, decision.txns, self.table.storage_options)
+            return all(found.get(tp) == until for tp, until in decision.txns.items())
+        except Exception as exc:
+            log.warning("sink %s: cannot read the table back: %s", self.table.path, exc)
+            return None
 
     def version_of(
         self, plan: BatchPlan, decision: BatchDecision, snapshot: DeltaTable | None = None
@@ -204,10 +195,10 @@ class CommitAttempt:
         info = self.info(plan, decision)
         try:
             if snapshot is not None:
-                for version in range(
-                    snapshot.version() + 1, snapshot.version() + 1 + SEARCHED_COMMITS
-                ):
-                    carries = self._carries(version, info)
+                where = location(self.table.uri, self.table.storage_options)
+                first = snapshot.version() + 1
+                for version in range(first, first + SEARCHED_COMMITS):
+                    carries = _carries(where, version, info)
                     if carries is None:
                         break
                     if carries:
@@ -222,18 +213,19 @@ class CommitAttempt:
             log.debug("sink %s: cannot find the commit's version: %s", self.table.path, exc)
         return None
 
-    def _carries(self, version: int, info: Mapping[str, str]) -> bool | None:
-        """Whether the table's commit ``version`` carries ``info`` (None: no such commit)."""
-        where = location(self.table.uri, self.table.storage_options)
-        try:
-            text = where.read_text(where.child(f"_delta_log/{version:020d}.json"))
-        except FileNotFoundError:
-            return None
-        for line in text.splitlines():
-            if line.startswith('{"commitInfo"'):
-                commit = json.loads(line)["commitInfo"]
-                return all(commit.get(k) == info.get(k) for k in COMMIT_INFO_KEYS)
-        return False
+
+def _carries(where: Location, version: int, info: Mapping[str, str]) -> bool | None:
+    """Whether the commit ``version`` of the table at ``where`` carries ``info`` (None: no
+    such commit)."""
+    try:
+        text = where.read_text(where.child(f"_delta_log/{version:020d}.json"))
+    except FileNotFoundError:
+        return None
+    for line in text.splitlines():
+        if line.startswith('{"commitInfo"'):
+            commit = json.loads(line)["commitInfo"]
+            return all(commit.get(k) == info.get(k) for k in COMMIT_INFO_KEYS)
+    return False
 
 
 def txns_text(group_id: str, txns: Mapping[TopicPartition, int]) -> str:

@@ -49,8 +49,6 @@ log = logging.getLogger(__name__)
 RETENTION_PROPERTY = "delta.setTransactionRetentionDuration"
 #: At most this many maps are kept (tables x storage options x threads).
 MAX_MAPS = 64
-#: A classic single-file checkpoint and its version.
-_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 #: Any checkpoint file (multi-part and V2 ones too) and its version.
 _ANY_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.")
 
@@ -139,7 +137,7 @@ class TableTransactions:
         if self.replayed is not None:
             return {a: self.replayed[a] for a in app_ids if a in self.replayed}
         assert self.table is not None
-        return transaction_versions(self.table, app_ids)
+        return _one_by_one(self.table, app_ids)
 
 
 class LatestTransactions:
@@ -212,8 +210,13 @@ def transaction_versions(
     known = _replayed(table, storage_options)
     if known is not None:
         return {a: known[a] for a in wanted if a in known}
+    return _one_by_one(table, wanted)
+
+
+def _one_by_one(table: DeltaTable, app_ids: Iterable[str]) -> dict[str, int]:
+    """delta-rs' answer for each of ``app_ids``, one call (one log replay) each."""
     out: dict[str, int] = {}
-    for app in wanted:
+    for app in app_ids:
         found = table.transaction_version(app)
         if found is not None:
             out[app] = int(found)

@@ -69,8 +69,9 @@ def in_requests(
     needed for correctness."""
     requests: list[list[TopicPartition]] = []
     size = budget
+    fixed = len(metadata.encode()) + RECORD_FRAMING_BYTES
     for tp in partitions:
-        record = len(tp.topic) + len(metadata.encode()) + RECORD_FRAMING_BYTES
+        record = len(tp.topic) + fixed
         if size + record > budget:
             requests.append([])
             size = 0

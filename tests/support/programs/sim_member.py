@@ -85,7 +85,12 @@ def _atomic(path: Path, text: str) -> None:
 
 
 def run_batch(
-    spec: dict, stream: GroupStream, sink: DeltaSink, spark_id: int, read: BatchOffset
+    spec: dict,
+    stream: GroupStream,
+    sink: DeltaSink,
+    spark_id: int,
+    read: BatchOffset,
+    compaction: SinkOptions,
 ) -> dict:
     """The batch's task (every range in one, as Spark packs small ranges: read, write the
     sink's files), then the sink's commit on the driver, planned from the checkpoint as the
@@ -109,10 +114,7 @@ def run_batch(
     plan = read_batch_plan(spec["checkpoint"], spark_id, group_id=spec["group"])
     committing = time.perf_counter()
     result = sink.commit(plan, files, SCHEMA)
-    every = spec.get("compact_every", 0)
-    options = SinkOptions(spec["table"], spec["group"], spec["checkpoint"], member=spec["member"],
-                          compact_every=every, storage_options=spec.get("storage"))  # fmt: skip
-    compacted = compact_if_due(options, spec["table"], result.version)
+    compacted = compact_if_due(compaction, spec["table"], result.version)
     return {
         "batch": spark_id,
         "task_ms": (committing - started) * 1000,
@@ -163,6 +165,9 @@ def main() -> None:
         spec["table"], spec["group"], member=spec["member"], storage_options=spec.get("storage")
     )
     stats = Stats(spec.get("stats"))
+    compaction = SinkOptions(spec["table"], spec["group"], spec["checkpoint"],
+                             member=spec["member"], compact_every=spec.get("compact_every", 0),
+                             storage_options=spec.get("storage"))  # fmt: skip
     trigger_s = float(spec.get("trigger_s", 0))
     checkpoint = Checkpoint(spec["checkpoint"])
     start, spark_id = BatchOffset.initial(), -1
@@ -171,7 +176,7 @@ def main() -> None:
         spark_id, start = last
         if not is_committed(spec["checkpoint"], spark_id):  # a replay, as Spark runs it
             read = stream.batch_to_read(start)
-            run_batch(spec, stream, sink, spark_id, read)
+            run_batch(spec, stream, sink, spark_id, read, compaction)
             checkpoint.commit(spark_id)
             stream.commit_durable(start)
     stop_file = Path(spec["stop_file"])
@@ -190,7 +195,7 @@ def main() -> None:
         batch = BatchOffset.from_json(planned)
         spark_id += 1
         checkpoint.log(spark_id, batch)
-        row = run_batch(spec, stream, sink, spark_id, stream.batch_to_read(batch))
+        row = run_batch(spec, stream, sink, spark_id, stream.batch_to_read(batch), compaction)
         checkpoint.commit(spark_id)
         durable = time.perf_counter()
         stream.commit_durable(batch)  # Spark's commit() of 4.2+
