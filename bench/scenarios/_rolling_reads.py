@@ -42,7 +42,8 @@ def table_reads(table: str) -> pa.Table:
 
 def start(member: Member) -> None:
     """Start ``member`` with its reader name (slot and run) in the pipeline."""
-    member.spec["sql"] = READ_SQL.format(reader=f"{member.name}#{member.runs + 1}")
+    member.spec["reader"] = f"{member.name}#{member.runs + 1}"  # a simulated member's
+    member.spec["sql"] = READ_SQL.format(reader=member.spec["reader"])
     member.start()
 
 

@@ -10,7 +10,8 @@ of ``--seconds`` once both read. Then member ``m01`` is stopped with SIGTERM (it
 group) and started again: *resume* is the time from its start to its first batch with
 records (imports, join, claim, resume), next to its first start's. Driver time per batch is
 ``latest_offset`` (plan) plus the safe point's commit (``commit_durable``); the sink's commit
-is ``DeltaSink.commit``; memory is each member process's peak RSS (``VmHWM``).
+is ``DeltaSink.commit``; memory is each member process's peak RSS (``VmHWM``). The broker
+and the members keep Kafka's default group timings (45 s sessions), as users' do.
 """
 
 from __future__ import annotations
@@ -23,10 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
-from bench.harness.kafka import GROUP_TIMING, Flow, broker, percentile
-from bench.harness.procfs import machine_facts
+from bench.harness.kafka import PRODUCTION_GROUP_SETTINGS, Flow, broker, percentile
+from bench.harness.procfs import machine_facts, rss_mb
 from bench.scenarios._sim_group import (
     SimGroup,
     commit_figures,
@@ -51,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every count, one after the other, on one broker."""
     results = []
-    with broker("kafka") as kafka:
+    with broker("kafka", PRODUCTION_GROUP_SETTINGS) as kafka:
         for count in [int(x) for x in args.counts.split(",")]:
             results.append({"partitions": count, **run_one(kafka.bootstrap_servers, count, args)})
             print(json.dumps(results[-1]), flush=True)
@@ -64,19 +63,12 @@ def run_one(servers: str, count: int, args: argparse.Namespace) -> dict[str, Any
     each = count // args.topics
     # One request per topic: KRaft refuses a request making 10,000 partitions at once
     # (POLICY_VIOLATION, "Unable to perform excessively large batch operation").
-    names = [unique(f"p{count}-{i}") for i in range(args.topics)]
-    topics = [create_topics(servers, each, [name])[0] for name in names]
-    admin = AdminClient({"bootstrap.servers": servers})  # the broker's metadata lags behind
-
-    def described() -> bool:
-        known = admin.list_topics(timeout=30).topics
-        return all(t in known and len(known[t].partitions) == each for t in topics)
-
-    wait_until(described, 120, "the topics in the broker's metadata", poll_s=0.5)
+    topics = [
+        create_topics(servers, each, [unique(f"p{count}-{i}")])[0] for i in range(args.topics)
+    ]
     scratch = Path(tempfile.mkdtemp(prefix=f"partitions-{count}-"))
     group = SimGroup(servers, ",".join(topics), unique("parts"), str(scratch / "table"),
-                     scratch, 2, trigger_s=1.0, max_records=10_000_000,
-                     kafka=GROUP_TIMING)  # fmt: skip
+                     scratch, 2, trigger_s=1.0, max_records=10_000_000)  # fmt: skip
     flows = [Flow(servers, t, each, each) for t in topics]  # one record/partition/second
     for flow in flows:
         flow.start()
@@ -88,7 +80,7 @@ def run_one(servers: str, count: int, args: argparse.Namespace) -> dict[str, Any
         counted_from = time.time()
         time.sleep(args.seconds)  # the counted window: nothing to wait for, only time
         counted = (counted_from, time.time())
-        peaks = {m.name: _peak_mb(m.pid) for m in group.members}
+        peaks = {m.name: round(rss_mb(m.pid)[1], 1) for m in group.members if m.pid}
         restarted = group.members[1]
         restarted.signal(signal.SIGTERM)
         restarted.wait(120)
@@ -136,16 +128,6 @@ def _once(group: SimGroup, sent: int, topics: list[str]) -> dict[str, int]:
     is the row count against what was sent and no (topic, partition, offset) twice."""
     facts = every_record_once(group.table, {}, 0)
     return {"sent": sent, "rows": facts["rows"], "offsets_twice": facts["offsets_twice"]}
-
-
-def _peak_mb(pid: int | None) -> float | None:
-    """The peak resident memory of process ``pid`` (``VmHWM``), in MB."""
-    if pid is None:
-        return None
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return None
 
 
 def render(results: dict[str, Any]) -> str:

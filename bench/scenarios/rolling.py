@@ -2,6 +2,7 @@
 
     python -m bench rolling                     # the rolling pass, three ways
     python -m bench rolling --ways classic,kip848 --rate 300
+    python -m bench rolling --sim 20 --partitions 2000 --rate 2000 --trigger "1 second"
 
 The figures and what each means are in docs/groups.md ("Rolling deploys"); the results in
 ``bench/results/rolling.json`` (``--out``). The idle-members hour (docs/groups.md, "Idle
@@ -12,7 +13,9 @@ The sides: per way (:data:`WAYS`: ``classic``, ``static`` with ``group.instance.
 a plain consumer (:class:`support.services.PlainService`) in one group. The records: ids at
 ``--rate`` into ``--partitions`` throughout, each with when and by whom it was read
 (:mod:`._rolling_reads`). The rounds: one pass per way, each Spark member in turn SIGTERMed,
-started again and waited for until it reads again.
+started again and waited for until it reads again. ``--sim N``: N simulated members instead
+(``tests/support/programs/sim_member.py``, the product without Spark's JVM: a big group on
+this machine, issue 45), each row with the same read time and reader.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from spark_groups.group.history import history_path
 from spark_groups.offsets import OffsetRange
 
 from support.broker import create_topic, unique, wait_until
-from support.members import Member, member_spec, stop_all
+from support.members import SIM_MEMBER, Member, member_spec, stop_all
 from support.producers import IdProducer
 from support.services import PlainService
 from support.tables import reading_commits, unfinished_batch
@@ -100,9 +103,15 @@ def run_way(
     spec, logs, stop_file = member_spec(servers, topic, group, scratch, args.trigger)
     table = spec["table"]
     members = []
-    for slot in SLOTS:
+    for slot in [f"m{i:02d}" for i in range(args.sim)] or SLOTS:
         options = source_options(group_settings(way, slot, args.static_session_ms))
         checkpoint = str(scratch / f"cp-{slot}")
+        if args.sim:  # its own checkpoint and sink.table; the Spark members' history table
+            options["rebalances.table"] = history_path(spec["ledger"])
+            own = {"checkpoint": checkpoint, "source_options": options, "max_records": 10**7,
+                   "trigger_s": float(args.trigger.split()[0])}  # fmt: skip
+            members.append(Member(slot, {**spec, **own}, logs, SIM_MEMBER))
+            continue
         options["sink.table"] = table  # the barrier ends once the batch is in the table
         # A replay after the restart reads only what is still this member's (docs/groups.md)
         options["checkpointLocation"] = checkpoint
@@ -220,6 +229,8 @@ def run_way(
             "barrier_timeouts_logged": "".join(m.log_text() for m in members).count(
                 "revocation barrier timed out"
             ),
+            "barrier_waits": sum(1 for r in history if r["waited_for_batch"] not in (None, -1)),
+            "barrier_wait_max_ms": max((r["barrier_wait_ms"] or 0 for r in history), default=0),
             "pass_s": round(pass_until - args.settle - pass_since, 1),
         }
     )
@@ -236,6 +247,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--static-session-ms", type=int, default=300_000)
     parser.add_argument("--timeout", type=float, default=300.0, help="per wait, s")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    parser.add_argument("--sim", type=int, default=0, help="N simulated members, not Spark")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -293,5 +305,6 @@ def summary_row(r: dict[str, Any]) -> dict[str, Any]:
     keys = (
         "longest_unread_s", "median_partition_longest_unread_s", "steady_longest_unread_s",
         "longest_record_wait_s", "revocations", "rebalances", "produced", "lost", "duplicated",
+        "barrier_waits", "barrier_timeouts_logged",
     )  # fmt: skip
-    return {k: r[k] for k in keys}
+    return {k: r.get(k) for k in keys}

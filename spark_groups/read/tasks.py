@@ -16,7 +16,7 @@ options. :func:`plan_tasks` runs the steps in order:
    (:func:`packing_limit`).
 
 Splitting and packing change only which task reads which records; the barrier, the ledger
-and the sink stay per Kafka partition (a split partition is several files of one commit).
+and the sink stay per Kafka partition (a split partition's rows are in several files of one commit).
 """
 
 from __future__ import annotations

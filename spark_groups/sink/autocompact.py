@@ -1,12 +1,12 @@
 """Compaction of the sink's table between batches (the sink option ``compactEvery``).
 
-The sink adds one small file per Kafka partition per batch. With ``compactEvery=N`` the
-batch whose commit is table version ``n * N`` compacts the table right after its commit, on
-the driver, with :func:`spark_groups.sink.maintenance.optimize`: the same compaction as
-``spark-groups optimize``, under the table's maintenance lease, keeping every transaction id.
-Exactly one commit holds a given version, so one member per period compacts, whichever it
-is; a member finding the lease taken (an operator's ``optimize``, or another member whose
-compaction is still running) skips its turn. The batch is committed before this runs, so a
+The sink adds small files every batch (one per task and partition value). With
+``compactEvery=N`` the batch whose commit is table version ``n * N`` compacts the table right
+after its commit, on the driver, with :func:`spark_groups.sink.maintenance.optimize`: the same
+compaction as ``spark-groups optimize``, under the table's maintenance lease, keeping every
+transaction id. Exactly one commit holds a given version, so one member per period compacts,
+whichever it is; a member finding the lease taken (an operator's ``optimize``, or another member
+whose compaction is still running) skips its turn. The batch is committed before this runs, so a
 compaction that fails is logged and never fails the batch; the next period tries again.
 """
 

@@ -1,10 +1,11 @@
 """The exactly-once Delta sink, driver side: one Delta commit per batch, fenced per partition.
 
 A ``delta-group`` batch arrives here as the files its tasks wrote (``spark_groups.sink.writer``,
-one per Kafka partition) and the batch's plan (``spark_groups.sink.plan``: ``[from, until)``
-per Kafka partition, from Spark's checkpoint). :meth:`DeltaSink.commit` turns them into **one**
-Delta commit that adds the files and sets one Delta transaction id per Kafka partition, in
-the spirit of delta-io/kafka-delta-ingest::
+each holding rows of the Kafka partitions its task read, with their offsets) and the batch's
+plan (``spark_groups.sink.plan``: ``[from, until)`` per Kafka partition, from Spark's
+checkpoint). :meth:`DeltaSink.commit` turns them into **one** Delta commit that adds the files
+and sets one Delta transaction id per Kafka partition, in the spirit of
+delta-io/kafka-delta-ingest::
 
     app id  = spark_groups:<Delta table id>:<topic>:<partition>:<group id>
     version = the next offset of that partition (the batch's ``until``)
@@ -13,11 +14,11 @@ So the table itself says, per partition, up to where its rows are complete. Befo
 committing, each partition of the batch is compared with that version ``v``:
 
 * ``v >= until``: every row is already in the table (a replayed batch, a zombie member):
-  the partition's files are dropped; nothing of it is written.
-* ``from < v < until``: the rows ``< v`` are in the table: files entirely below ``v`` are
-  dropped, files straddling ``v`` are rewritten without those rows (read back from storage by
-  the driver; this happens only when two members planned different ranges of a partition),
-  and the transaction moves to ``until``.
+  nothing of the partition is written (a file holding its rows and others' is rewritten
+  without them, read back from storage by the driver; a file of its rows alone is dropped).
+* ``from < v < until``: the rows ``< v`` are in the table: they are left out the same way
+  (this happens only when two members planned different ranges of a partition), and the
+  transaction moves to ``until``.
 * ``v < from``: the records ``[v, from)`` are not in the table. When the batch's plan says
   another consumer of the group committed them (a :class:`~spark_groups.offsets.Handover`
   from ``since <= v`` up to exactly ``from``; the source builds it from Kafka's committed
@@ -212,7 +213,7 @@ class DeltaSink:
            features and partition columns checked, new columns added (``mergeSchema``).
         3. **Decide** each partition against the snapshot's transaction versions and claims:
            leave it out (its claim moved on: ``spark_groups.sink.claims``), drop it (in the
-           table already), write it (its files cut where the table holds its first rows), or
+           table already), write it (rows the table holds already left out of its files), or
            refuse the batch for a gap.
         4. **Nothing to write** (every partition was in the table or left out): delete the
            files, return.

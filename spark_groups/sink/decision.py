@@ -46,8 +46,9 @@ log = logging.getLogger(__name__)
 Action = Literal["drop", "write", "gap", "fenced"]
 #: A partition the batch would leave a gap in: the table's version and the planned range.
 Gap = tuple[TopicPartition, int, OffsetRange]
-#: Cuts one partition's files at an offset: the files without the rows below it.
-Cut = Callable[[list["DataFile"], int], list["DataFile"]]
+#: Cuts one file to the rows kept: per Kafka partition written, those from its start offset
+#: (partitions not given are left out); None when nothing is left.
+Cut = Callable[["DataFile", dict[TopicPartition, int]], "DataFile | None"]
 
 
 @dataclass(frozen=True)
@@ -129,16 +130,14 @@ def decide_batch(
     """Decide ``plan`` and its ``files`` against the table's ``versions`` and ``claims``
     (one snapshot).
 
-    Partitions in the table already are dropped; the files of a partition whose first rows
-    are in the table are cut at the table's offset with ``cut``; a gap raises
+    Partitions in the table already are dropped; a file holding rows the commit leaves out
+    (of a dropped or fenced partition, or below the table's offset) is cut with ``cut``, a
+    file with none of them kept as it is; a gap raises
     :class:`~spark_groups.errors.SinkGapError` (its partitions and missing offsets in
     ``gaps``), or with ``fail_on_gap`` false is logged and written. ``table_path`` and
     ``group_id`` are for the messages.
     """
     decision = BatchDecision()
-    by_tp: dict[TopicPartition, list[DataFile]] = {}
-    for f in files:
-        by_tp.setdefault(f.topic_partition, []).append(f)
     decision.versions = versions
     gaps: list[Gap] = []
     for tp, choice in decide(plan, versions, claims).items():
@@ -152,18 +151,15 @@ def decide_batch(
         if choice.action == "gap":  # refused below unless failOnGap=false writes it
             assert choice.version is not None  # a gap is always below a known version
             gaps.append((tp, choice.version, planned))
-        mine = by_tp.get(tp, [])
-        if choice.start > planned.from_offset:  # the rows below it are in the table
-            mine = cut(mine, choice.start)
         if choice.outside is not None:
             decision.outside[tp] = choice.outside
-        decision.keep.extend(mine)
         decision.txns[tp] = planned.until_offset
         if tp in plan.claims:
             decision.claims[tp] = plan.claims[tp]
         decision.written[tp] = OffsetRange(
             tp.topic, tp.partition, choice.start, planned.until_offset
         )
+    decision.keep = kept_files(files, decision.written, cut)
     if decision.fenced:
         log.info(
             "sink %s: batch %d: %s claimed anew or given up since the batch was planned; "
@@ -193,6 +189,29 @@ def decide_batch(
             gap_text(plan, gaps),
         )
     return decision
+
+
+def kept_files(
+    files: Sequence[DataFile], written: Mapping[TopicPartition, OffsetRange], cut: Cut
+) -> list[DataFile]:
+    """The ``files`` to commit for the ``written`` ranges: a file whose rows all lie in them
+    as it is, a file with some rows outside them cut (``cut``), a file with none left out."""
+    kept = []
+    for f in files:
+        starts = {
+            k.topic_partition: written[k.topic_partition].from_offset
+            for k in f.kafka
+            if k.topic_partition in written
+        }
+        if len(starts) == len(f.kafka) and all(
+            k.min_offset >= starts[k.topic_partition] for k in f.kafka
+        ):
+            kept.append(f)
+        elif any(k.max_offset >= starts.get(k.topic_partition, k.max_offset + 1) for k in f.kafka):
+            rest = cut(f, starts)
+            if rest is not None:
+                kept.append(rest)
+    return kept
 
 
 def gap_text(plan: BatchPlan, gaps: list[Gap]) -> str:

@@ -22,7 +22,7 @@ Where each piece runs (Spark's Python data source API):
 * ``DeltaGroupStreamWriter.write()``: on executors, one call per task: a table on the
   local disk is refused first when the query runs on a cluster
   (``spark_groups.sink.placement``); then the task's rows are written as Parquet files,
-  one per Kafka partition (``spark_groups.sink.writer``); a :class:`SinkTaskMessage`
+  one per value of the partition columns (``spark_groups.sink.writer``); a :class:`SinkTaskMessage`
   describing them goes back to the driver.
 * ``commit()`` / ``abort()``: in a Python worker on the driver (``python_streaming_sink_runner``)
   once all tasks finished (or one failed): the batch's plan is read from the checkpoint and
@@ -152,7 +152,8 @@ class DeltaGroupStreamWriter(_WriterBase):
         )
 
     def write(self, iterator: Iterator[Any]) -> SinkTaskMessage:
-        """Executor side: write the task's rows, one Parquet file per Kafka partition."""
+        """Executor side: write the task's rows, one Parquet file per value of the partition
+        columns."""
         from pyspark import TaskContext
 
         if not ARROW_STREAM_WRITER:

@@ -4,10 +4,10 @@ The tasks of a batch write their files below the table before the batch commits
 (``spark_groups.sink.writer``); until a commit references them they are *staged*.
 :class:`StagedFiles` checks them before anything is committed (every row inside its
 partition's planned range, every file in storage with the size its task reported), *cuts*
-them where the table already holds a partition's first rows (files entirely below the
-table's offset are left out, a file straddling it is rewritten without those rows, once per
-batch however often the commit is tried), and finally deletes every staged file and rewrite
-that the commit does not reference (all of them when nothing commits).
+them to the rows the commit writes (a file holding rows the table has already, or of a
+partition left out, is rewritten without them, once per batch and cut however often the
+commit is tried; a file with nothing left is left out), and finally deletes every staged file
+and rewrite that the commit does not reference (all of them when nothing commits).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import logging
 from collections.abc import Iterable
 
 from spark_groups.errors import SinkError
+from spark_groups.offsets import TopicPartition
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.table import SinkTable
-from spark_groups.sink.writer import DataFile, remove_files, rewrite_from
+from spark_groups.sink.writer import DataFile, remove_files, rewrite_keeping
 from spark_groups.storage.files import location
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class StagedFiles:
         self.compression = compression
         #: Paths of the files the driver wrote (rewrites), deleted unless committed.
         self.made: set[str] = set()
-        self._rewrites: dict[tuple[str, int], DataFile | None] = {}
+        self._rewrites: dict[tuple[str, tuple], DataFile | None] = {}
 
     def __repr__(self) -> str:
         return f"StagedFiles({self.table.path!r}, {len(self.files)} file(s))"
@@ -47,33 +48,26 @@ class StagedFiles:
         self._check_against_plan(plan)
         self._check_exist()
 
-    def cut(self, files: list[DataFile], version: int) -> list[DataFile]:
-        """``files`` (of one partition) without the rows below ``version`` (already in the
-        table): files entirely below it are left out, a file straddling it is replaced by
-        its rewrite from ``version`` (made once per file and version)."""
-        kept = []
-        for f in files:
-            if f.min_offset >= version:
-                kept.append(f)
-            elif f.max_offset >= version:
-                key = (f.path, version)
-                if key not in self._rewrites:
-                    self._rewrites[key] = rewrite_from(
-                        self.table.uri, f, version, self.compression, self.table.storage_options
-                    )
-                    if self._rewrites[key] is not None:
-                        self.made.add(self._rewrites[key].path)  # type: ignore[union-attr]
-                    log.info(
-                        "sink %s: %s straddles the table's offset %d; rewrote it without the "
-                        "rows already there",
-                        self.table.path,
-                        f.path,
-                        version,
-                    )
-                replacement = self._rewrites[key]
-                if replacement is not None:
-                    kept.append(replacement)
-        return kept
+    def cut(self, data_file: DataFile, starts: dict[TopicPartition, int]) -> DataFile | None:
+        """``data_file`` with only the rows the commit writes: per Kafka partition in
+        ``starts``, those from its offset there (the rows below it are in the table already);
+        of other partitions none. The rewrite is made once per file and ``starts``."""
+        key = (data_file.path, tuple(sorted(starts.items())))
+        if key not in self._rewrites:
+            rewritten = rewrite_keeping(
+                self.table.uri, data_file, starts, self.compression, self.table.storage_options
+            )
+            self._rewrites[key] = rewritten
+            if rewritten is not None:
+                self.made.add(rewritten.path)
+            log.info(
+                "sink %s: rewrote %s without the rows the commit leaves out (%d of %d kept)",
+                self.table.path,
+                data_file.path,
+                0 if rewritten is None else rewritten.rows,
+                data_file.rows,
+            )
+        return self._rewrites[key]
 
     def remove(self, keep: Iterable[str] = ()) -> None:
         """Delete the batch's files and the driver's rewrites, except the paths in ``keep``
@@ -87,22 +81,23 @@ class StagedFiles:
     def _check_against_plan(self, plan: BatchPlan) -> None:
         """Every file's rows must lie in the planned range of their partition."""
         for f in self.files:
-            planned = plan.ranges.get(f.topic_partition)
-            if planned is None:
-                raise SinkError(
-                    f"sink {self.table.path}: batch {plan.batch_id} has rows of "
-                    f"{f.topic_partition}, which the batch did not read. Every row must come "
-                    "from a record of the same micro-batch (stateful operators that emit rows "
-                    "of earlier batches, and other sources, are not supported)"
-                )
-            if f.min_offset < planned.from_offset or f.max_offset >= planned.until_offset:
-                raise SinkError(
-                    f"sink {self.table.path}: batch {plan.batch_id} has rows of "
-                    f"{f.topic_partition} at offsets {f.min_offset}..{f.max_offset}, outside "
-                    f"the batch's range [{planned.from_offset}, {planned.until_offset}). Every "
-                    "row must keep the offset of the record it came from, read in the same "
-                    "micro-batch"
-                )
+            for k in f.kafka:
+                planned = plan.ranges.get(k.topic_partition)
+                if planned is None:
+                    raise SinkError(
+                        f"sink {self.table.path}: batch {plan.batch_id} has rows of "
+                        f"{k.topic_partition}, which the batch did not read. Every row must come "
+                        "from a record of the same micro-batch (stateful operators that emit "
+                        "rows of earlier batches, and other sources, are not supported)"
+                    )
+                if k.min_offset < planned.from_offset or k.max_offset >= planned.until_offset:
+                    raise SinkError(
+                        f"sink {self.table.path}: batch {plan.batch_id} has rows of "
+                        f"{k.topic_partition} at offsets {k.min_offset}..{k.max_offset}, outside "
+                        f"the batch's range [{planned.from_offset}, {planned.until_offset}). "
+                        "Every row must keep the offset of the record it came from, read in the "
+                        "same micro-batch"
+                    )
         paths = [f.path for f in self.files]
         if len(set(paths)) != len(paths):
             raise SinkError(f"sink {self.table.path}: batch {plan.batch_id} lists a file twice")

@@ -1,12 +1,15 @@
-"""Executor side of the Delta sink: write a task's rows as Parquet files, one per Kafka partition.
+"""Executor side of the Delta sink: write a task's rows as Parquet files.
 
 A Spark task of a ``delta-group`` query hands its rows (Arrow record batches) to
-:class:`TaskFileWriter`, which writes **one Parquet file per Kafka topic-partition** (and per
-value of the table's partition columns) directly below the table's directory, and returns a
-:class:`DataFile` for each: its path, size, row count, the partition's min/max offset, its
-partition values and Delta statistics. Nothing is committed here: the driver decides per
-Kafka partition whether a file is kept or dropped (``spark_groups.sink``), which is why the
-files are split by Kafka partition.
+:class:`TaskFileWriter`, which writes **one Parquet file per value of the table's partition
+columns** (one file for an unpartitioned table), holding the rows of every Kafka partition the
+task read, directly below the table's directory, and returns a :class:`DataFile` for each: its
+path, size, row count, per Kafka partition its rows and min/max offset (:class:`KafkaRows`),
+its partition values and Delta statistics. Nothing is committed here: the driver decides per
+Kafka partition whether rows are kept or dropped (``spark_groups.sink``); a file holding rows
+it drops is rewritten without them (:func:`rewrite_keeping`), which only replays and handovers
+need. (Until issue 45 a file held one Kafka partition: a task reading 5,000 partitions wrote
+5,000 files per batch.)
 
 Layout follows Delta's (and Hive's) convention: ``col=value/`` directories for partition
 columns (values escaped like Spark does, ``__HIVE_DEFAULT_PARTITION__`` for null), the
@@ -54,30 +57,43 @@ _ESCAPED = set("\"#%'*/:=?\\\x7f{[]^")
 
 
 @dataclass(frozen=True)
+class KafkaRows:
+    """The rows of one Kafka partition in one data file: how many, and the offsets of the
+    first and the last (``min_offset`` and ``max_offset``, inclusive)."""
+
+    topic: str
+    partition: int
+    rows: int
+    min_offset: int
+    max_offset: int
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        """The Kafka partition of these rows."""
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True)
 class DataFile:
-    """One Parquet file written by a task: the rows of one Kafka partition (and one value of
-    the partition columns).
+    """One Parquet file written by a task: rows of one or more Kafka partitions (``kafka``,
+    one :class:`KafkaRows` each, sorted) and of one value of the partition columns.
 
     ``path`` is relative to the table's root, ``/``-separated and not URI-encoded (delta-rs
-    encodes it in the log). Offsets are of the rows in the file: ``min_offset`` and
-    ``max_offset`` are inclusive.
+    encodes it in the log).
     """
 
     path: str
     size: int
     rows: int
-    topic: str
-    partition: int
-    min_offset: int
-    max_offset: int
+    kafka: tuple[KafkaRows, ...]
     partition_values: dict[str, str | None] = field(default_factory=dict)
     stats: str = "{}"
     modification_time: int = 0
 
     @property
-    def topic_partition(self) -> TopicPartition:
-        """The Kafka partition whose rows the file holds."""
-        return TopicPartition(self.topic, self.partition)
+    def topic_partitions(self) -> list[TopicPartition]:
+        """The Kafka partitions whose rows the file holds."""
+        return [k.topic_partition for k in self.kafka]
 
 
 def check_schema(schema: pa.Schema, partition_by: Sequence[str]) -> None:
@@ -194,6 +210,25 @@ class _Stats:
         return low, high
 
 
+def _kafka_rows(kafka: pa.RecordBatch) -> list[tuple[str, int, int, int, int]]:
+    """Per Kafka partition of ``kafka`` (topic, partition, offset): rows, min and max offset."""
+    grouped = (
+        pa.Table.from_batches([kafka])
+        .group_by(["topic", "partition"], use_threads=False)
+        .aggregate([("offset", "count"), ("offset", "min"), ("offset", "max")])
+    )
+    return list(
+        zip(
+            grouped.column("topic").to_pylist(),
+            grouped.column("partition").to_pylist(),
+            grouped.column("offset_count").to_pylist(),
+            grouped.column("offset_min").to_pylist(),
+            grouped.column("offset_max").to_pylist(),
+            strict=True,
+        )
+    )
+
+
 def _stats_type_ok(kind: pa.DataType) -> bool:
     return (
         pa.types.is_integer(kind)
@@ -212,7 +247,6 @@ class _OpenFile:
         relative: str,
         schema: pa.Schema,
         compression: str,
-        tp: TopicPartition,
         values: dict[str, str | None],
     ) -> None:
         self.where = where
@@ -226,20 +260,24 @@ class _OpenFile:
             filesystem=where.fs,
             compression=None if compression == "none" else compression,
         )
-        self.tp = tp
         self.values = values
         self.rows = 0
-        self.min_offset: int | None = None
-        self.max_offset: int | None = None
+        #: Per Kafka partition: [rows, min offset, max offset].
+        self.kafka: dict[tuple[str, int], list[int]] = {}
         self.stats = {f.name: _Stats(f.type) for f in schema if _stats_type_ok(f.type)}
 
-    def add(self, batch: pa.RecordBatch) -> None:
+    def add(self, batch: pa.RecordBatch, kafka: pa.RecordBatch) -> None:
+        """Write ``batch`` (the file's columns); ``kafka`` is its rows' topic, partition and
+        offset (columns the file may not store: the table may be partitioned by them)."""
         self.writer.write_batch(batch)
         self.rows += batch.num_rows
-        bounds = pc.min_max(batch.column("offset"))
-        low, high = bounds["min"].as_py(), bounds["max"].as_py()
-        self.min_offset = low if self.min_offset is None else min(self.min_offset, low)
-        self.max_offset = high if self.max_offset is None else max(self.max_offset, high)
+        for topic, partition, rows, low, high in _kafka_rows(kafka):
+            seen = self.kafka.get((topic, partition))
+            if seen is None:
+                self.kafka[(topic, partition)] = [rows, low, high]
+            else:
+                seen[0] += rows
+                seen[1], seen[2] = min(seen[1], low), max(seen[2], high)
         for name, stats in self.stats.items():
             stats.add(batch.column(name))
 
@@ -264,15 +302,14 @@ class _OpenFile:
             },
             separators=(",", ":"),
         )
-        assert self.min_offset is not None and self.max_offset is not None
         return DataFile(
             path=self.relative,
             size=int(info.size),
             rows=self.rows,
-            topic=self.tp.topic,
-            partition=self.tp.partition,
-            min_offset=self.min_offset,
-            max_offset=self.max_offset,
+            kafka=tuple(
+                KafkaRows(topic, partition, rows, low, high)
+                for (topic, partition), (rows, low, high) in sorted(self.kafka.items())
+            ),
             partition_values=dict(self.values),
             stats=stats_json,
             modification_time=modified,
@@ -372,42 +409,38 @@ class TaskFileWriter:
             if handle is None:
                 handle = self._new_file(key)
                 self._open[key] = handle
-            handle.add(part.drop_columns(list(self.partition_by)) if self.partition_by else part)
+            stored = part.drop_columns(list(self.partition_by)) if self.partition_by else part
+            handle.add(stored, part.select(list(KAFKA_COLUMNS)))
 
     def _split(self, batch: pa.RecordBatch) -> Iterable[tuple[tuple[Any, ...], pa.RecordBatch]]:
-        """The rows of ``batch`` grouped by Kafka partition and partition values."""
+        """The rows of ``batch`` grouped by the values of the partition columns."""
+        if not self.partition_by:
+            yield (), batch
+            return
+        keys = list(self.partition_by)
         table = pa.Table.from_batches([batch])
-        groups = table.group_by(self._keys, use_threads=False).aggregate([]).to_pylist()
+        groups = table.group_by(keys, use_threads=False).aggregate([]).to_pylist()
         if len(groups) == 1:
-            yield tuple(groups[0][k] for k in self._keys), batch
+            yield tuple(groups[0][k] for k in keys), batch
             return
         for group in groups:
             mask = None
-            for name in self._keys:
+            for name in keys:
                 value = group[name]
                 column = batch.column(name)
                 term = pc.is_null(column) if value is None else pc.equal(column, value)
                 mask = term if mask is None else pc.and_(mask, term)
-            yield tuple(group[k] for k in self._keys), batch.filter(mask)
+            yield tuple(group[k] for k in keys), batch.filter(mask)
 
     def _new_file(self, key: tuple[Any, ...]) -> _OpenFile:
-        topic, partition = str(key[0]), int(key[1])
         values = {
-            name: partition_value(value)
-            for name, value in zip(self.partition_by, key[2:], strict=True)
+            name: partition_value(value) for name, value in zip(self.partition_by, key, strict=True)
         }
         directory = partition_dir(self.partition_by, values)
         codec = "" if self.compression == "none" else f".{self.compression}"
-        name = f"part-{self.prefix}{uuid.uuid4().hex}-{topic}-{partition}{codec}.parquet"
+        name = f"part-{self.prefix}{uuid.uuid4().hex}{codec}.parquet"
         relative = f"{directory}/{name}" if directory else name
-        return _OpenFile(
-            self._location(),
-            relative,
-            self.file_schema,
-            self.compression,
-            TopicPartition(topic, partition),
-            values,
-        )
+        return _OpenFile(self._location(), relative, self.file_schema, self.compression, values)
 
 
 def remove_files(
@@ -432,43 +465,65 @@ def remove_files(
     return deleted
 
 
-def rewrite_from(
+def rewrite_keeping(
     table_path: str,
     data_file: DataFile,
-    from_offset: int,
+    starts: Mapping[TopicPartition, int],
     compression: str = "snappy",
     storage_options: Mapping[str, str] | None = None,
 ) -> DataFile | None:
-    """A new file with the rows of ``data_file`` at offsets ``>= from_offset`` (None when
-    there are none), next to it. The original is left in place (the caller deletes it).
+    """A new file with the rows of ``data_file`` that are kept: of each Kafka partition in
+    ``starts``, the rows at offsets ``>= starts[tp]``; of partitions not in it, none. None when
+    nothing is kept. Written next to the original, which is left in place (the caller
+    deletes it).
 
-    The driver does this only for a file that straddles the offset a partition's table
-    version has reached (two members planned different ranges of the partition).
+    The driver does this only for a file holding rows the table has already (a replay, or two
+    members that planned different ranges of a partition) or rows of a partition left out of
+    the commit (fenced).
     """
     where = location(table_path, storage_options)
     table = pq.read_table(where.child(data_file.path), filesystem=where.fs)
-    kept = table.filter(pc.greater_equal(table.column("offset"), from_offset))
-    if kept.num_rows == 0:
+    kafka = _kafka_columns(table, data_file)
+    wanted = pa.table(
+        {
+            "topic": pa.array([tp.topic for tp in starts], pa.string()),
+            "partition": pa.array([tp.partition for tp in starts], pa.int32()),
+            "__start": pa.array(list(starts.values()), pa.int64()),
+        }
+    )
+    numbered = kafka.append_column("__row", pa.array(range(table.num_rows), pa.int64()))
+    joined = numbered.join(wanted, keys=["topic", "partition"], join_type="inner")
+    chosen = joined.filter(pc.greater_equal(joined["offset"], joined["__start"]))["__row"]
+    if len(chosen) == 0:
         return None
+    in_order = pc.take(chosen, pc.sort_indices(chosen))
+    kept = table.take(in_order).combine_chunks().to_batches()[0]
+    marks = kafka.take(in_order).combine_chunks().to_batches()[0]
     directory, _, name = data_file.path.rpartition("/")
     stem = name.split(".", 1)[0]
     codec = "" if compression == "none" else f".{compression}"
-    new_name = f"{stem}-from{from_offset}-{uuid.uuid4().hex[:8]}{codec}.parquet"
+    new_name = f"{stem}-kept-{uuid.uuid4().hex[:8]}{codec}.parquet"
     relative = f"{directory}/{new_name}" if directory else new_name
-    handle = _OpenFile(
-        where,
-        relative,
-        table.schema,
-        compression,
-        data_file.topic_partition,
-        dict(data_file.partition_values),
-    )
+    handle = _OpenFile(where, relative, table.schema, compression, dict(data_file.partition_values))
     try:
-        for batch in kept.to_batches():
-            handle.add(batch)
+        handle.add(kept, marks)
         return handle.close()
     except BaseException:
         with contextlib.suppress(Exception):
             handle.writer.close()
         remove_files(table_path, [relative], storage_options)
         raise
+
+
+def _kafka_columns(table: pa.Table, data_file: DataFile) -> pa.Table:
+    """The topic, partition and offset of every row of ``table`` (a data file's contents),
+    taken from the partition values where the table is partitioned by them."""
+    columns = {}
+    for name, kind in KAFKA_COLUMNS.items():
+        if name in table.column_names:
+            columns[name] = table.column(name).cast(kind)
+        else:
+            value = data_file.partition_values.get(name)
+            constant = None if value is None else (int(value) if name != "topic" else value)
+            columns[name] = pa.array([constant] * table.num_rows, kind)
+    return pa.table(columns)

@@ -10,7 +10,7 @@ from deltalake import DeltaTable, QueryBuilder
 
 from spark_groups.offsets import OffsetRange
 from spark_groups.sink.plan import BatchPlan
-from spark_groups.sink.writer import DataFile, TaskFileWriter
+from spark_groups.sink.writer import DataFile, KafkaRows, TaskFileWriter
 
 #: The query schema of most tests: the source's Kafka columns and a payload.
 SCHEMA = pa.schema(
@@ -38,17 +38,18 @@ def rows(partition: int, offsets: Iterable[int], topic: str = TOPIC) -> pa.Recor
     )
 
 
-def data_file(partition: int, first: int, last: int, topic: str = TOPIC) -> DataFile:
-    """A :class:`DataFile` of rows ``first..last`` of one partition, never written (for the
-    parts of the sink that only look at files' offsets)."""
+def data_file(
+    partition: int, first: int, last: int, topic: str = TOPIC, *more: tuple[int, int, int]
+) -> DataFile:
+    """A :class:`DataFile` of rows ``first..last`` of one partition (and of each
+    ``(partition, first, last)`` in ``more``), never written (for the parts of the sink that
+    only look at files' offsets)."""
+    spans = [(partition, first, last), *more]
     return DataFile(
         path=f"part-{topic}-{partition}-{first}.parquet",
         size=1,
-        rows=last - first + 1,
-        topic=topic,
-        partition=partition,
-        min_offset=first,
-        max_offset=last,
+        rows=sum(hi - lo + 1 for _, lo, hi in spans),
+        kafka=tuple(KafkaRows(topic, p, hi - lo + 1, lo, hi) for p, lo, hi in sorted(spans)),
     )
 
 

@@ -18,6 +18,7 @@ from spark_groups.sink.commit import COMMIT_INFO_KEYS, DeltaSink, app_id, commit
 from spark_groups.sink.decision import BatchDecision
 from spark_groups.sink.staged import StagedFiles
 from spark_groups.sink.table import SinkTable
+from spark_groups.sink.writer import KafkaRows
 
 from sink_support import (
     SCHEMA,
@@ -169,7 +170,7 @@ def test_rows_outside_the_batch_plan_are_refused(tmp_path: Path) -> None:
 
 def test_abort_deletes_the_batch_files(tmp_path: Path) -> None:
     table = tmp_path / "t"
-    files = write_task(table, [rows(0, range(5)), rows(1, range(5))])
+    files = write_task(table, [rows(0, range(5))]) + write_task(table, [rows(1, range(5))])
     assert len(parquet_files(table)) == 2
     sink(table).abort(files)
     assert parquet_files(table) == set()
@@ -439,21 +440,21 @@ def test_two_writers_creating_the_table_at_once_share_it(tmp_path: Path) -> None
 
 def test_staged_files_are_cut_once_per_offset_and_removed_unless_kept(tmp_path: Path) -> None:
     table = tmp_path / "t"
-    below, straddling, above = (
-        write_task(table, [rows(0, range(0, 5))])
-        + write_task(table, [rows(0, range(5, 15))])
-        + write_task(table, [rows(0, range(15, 20))])
-    )
-    staged = StagedFiles(SinkTable(str(table)), [below, straddling, above], "snappy")
+    (mixed,) = write_task(table, [rows(0, range(5, 15)), rows(1, range(0, 3))])
+    (above,) = write_task(table, [rows(0, range(15, 20))])
+    staged = StagedFiles(SinkTable(str(table)), [mixed, above], "snappy")
+    p0 = TP0
 
-    cut = staged.cut([below, straddling, above], 10)
-    assert cut[1:] == [above] and cut[0].min_offset == 10 and cut[0].max_offset == 14
-    assert staged.made == {cut[0].path}
-    assert staged.cut([straddling], 10) == cut[:1]  # a retry reuses the rewrite
-    assert len(parquet_files(table)) == 4
+    cut = staged.cut(mixed, {p0: 10})  # p0 from 10; p1 left out
+    assert cut is not None and cut.rows == 5
+    assert cut.kafka == (KafkaRows(TOPIC, 0, 5, 10, 14),)
+    assert staged.made == {cut.path}
+    assert staged.cut(mixed, {p0: 10}) == cut  # a retry reuses the rewrite
+    assert staged.cut(mixed, {p0: 15, TP1: 3}) is None  # nothing left
+    assert len(parquet_files(table)) == 3
 
-    staged.remove(keep={f.path for f in cut})
-    assert parquet_files(table) == {f.path for f in cut}  # the originals went, the cut stayed
+    staged.remove(keep={cut.path, above.path})
+    assert parquet_files(table) == {cut.path, above.path}  # the original went, the cut stayed
     staged.remove()
     assert parquet_files(table) == set()
 

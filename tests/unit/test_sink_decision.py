@@ -65,14 +65,14 @@ TP1, TP2 = TopicPartition("t", 1), TopicPartition("t", 2)
 
 
 class Cuts:
-    """A ``cut`` that records its calls and keeps the files from the offset on."""
+    """A ``cut`` that records its calls and keeps the file (whose rows it does not read)."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[list[str], int]] = []
+        self.calls: list[tuple[str, dict[TopicPartition, int]]] = []
 
-    def __call__(self, files: list[DataFile], version: int) -> list[DataFile]:
-        self.calls.append(([f.path for f in files], version))
-        return [f for f in files if f.max_offset >= version]
+    def __call__(self, data_file: DataFile, starts: dict[TopicPartition, int]) -> DataFile:
+        self.calls.append((data_file.path, starts))
+        return data_file
 
 
 def decide_it(plan: BatchPlan, versions: dict, files: list, **kw) -> tuple[BatchDecision, Cuts]:
@@ -87,17 +87,36 @@ def test_a_batch_decision_keeps_cuts_and_drops_per_partition() -> None:
         [OffsetRange("t", 0, 100, 150), OffsetRange("t", 1, 0, 10), OffsetRange("t", 2, 0, 5)],
     )
     low, high = data_file(0, 100, 119, "t"), data_file(0, 120, 149, "t")
-    files = [low, high, data_file(1, 0, 9, "t")]
+    replayed = data_file(1, 0, 9, "t")
+    files = [low, high, replayed]
     # p0: the table holds up to 120; p1: a replay; p2: filtered away, never written.
     decision, cuts = decide_it(plan, {TP: 120, TP1: 10}, files)
 
-    assert cuts.calls == [([low.path, high.path], 120)]  # only p0's files, at the table's 120
+    assert cuts.calls == []  # no file holds rows both kept and left out
     assert decision.keep == [high]
     assert decision.txns == {TP: 150, TP2: 5}
     assert decision.written == {TP: OffsetRange("t", 0, 120, 150), TP2: OffsetRange("t", 2, 0, 5)}
     assert decision.dropped == [TP1]
     assert decision.versions == {TP: 120, TP1: 10}
     assert decision.outside == {}
+
+
+def test_a_file_of_many_partitions_is_cut_only_when_it_holds_rows_left_out() -> None:
+    plan = BatchPlan.of(
+        5,
+        [OffsetRange("t", 0, 100, 150), OffsetRange("t", 1, 0, 10), OffsetRange("t", 2, 0, 5)],
+    )
+    whole = data_file(0, 100, 149, "t", (2, 0, 4))
+    with_replay = data_file(0, 120, 149, "t", (1, 0, 9))
+    straddling = data_file(0, 110, 130, "t", (2, 0, 4))
+    decision, cuts = decide_it(plan, {TP: 120, TP1: 10}, [with_replay, straddling])
+    # p1 is in the table already (left out of the first file), p0 from 120 (the second).
+    assert cuts.calls == [(with_replay.path, {TP: 120}), (straddling.path, {TP: 120, TP2: 0})]
+    assert decision.keep == [with_replay, straddling]  # as Cuts returns them
+    decision, cuts = decide_it(plan, {}, [whole])
+    assert cuts.calls == [] and decision.keep == [whole]
+    _, cuts = decide_it(plan, {TP: 150, TP1: 10, TP2: 5}, [whole])
+    assert cuts.calls == []  # nothing of it is written: left out without reading it
 
 
 def test_a_batch_decision_records_ranges_another_consumer_committed() -> None:

@@ -15,11 +15,12 @@ from spark_groups.offsets import OffsetRange, TopicPartition
 from spark_groups.sink.options import parse_sink_options
 from spark_groups.sink.plan import parse_offset_log, read_batch_plan
 from spark_groups.sink.writer import (
+    KafkaRows,
     TaskFileWriter,
     check_schema,
     escape_path_name,
     partition_value,
-    rewrite_from,
+    rewrite_keeping,
 )
 
 from sink_support import SCHEMA, TOPIC, parquet_files, rows, write_task
@@ -27,23 +28,54 @@ from sink_support import SCHEMA, TOPIC, parquet_files, rows, write_task
 # ---------------------------------------------------------------------- files
 
 
-def test_one_file_per_kafka_partition_with_offsets_and_stats(tmp_path: Path) -> None:
+def test_one_file_per_task_with_each_kafka_partitions_offsets_and_stats(tmp_path: Path) -> None:
     table = tmp_path / "t"
     mixed = pa.concat_batches([rows(0, [5, 6]), rows(2, [40]), rows(0, [7])])
-    files = write_task(table, [mixed, rows(2, [41, 42])])
+    (written,) = write_task(table, [mixed, rows(2, [41, 42])])
 
-    by_tp = {f.topic_partition: f for f in files}
-    assert set(by_tp) == {TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 2)}
-    p0, p2 = by_tp[TopicPartition(TOPIC, 0)], by_tp[TopicPartition(TOPIC, 2)]
-    assert (p0.rows, p0.min_offset, p0.max_offset) == (3, 5, 7)
-    assert (p2.rows, p2.min_offset, p2.max_offset) == (3, 40, 42)
-    assert pq.read_table(table / p0.path).column("offset").to_pylist() == [5, 6, 7]
-    assert p0.size == (table / p0.path).stat().st_size
-    stats = json.loads(p2.stats)
-    assert stats["numRecords"] == 3
-    assert stats["minValues"]["offset"] == 40 and stats["maxValues"]["offset"] == 42
+    assert written.topic_partitions == [TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 2)]
+    assert written.kafka == (KafkaRows(TOPIC, 0, 3, 5, 7), KafkaRows(TOPIC, 2, 3, 40, 42))
+    assert written.rows == 6
+    offsets = pq.read_table(table / written.path).column("offset").to_pylist()
+    assert offsets == [5, 6, 40, 7, 41, 42]  # as the task's rows came
+    assert written.size == (table / written.path).stat().st_size
+    stats = json.loads(written.stats)
+    assert stats["numRecords"] == 6
+    assert stats["minValues"]["offset"] == 5 and stats["maxValues"]["offset"] == 42
     assert stats["nullCount"]["id"] == 0
-    assert parquet_files(table) == {p0.path, p2.path}
+    assert parquet_files(table) == {written.path}
+
+
+def test_one_file_per_value_of_the_partition_columns(tmp_path: Path) -> None:
+    schema = SCHEMA.append(pa.field("region", pa.string()))
+
+    def with_region(batch: pa.RecordBatch, *regions: str) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays([*batch.columns, pa.array(regions)], schema=schema)
+
+    table = tmp_path / "t"
+    first, second = (
+        with_region(rows(0, [1, 2, 3]), "eu", "us", "eu"),
+        with_region(rows(1, [9]), "us"),
+    )
+    files = write_task(table, [first, second], schema, ["region"])
+    by_region = {f.partition_values["region"]: f for f in files}
+    assert set(by_region) == {"eu", "us"}
+    assert by_region["eu"].kafka == (KafkaRows(TOPIC, 0, 2, 1, 3),)
+    assert by_region["us"].kafka == (KafkaRows(TOPIC, 0, 1, 2, 2), KafkaRows(TOPIC, 1, 1, 9, 9))
+    assert by_region["us"].path.startswith("region=us/")
+    assert "region" not in pq.read_table(table / by_region["us"].path).column_names
+
+
+def test_a_table_partitioned_by_kafka_columns_keeps_their_offsets(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    files = write_task(table, [rows(0, [1, 2]), rows(1, [5])], SCHEMA, ["partition"])
+    assert sorted((f.kafka for f in files), key=str) == [
+        (KafkaRows(TOPIC, 0, 2, 1, 2),),
+        (KafkaRows(TOPIC, 1, 1, 5, 5),),
+    ]
+    p0 = next(f for f in files if f.partition_values == {"partition": "0"})
+    rewritten = rewrite_keeping(str(table), p0, {TopicPartition(TOPIC, 0): 2})
+    assert rewritten is not None and rewritten.kafka == (KafkaRows(TOPIC, 0, 1, 2, 2),)
 
 
 def test_a_failing_task_deletes_what_it_wrote(tmp_path: Path) -> None:
@@ -88,14 +120,17 @@ def test_partition_values_and_directories_follow_spark() -> None:
     assert escape_path_name("a b:c/d=e%") == "a b%3Ac%2Fd%3De%25"
 
 
-def test_rewrite_keeps_only_the_rows_from_an_offset(tmp_path: Path) -> None:
+def test_rewrite_keeps_only_the_rows_of_each_partition_from_its_offset(tmp_path: Path) -> None:
     table = tmp_path / "t"
-    (original,) = write_task(table, [rows(0, range(10, 20))])
-    rewritten = rewrite_from(str(table), original, 15)
+    (original,) = write_task(table, [rows(0, range(10, 20)), rows(1, range(3)), rows(2, [7])])
+    p0, p1, p2 = (TopicPartition(TOPIC, p) for p in range(3))
+    rewritten = rewrite_keeping(str(table), original, {p0: 15, p2: 0})  # p1 left out
     assert rewritten is not None and rewritten.path != original.path
-    assert (rewritten.rows, rewritten.min_offset, rewritten.max_offset) == (5, 15, 19)
-    assert pq.read_table(table / rewritten.path).column("offset").to_pylist() == list(range(15, 20))
-    assert rewrite_from(str(table), original, 20) is None
+    assert rewritten.kafka == (KafkaRows(TOPIC, 0, 5, 15, 19), KafkaRows(TOPIC, 2, 1, 7, 7))
+    got = pq.read_table(table / rewritten.path)
+    assert got.column("offset").to_pylist() == [15, 16, 17, 18, 19, 7]  # in the file's order
+    assert got.column("id").to_pylist()[-1] == 2_000_007
+    assert rewrite_keeping(str(table), original, {p0: 20, p1: 3}) is None
 
 
 # ---------------------------------------------------------------------- options

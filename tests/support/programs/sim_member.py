@@ -15,8 +15,11 @@ SPEC keys: ``servers``, ``topic``, ``group``, ``table``, ``checkpoint``, ``membe
 ``stop_file``, ``kafka`` (librdkafka settings of the member), ``max_records``; for the
 benchmarks also ``storage`` (delta-rs storage options of the table, an S3 server's say),
 ``trigger_s`` (Spark's ``processingTime``: a batch starts at most that often), ``stats`` (a
-file to which each batch appends one JSON line of its timings) and ``compact_every`` (the
-sink's ``compactEvery``). The crash points
+file to which each batch appends one JSON line of its timings), ``compact_every`` (the
+sink's ``compactEvery``), ``source_options`` (more kafka-group options: the protocol, the
+ledger) and ``reader`` (a name: every row also gets the record's ``produced_at``, when it
+was read, ``read_ms``, and this ``reader``, as the rolling benchmark's Spark members'
+pipeline gives them). The crash points
 (``spark_groups.crash_points``) fire from the environment the test sets.
 """
 
@@ -49,6 +52,9 @@ from spark_groups.storage.checkpoint import is_committed, latest_logged, spark_b
 SCHEMA = pa.schema(
     [("id", pa.int64()), ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())]
 )
+#: The columns a member with a ``reader`` adds.
+READS = [("produced_at", pa.timestamp("us", tz="UTC")), ("read_ms", pa.int64()),
+         ("reader", pa.string())]  # fmt: skip
 #: Spark's trigger: how long an empty plan waits before the next.
 TRIGGER_S = 0.05
 
@@ -99,21 +105,25 @@ def run_batch(
     files = []
     started = time.perf_counter()
     batches = list(read_ranges(options.reader_config(), read.ranges, include_headers=False))
+    schema = pa.schema([*SCHEMA, *(READS if spec.get("reader") else [])])
     if batches:
         table = pa.Table.from_batches(batches)
-        rows = pa.table(
-            {
-                "id": pc.cast(pc.cast(table["value"], pa.string()), pa.int64()),
-                "topic": table["topic"],
-                "partition": table["partition"],
-                "offset": table["offset"],
-            }
-        ).cast(SCHEMA)
-        writer = TaskFileWriter(spec["table"], SCHEMA, (), storage_options=spec.get("storage"))
+        columns = {
+            "id": pc.cast(pc.cast(table["value"], pa.string()), pa.int64()),
+            "topic": table["topic"],
+            "partition": table["partition"],
+            "offset": table["offset"],
+        }
+        if spec.get("reader"):
+            columns["produced_at"] = table["timestamp"]
+            columns["read_ms"] = pa.array([int(time.time() * 1000)] * table.num_rows, pa.int64())
+            columns["reader"] = pa.array([spec["reader"]] * table.num_rows, pa.string())
+        rows = pa.table(columns).cast(schema)
+        writer = TaskFileWriter(spec["table"], schema, (), storage_options=spec.get("storage"))
         files = writer.write(rows.to_batches())
     plan = read_batch_plan(spec["checkpoint"], spark_id, group_id=spec["group"])
     committing = time.perf_counter()
-    result = sink.commit(plan, files, SCHEMA)
+    result = sink.commit(plan, files, schema)
     compacted = compact_if_due(compaction, spec["table"], result.version)
     return {
         "batch": spark_id,
@@ -158,6 +168,7 @@ def main() -> None:
             "maxOffsetsPerTrigger": str(spec.get("max_records", 20)),
             **{f"kafka.{k}": v for k, v in spec.get("kafka", {}).items()},
             **{f"storage.{k}": v for k, v in spec.get("storage", {}).items()},
+            **spec.get("source_options", {}),
         }
     )
     stream = GroupStream(options, for_source(options))
