@@ -56,7 +56,10 @@ class IdProducer(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        producer = Producer({"bootstrap.servers": self.servers, "linger.ms": "5"})
+        # Idempotent: a retried send must not put one id at two offsets (a false duplicate).
+        producer = Producer(
+            {"bootstrap.servers": self.servers, "linger.ms": "5", "enable.idempotence": True}
+        )
 
         def delivered(error: Any, message: Any) -> None:
             if error is None:
