@@ -6,12 +6,16 @@ partitions (errors carry the partitions at fault); import it from ``spark_groups
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, order=True)
-class TopicPartition:
-    """One partition of one topic (a plain, hashable value; not confluent_kafka's class)."""
+class TopicPartition(NamedTuple):
+    """One partition of one topic (a plain, hashable value; not confluent_kafka's class).
+
+    A named tuple, so hashing and ordering run in C: a member of 5,000 partitions sorts and
+    looks them up many times a batch, and a dataclass's generated ``__lt__`` and
+    ``__hash__`` took a few hundred milliseconds of it (issue 45).
+    """
 
     topic: str
     partition: int
