@@ -1,11 +1,12 @@
 """Many partitions: two members, one record per partition per batch, 1,000 against 10,000.
 
     python -m bench partitions                       # 1,000 and 10,000 partitions
-    python -m bench partitions --counts 10000 --seconds 30
+    python -m bench partitions --counts 10000 --seconds 30 --trigger 5
 
 Per count: that many partitions over ``--topics`` topics, one record per partition per
-second into each, and two simulated members (:mod:`._sim_group`: the product without
-Spark's JVM) on a 1-second trigger writing one new delta-group table. Counted: the batches
+``--trigger`` seconds into each, and two simulated members (:mod:`._sim_group`: the product
+without Spark's JVM) on that trigger writing one new delta-group table: one new record per
+partition per batch while the members keep up. Counted: the batches
 of ``--seconds`` once both read. Then member ``m01`` is stopped with SIGTERM (it leaves the
 group) and started again: *resume* is the time from its start to its first batch with
 records (imports, join, claim, resume), next to its first start's. Driver time per batch is
@@ -48,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--counts", default="1000,10000", help="partition counts")
     parser.add_argument("--topics", type=int, default=4)
     parser.add_argument("--seconds", type=int, default=30, help="counted seconds per count")
+    parser.add_argument("--trigger", type=float, default=1.0, help="seconds between batches")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -58,7 +60,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             results.append({"partitions": count, **run_one(kafka.bootstrap_servers, count, args)})
             print(json.dumps(results[-1]), flush=True)
     return {"runs": results, "machine": machine_facts("kafka"),
-            "args": {"topics": args.topics, "seconds": args.seconds}}  # fmt: skip
+            "args": {k: vars(args)[k] for k in ("topics", "seconds", "trigger")}}  # fmt: skip
 
 
 def run_one(servers: str, count: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -71,8 +73,8 @@ def run_one(servers: str, count: int, args: argparse.Namespace) -> dict[str, Any
     ]
     scratch = Path(tempfile.mkdtemp(prefix=f"partitions-{count}-"))
     group = SimGroup(servers, ",".join(topics), unique("parts"), str(scratch / "table"),
-                     scratch, 2, trigger_s=1.0, max_records=10_000_000)  # fmt: skip
-    flows = [Flow(servers, t, each, each) for t in topics]  # one record/partition/second
+                     scratch, 2, trigger_s=args.trigger, max_records=10_000_000)  # fmt: skip
+    flows = [Flow(servers, t, each, round(each / args.trigger)) for t in topics]
     for flow in flows:
         flow.start()
     try:
@@ -140,8 +142,8 @@ def render(results: dict[str, Any]) -> str:
         "## Many partitions (issue 45)",
         "",
         f"`{results['command']}`, {results['when']}, load average {results['load_before']} "
-        f"before. {results['args']['topics']} topics, one record per partition per second, two "
-        "simulated members on a 1 s trigger, one table; "
+        f"before. {results['args']['topics']} topics, one record per partition per "
+        f"{results['args'].get('trigger', 1)} s, two simulated members on that trigger, one table; "
         f"{results['args']['seconds']} s counted per count.",
         "",
         "| partitions | rows/batch | driver time/batch p50 (p99) | sink commit p50 (p99) | "
