@@ -168,7 +168,8 @@ def render(results: dict[str, Any]) -> str:
 
 def _hour(r: dict[str, Any], a: dict[str, Any]) -> str:
     """An hour at the run's rate, from its sizes: the commit files written, and the
-    checkpoint's size without compaction (one live file per partition per batch)."""
+    checkpoint's size without compaction (the live files the run's checkpoint had per
+    version, for an hour of versions)."""
     log = r["log"]
     log_mb = r["batches_per_s"] * 3600 * log["commit_bytes_avg"] / 1e6
     files = log.get("checkpoint_files")
@@ -179,7 +180,7 @@ def _hour(r: dict[str, Any], a: dict[str, Any]) -> str:
     if not files:
         return f"{log_mb:,.0f} MB,"
     per_file = log["checkpoint_bytes"] / files
-    hour_files = a["partitions"] * 3600 / a["trigger"]
+    hour_files = files / log["checkpoint_version"] * r["batches_per_s"] * 3600
     return f"{log_mb:,.0f} MB, {per_file * hour_files / 1e6:,.0f} MB"
 
 
