@@ -51,6 +51,9 @@ RETENTION_PROPERTY = "delta.setTransactionRetentionDuration"
 MAX_MAPS = 64
 #: Any checkpoint file (multi-part and V2 ones too) and its version.
 _ANY_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.")
+#: A ``txn`` line as delta-rs writes it, read without the JSON parser (a commit of 5,000
+#: partitions has 5,000 of them, read by every member); any other form is parsed as JSON.
+_TXN_LINE = re.compile(r'\{"txn":\{"appId":"([^"\\]*)","version":(\d+)[,}]')
 
 
 class LogNotReplayable(Exception):
@@ -117,6 +120,10 @@ class AppTransactions:
         """Replay the ``txn`` actions of commit ``version`` (its log file's ``text``)."""
         for line in text.splitlines():
             if line.startswith('{"txn"'):
+                plain = _TXN_LINE.match(line)
+                if plain is not None:
+                    self.versions[plain.group(1)] = int(plain.group(2))
+                    continue
                 txn = json.loads(line)["txn"]
                 self.versions[txn["appId"]] = int(txn["version"])
         self.version = version

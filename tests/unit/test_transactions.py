@@ -70,6 +70,19 @@ def test_every_version_agrees_with_delta_rs_forward_and_back(tmp_path: Path) -> 
     }
 
 
+def test_ids_with_json_escapes_are_read_as_delta_rs_reads_them(tmp_path: Path) -> None:
+    """Most txn lines are read without the JSON parser; one whose id needs escapes is not."""
+    odd = ['group "a"', "back\\slash", "plain:1"]
+    make_table(tmp_path)
+    commit(tmp_path, {a: i for i, a in enumerate(odd, 1)})
+    commit(tmp_path, {odd[0]: 9})
+    table = DeltaTable(str(tmp_path))
+    found = transaction_versions(table, odd)
+    assert transactions._maps, "the answer came from a map"
+    assert found == {odd[0]: 9, odd[1]: 2, odd[2]: 3}
+    assert found == {a: table.transaction_version(a) for a in odd}
+
+
 def test_a_table_made_again_at_the_same_path_is_read_anew(tmp_path: Path) -> None:
     make_table(tmp_path)
     grow(tmp_path, 8)
