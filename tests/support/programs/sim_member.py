@@ -154,7 +154,7 @@ def main() -> None:
     # native call: what a test sends a member that did not exit in time.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.basicConfig(
-        level=logging.INFO,
+        level=os.environ.get("SPARK_GROUPS_LOG_LEVEL", "INFO").upper(),
         format=f"%(asctime)s {spec['member']} %(levelname)s %(name)s %(message)s",
     )
     options = parse_options(
