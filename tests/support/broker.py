@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -26,13 +26,16 @@ def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
 
 
-def create_topics(servers: str, partitions: int, names: Sequence[str]) -> list[str]:
+def create_topics(
+    servers: str, partitions: int, names: Sequence[str], config: Mapping[str, str] | None = None
+) -> list[str]:
     """Create the topics ``names`` on ``servers``, ``partitions`` partitions each (one
-    replica), and wait until the broker's metadata shows them; returns ``names``. (The
-    controller answers before the broker has made the partitions: right after a topic of
-    1,000 partitions, members of the next tests found their fresh topics missing.)"""
+    replica, topic ``config``), and wait until the broker's metadata shows them; returns
+    ``names``. (The controller answers before the broker has made the partitions: right after
+    a topic of 1,000 partitions, members of the next tests found their fresh topics missing.)"""
     admin = AdminClient({"bootstrap.servers": servers})
-    for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
+    topics = [NewTopic(n, partitions, 1, config=dict(config or {})) for n in names]
+    for future in admin.create_topics(topics).values():
         future.result(timeout=60)
 
     def described() -> bool:
@@ -43,9 +46,11 @@ def create_topics(servers: str, partitions: int, names: Sequence[str]) -> list[s
     return list(names)
 
 
-def create_topic(servers: str, partitions: int = 3, prefix: str = "t") -> str:
+def create_topic(
+    servers: str, partitions: int = 3, prefix: str = "t", config: Mapping[str, str] | None = None
+) -> str:
     """Create a fresh topic, named :func:`unique` of ``prefix``; returns its name."""
-    return create_topics(servers, partitions, [unique(prefix)])[0]
+    return create_topics(servers, partitions, [unique(prefix)], config)[0]
 
 
 def produce(
