@@ -120,8 +120,12 @@ def test_delta_spark_reads_the_ledger_the_rebalance_history_and_the_sink_table(
     spec = {
         "servers": bootstrap_servers, "topic": topic, "group": group, "table": str(table),
         "ledger": str(ledger), "checkpoint": str(tmp_path / "cp"), "trigger": "availableNow",
+        # One task per partition: a file each (a task's rows are one file), so that optimize
+        # has files to compact and vacuum files to delete, on every Spark line.
+        "source_options": {"recordsPerTask": "0"},
     }  # fmt: skip
     run_member("A", spec, tmp_path)
+    assert len(list(table.glob("*.parquet"))) >= 3
     # A copy of the table compacted and vacuumed by spark-groups (docs/cli.md#optimize).
     compacted = tmp_path / "compacted"
     shutil.copytree(table, compacted)
