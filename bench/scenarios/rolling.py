@@ -2,7 +2,7 @@
 
     python -m bench rolling                     # the rolling pass, three ways
     python -m bench rolling --ways classic,kip848 --rate 300
-    python -m bench rolling --sim 20 --partitions 2000 --rate 2000 --trigger "1 second"
+    python -m bench rolling --sim 20 --partitions 2000 --rate 2000 --trigger "2 seconds"
 
 The figures and what each means are in docs/groups.md ("Rolling deploys"); the results in
 ``bench/results/rolling.json`` (``--out``). The idle-members hour (docs/groups.md, "Idle

@@ -166,7 +166,12 @@ class DurabilityWatch:
 
 def held(ranges: Sequence[OffsetRange], holdings: Holdings) -> list[OffsetRange]:
     """The ``ranges`` whose records the table (``holdings``) holds."""
-    return [r for r in ranges if holdings.positions.get(r.topic_partition, -1) >= r.until_offset]
+    return [r for r in ranges if _holds(holdings, r)]
+
+
+def _holds(holdings: Holdings, r: OffsetRange) -> bool:
+    """Whether the table (``holdings``) holds the records of ``r``."""
+    return holdings.positions.get(r.topic_partition, -1) >= r.until_offset
 
 
 def not_written(batch: BatchOffset, holdings: Holdings) -> list[TopicPartition]:
@@ -179,7 +184,7 @@ def not_written(batch: BatchOffset, holdings: Holdings) -> list[TopicPartition]:
     tokens = batch.claim_map()
     out = []
     for r in batch.ranges:
-        if holdings.positions.get(r.topic_partition, -1) >= r.until_offset:  # held
+        if _holds(holdings, r):
             continue
         claim = holdings.claims.get(r.topic_partition)
         if not holdings.exists or claim is None or claim == tokens.get(r.topic_partition):

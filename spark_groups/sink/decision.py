@@ -207,7 +207,10 @@ def kept_files(
             k.min_offset >= starts[k.topic_partition] for k in f.kafka
         ):
             kept.append(f)
-        elif any(k.max_offset >= starts.get(k.topic_partition, k.max_offset + 1) for k in f.kafka):
+        elif any(
+            k.topic_partition in starts and k.max_offset >= starts[k.topic_partition]
+            for k in f.kafka
+        ):
             rest = cut(f, starts)
             if rest is not None:
                 kept.append(rest)

@@ -340,7 +340,6 @@ class TaskFileWriter:
         self.file_schema = pa.schema([f for f in schema if f.name not in self.partition_by])
         self.compression = compression
         self.prefix = prefix
-        self._keys = ["topic", "partition", *self.partition_by]
         self._open: dict[tuple[Any, ...], _OpenFile] = {}
         self._done: list[DataFile] = []
         self._where: Location | None = None
