@@ -165,4 +165,9 @@ def test_rolling_scenario_with_simulated_members(bootstrap_servers: str, tmp_pat
     assert [r["member"] for r in found["restarts"]] == ["m00", "m01", "m02"]
     assert found["lost"] == 0 and found["duplicated_by_cause"]["in_table_twice"] == 0
     assert found["in_table"] > 0 and found["produced"] >= found["in_table"]
-    assert 0 < found["longest_unread_s"] < 120 and found["revocations"] > 0
+    # Each restart's join moves the group to a new epoch that the history or the service
+    # records. Not revocations: a member back within a heartbeat of leaving takes its
+    # partitions again before the others were handed them (KIP-848), so a pass may revoke
+    # nothing (a CI run on a loaded machine did).
+    events = {k: found[k] for k in ("restarts", "revocations", "generations")}
+    assert 0 < found["longest_unread_s"] < 120 and found["rebalances"] >= 3, events
