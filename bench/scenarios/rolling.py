@@ -179,7 +179,16 @@ def run_way(
         def handled() -> set[int]:
             return set(table_reads(table).column("id").to_pylist()) | {r[0] for r in service.reads}
 
-        wait_until(lambda: handled() >= produced, args.timeout, f"{way}: every id handled")
+        try:
+            wait_until(lambda: handled() >= produced, args.timeout, f"{way}: every id handled")
+        except AssertionError:
+            # librdkafka's KIP-848 consumer can stop fetching partitions it owns (docs/
+            # benchmarks.md): noted, then closed, so its partitions go to the members.
+            stalled = stalled_service(service, produced - handled(), args.partitions)
+            say(f"{way}: the plain consumer stalled: {json.dumps(stalled)}")
+            result["service_stalled"] = stalled
+            service.stop()
+            wait_until(lambda: handled() >= produced, args.timeout, f"{way}: ids after it left")
         stop_all(members, stop_file, args.timeout)
         service.stop()
     finally:
@@ -239,6 +248,31 @@ def run_way(
         }
     )
     return result
+
+
+def stalled_service(service: PlainService, unhandled: set[int], partitions: int) -> dict[str, Any]:
+    """What the plain consumer left unread: its partitions then, the unhandled ids' partitions
+    (the producer writes id ``i`` to partition ``i % partitions``) and its last read. Raises
+    when an unhandled id is in a partition it does not own: then a member lost it."""
+    owned: set[int] = set()
+    for e in service.events:  # incremental: cooperative-sticky and KIP-848 alike
+        owned = (
+            owned | set(e["partitions"])
+            if e["event"] == "assigned"
+            else owned - set(e["partitions"])
+        )
+    waiting = {i % partitions for i in unhandled}
+    if not waiting <= owned:
+        raise AssertionError(
+            f"ids unhandled in partitions {sorted(waiting - owned)} not the consumer's"
+        )
+    return {
+        "unhandled_ids": len(unhandled),
+        "partitions_unread": sorted(waiting),
+        "partitions_owned": len(owned),
+        "last_read_at": max((r[3] for r in service.reads), default=None),
+        "noted_at": time.time(),
+    }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
