@@ -1,14 +1,15 @@
 """ListOffsets for a set of partitions, within a deadline: asked again while their leadership
 moves, and its errors told as spark_groups errors.
 
-One request through a ``Consumer`` asks for the log end (:data:`LATEST`), the log start
-(:data:`EARLIEST`; both from :mod:`spark_groups.offsets.starting`) or, per partition, the
-first offset at or after a timestamp. Leadership that moved (a broker restarted or frozen,
-an election) refreshes the metadata and asks again; a topic the consumer's metadata does not
-know yet is looked up once more; no answer by the deadline raises
-:class:`~spark_groups.errors.BrokerUnreachableError` naming the bootstrap servers; an
-unknown topic raises :class:`~spark_groups.errors.TopicNotFoundError`; a denied one the
-authorization error of :mod:`spark_groups.kafka.auth`. Secrets never reach a message.
+Requests of at most :data:`REQUEST_PARTITIONS` partitions through a ``Consumer`` ask for
+the log end (:data:`LATEST`), the log start (:data:`EARLIEST`; both from
+:mod:`spark_groups.offsets.starting`) or, per partition, the first offset at or after a
+timestamp. Leadership that moved (a broker restarted or frozen, an election) refreshes the
+metadata and asks again; a topic the consumer's metadata does not know yet is looked up once
+more; no answer by the deadline raises :class:`~spark_groups.errors.BrokerUnreachableError`
+naming the bootstrap servers; an unknown topic raises
+:class:`~spark_groups.errors.TopicNotFoundError`; a denied one the authorization error of
+:mod:`spark_groups.kafka.auth`. Secrets never reach a message.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from spark_groups.secrets import scrub
 
 log = logging.getLogger(__name__)
 
+#: The most partitions one ListOffsets request asks for (:func:`_in_requests`).
+REQUEST_PARTITIONS = 500
 #: Pause between two ListOffsets tries after an answer that leadership moved.
 _RETRY_BACKOFF_S = 0.1
 
@@ -69,7 +72,7 @@ def list_offsets(
         if left <= 0:
             raise _unreachable(what, None, config, timeout_s)
         try:
-            answer = consumer.offsets_for_times(request, timeout=left)
+            answer = _in_requests(consumer, request, deadline)
         except KafkaException as exc:
             err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             code = err.code() if err is not None else None
@@ -128,6 +131,21 @@ def list_offsets(
                 )
             result[tp] = got.offset
         return result
+
+
+def _in_requests(
+    consumer: Consumer, request: list[KafkaTopicPartition], deadline: float
+) -> list[KafkaTopicPartition]:
+    """librdkafka's answer to ``request``, asked :data:`REQUEST_PARTITIONS` at a time.
+
+    A request's cost per partition grows with its size: for 5,000 partitions one request
+    took 160 ms, ten of 500 took 46 ms (docs/benchmarks.md, "Many partitions")."""
+    answer: list[KafkaTopicPartition] = []
+    for first in range(0, len(request), REQUEST_PARTITIONS):
+        left = max(0.001, deadline - time.monotonic())
+        part = request[first : first + REQUEST_PARTITIONS]
+        answer += consumer.offsets_for_times(part, timeout=left)
+    return answer
 
 
 def _unreachable(

@@ -174,3 +174,10 @@ def test_a_commit_is_cut_into_requests_under_the_byte_budget() -> None:
     assert [tp for r in requests for tp in r] == partitions  # all, in order
     assert commits.in_requests(partitions[:3], "", budget=1) == [[tp] for tp in partitions[:3]]
     assert commits.in_requests([], "x") == []
+
+
+def test_a_commit_is_cut_into_requests_of_at_most_so_many_partitions() -> None:
+    partitions = [TopicPartition("topic", p) for p in range(1_201)]
+    requests = commits.in_requests(partitions, "m", most=500)
+    assert [len(r) for r in requests] == [500, 500, 201]
+    assert [tp for r in requests for tp in r] == partitions

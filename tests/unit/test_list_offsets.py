@@ -50,6 +50,28 @@ def test_log_end_and_start(mock_servers) -> None:
     assert starts == {tps[0]: 0, tps[1]: 0}
 
 
+def test_partitions_past_one_request_are_asked_in_several(bootstrap_servers, monkeypatch) -> None:
+    from spark_groups.kafka import list_offsets as module
+
+    monkeypatch.setattr(module, "REQUEST_PARTITIONS", 2)  # 5 partitions: 3 requests
+    asked: list[int] = []
+    topic = create_topic(bootstrap_servers, partitions=5)
+    for p, count in enumerate([3, 1, 4, 1, 5]):
+        produce_batches(bootstrap_servers, topic, [count], partition=p)
+    tps = [TopicPartition(topic, p) for p in range(5)]
+    config = {"bootstrap.servers": bootstrap_servers}
+    with consumer_for(config) as consumer:
+
+        class Counting:
+            def offsets_for_times(self, request: list, timeout: float) -> list:
+                asked.append(len(request))
+                return consumer.offsets_for_times(request, timeout=timeout)
+
+        ends = list_offsets(Counting(), tps, LATEST, in_s(30), config=config, timeout_s=30)  # type: ignore[arg-type]
+    assert asked == [2, 2, 1]
+    assert ends == dict(zip(tps, [3, 1, 4, 1, 5], strict=True))
+
+
 def test_offsets_by_time(bootstrap_servers) -> None:
     topic = create_topic(bootstrap_servers, partitions=1)
     produce_batches(bootstrap_servers, topic, [5])
