@@ -262,7 +262,8 @@ class GroupStream:
             return start_json
         crash_points.reached("planned")
         self.metrics.batches_planned += 1
-        log.debug("planned batch %d: %s", batch.batch, batch.to_json()["ranges"])
+        if log.isEnabledFor(logging.DEBUG):  # to_json: ~10 ms for 5,000 ranges
+            log.debug("planned batch %d: %s", batch.batch, batch.to_json()["ranges"])
         if self.options.at_most_once:
             # Claim, then process: a crash from here on skips this batch's records.
             self.commit_durable(batch)

@@ -30,6 +30,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -67,9 +68,10 @@ class KafkaRows:
     min_offset: int
     max_offset: int
 
-    @property
+    @cached_property
     def topic_partition(self) -> TopicPartition:
-        """The Kafka partition of these rows."""
+        """The Kafka partition of these rows (made once: a sink decision asks several times
+        for each of thousands)."""
         return TopicPartition(self.topic, self.partition)
 
 
