@@ -112,6 +112,7 @@ def run_one(servers: str, count: int, args: argparse.Namespace) -> dict[str, Any
         **commit_figures(window),
         "driver_p50_ms": round(percentile(driver, 0.5), 1),
         "driver_p99_ms": round(percentile(driver, 0.99), 1),
+        "driver_cpu_p50_ms": round(percentile([r["driver_cpu_ms"] for r in window], 0.5), 1),
         "rows_per_batch_p50": percentile([r["rows"] for r in window], 0.5),
         "first_batch_s": [round(x, 1) for x in first_starts],
         "resume_s": round(resume_s, 1),
