@@ -67,10 +67,11 @@ def list_offsets(
     kind = "by time" if by_time else "end" if which == LATEST else "start"
     what = f"to list the {kind} offsets of {partition_names(tps)}"
     refreshed = False
+    moved: KafkaError | None = None  # the last answer that leadership moved
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise _unreachable(what, None, config, timeout_s)
+            raise _unreachable(what, moved, config, timeout_s)
         try:
             answer = _in_requests(consumer, request, deadline)
         except KafkaException as exc:
@@ -88,6 +89,7 @@ def list_offsets(
                     servers=servers,
                 ) from None
             if code in LEADERSHIP_MOVED_CODES and err is not None:
+                moved = err
                 _await_new_leaders(consumer, tps, err, deadline, servers)
                 continue
             if code == auth.TOPIC_DENIED and err is not None:
@@ -106,7 +108,8 @@ def list_offsets(
             if error is not None and error.code() in LEADERSHIP_MOVED_CODES
         ]
         if moving:
-            _await_new_leaders(consumer, tps, moving[0], deadline, servers)
+            moved = moving[0]
+            _await_new_leaders(consumer, tps, moved, deadline, servers)
             continue
         result: dict[TopicPartition, int] = {}
         for tp in tps:
@@ -152,7 +155,9 @@ def _unreachable(
     what: str, err: KafkaError | None, config: Mapping[str, Any], timeout_s: float
 ) -> BrokerUnreachableError:
     servers = bootstrap_servers_of(config)
-    detail = f" ({err.name()}: {scrub(err.str(), config)})" if err is not None else ""
+    detail = ""
+    if err is not None:
+        detail = f" (the last answer: {err.name()}: {scrub(err.str(), config)})"
     return BrokerUnreachableError(
         f"no answer from {servers} within {timeout_s:g} s {what}{detail}",
         servers=servers,

@@ -72,6 +72,32 @@ def test_partitions_past_one_request_are_asked_in_several(bootstrap_servers, mon
     assert ends == dict(zip(tps, [3, 1, 4, 1, 5], strict=True))
 
 
+def test_leadership_that_never_settles_is_named_at_the_deadline(bootstrap_servers) -> None:
+    """A broker that answers, but never as the leader (a topic of thousands of partitions
+    it has not finished making: NOT_LEADER_FOR_PARTITION for seconds), is asked again until
+    the deadline; the error then says what the broker kept answering."""
+    from spark_groups.kafka.client import KafkaError, KafkaException
+
+    topic = create_topic(bootstrap_servers, partitions=1)
+    tps = [TopicPartition(topic, 0)]
+    config = {"bootstrap.servers": bootstrap_servers}
+    asked: list[int] = []
+    with consumer_for(config) as consumer:
+
+        class NeverLeading:
+            def offsets_for_times(self, request: list, timeout: float) -> list:
+                asked.append(len(request))
+                raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+
+            def list_topics(self, topic: str, timeout: float) -> object:
+                return consumer.list_topics(topic, timeout=timeout)
+
+        with pytest.raises(BrokerUnreachableError, match="NOT_LEADER_FOR_PARTITION") as info:
+            list_offsets(NeverLeading(), tps, LATEST, in_s(1.5), config=config, timeout_s=1.5)  # type: ignore[arg-type]
+    assert len(asked) > 1 and info.value.servers == bootstrap_servers
+    assert f"{topic}-0" in str(info.value) and "the last answer" in str(info.value)
+
+
 def test_offsets_by_time(bootstrap_servers) -> None:
     topic = create_topic(bootstrap_servers, partitions=1)
     produce_batches(bootstrap_servers, topic, [5])
