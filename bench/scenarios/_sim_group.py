@@ -136,16 +136,15 @@ def commit_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
     # delta-rs writes a checkpoint after every 100th version, in that commit's call.
     checkpointing = [r["commit_ms"] for r in rows if r["version"] and r["version"] % 100 == 0]
     span = rows[-1]["t"] - rows[0]["t"]
+    p50s = {f"{k}_p50_ms": round(percentile([r[f"{k}_ms"] for r in rows], 0.5), 1)
+            for k in ("task", "plan", "durable", "cpu")}  # fmt: skip
     return {
         "batches": len(rows),
         "batches_per_s": round(len(rows) / span, 2) if span > 0 else None,
         "commit_p50_ms": round(percentile(commits, 0.5), 1),
         "commit_p99_ms": round(percentile(commits, 0.99), 1),
         "commit_max_ms": round(max(commits), 1),
-        "task_p50_ms": round(percentile([r["task_ms"] for r in rows], 0.5), 1),
-        "plan_p50_ms": round(percentile([r["plan_ms"] for r in rows], 0.5), 1),
-        "durable_p50_ms": round(percentile([r["durable_ms"] for r in rows], 0.5), 1),
-        "cpu_p50_ms": round(percentile([r["cpu_ms"] for r in rows], 0.5), 1),
+        **p50s,
         "checkpointing_commit_p50_ms": round(percentile(checkpointing, 0.5), 1)
         if checkpointing
         else None,

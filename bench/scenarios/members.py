@@ -115,7 +115,7 @@ def run_one(
     return {
         **commit_figures(window),
         "per_member_batches_per_s": round(len(window) / args.seconds / count, 2),
-        "cores_busy": _round(busy.cores_busy(counted)),
+        "cores_busy": None if (b := busy.cores_busy(counted)) is None else round(b, 2),
         "first_batch_p50_s": round(percentile(starts, 0.5), 1),
         "first_batch_max_s": round(max(starts), 1),
         "failures": (exited + group.failures())[:20],
@@ -157,7 +157,8 @@ def render(results: dict[str, Any]) -> str:
             f"| {r['store']} | {r['members']} | {r['batches_per_s']} "
             f"({r['per_member_batches_per_s']}) | {r['cpu_p50_ms']:.0f} ms | "
             f"{r['commit_p50_ms']:,.0f} ms | {r['commit_p99_ms']:,.0f} ms | "
-            f"{_ms(r.get('checkpointing_commit_p50_ms'))} | {r['retried']} / "
+            f"{'' if (c := r.get('checkpointing_commit_p50_ms')) is None else f'{c:,.0f} ms'} | "
+            f"{r['retried']} / "
             f"{r['commit_errors_retried']} | {len(r['failures'])} | {r['first_batch_max_s']} s | "
             f"{r['cores_busy']} | {log['checkpoint_bytes'] / 1e6:.2f} MB "
             f"({'?' if files is None else f'{files:,}'}) | {_hour(r, a)} | "
@@ -182,11 +183,3 @@ def _hour(r: dict[str, Any], a: dict[str, Any]) -> str:
     per_file = log["checkpoint_bytes"] / files
     hour_files = files / log["checkpoint_version"] * r["batches_per_s"] * 3600
     return f"{log_mb:,.0f} MB, {per_file * hour_files / 1e6:,.0f} MB"
-
-
-def _ms(x: float | None) -> str:
-    return "" if x is None else f"{x:,.0f} ms"
-
-
-def _round(x: float | None) -> float | None:
-    return None if x is None else round(x, 2)

@@ -147,20 +147,19 @@ def render(results: dict[str, Any]) -> str:
         f"{results['args'].get('trigger', 1)} s, two simulated members on that trigger, one table; "
         f"{results['args']['seconds']} s counted per count.",
         "",
-        "| partitions | rows/batch | driver time/batch p50 (p99) | sink commit p50 (p99) | "
-        "task p50 | peak RSS per member | resume after a restart | checkpoint | every record "
-        "once |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| partitions | rows/batch | driver time/batch p50 (p99) | driver CPU/batch p50 | "
+        "sink commit p50 (p99) | task p50 | peak RSS per member | resume after a restart | "
+        "checkpoint | every record once |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in results["runs"]:
-        if "aborted" in r:
-            lines.append(f"| {r['partitions']:,} | run aborted: {r['aborted']} |")
-            continue
         rss = max(v for v in r["peak_rss_mb"].values() if v is not None)
         once = r["records"]["rows"] == r["records"]["sent"] and not r["records"]["offsets_twice"]
+        cpu = f"{r['driver_cpu_p50_ms']:.0f} ms" if "driver_cpu_p50_ms" in r else "-"
         lines.append(
             f"| {r['partitions']:,} | {r['rows_per_batch_p50']:,} | {r['driver_p50_ms']:.0f} ms "
-            f"({r['driver_p99_ms']:.0f}) | {r['commit_p50_ms']:.0f} ms ({r['commit_p99_ms']:.0f}) "
+            f"({r['driver_p99_ms']:.0f}) | {cpu} | "
+            f"{r['commit_p50_ms']:.0f} ms ({r['commit_p99_ms']:.0f}) "
             f"| {r['task_p50_ms']:.0f} ms | {rss:.0f} MB | {r['resume_s']} s | "
             f"{r['log']['checkpoint_bytes'] / 1e6:.1f} MB | {'yes' if once else 'NO'} |"
         )

@@ -160,7 +160,7 @@ def test_rolling_scenario_with_simulated_members(bootstrap_servers: str, tmp_pat
     from bench.scenarios.rolling import run_way
 
     args = Namespace(sim=3, partitions=6, rate=100, trigger="0.5 seconds", settle=2.0,
-                     timeout=120.0, static_session_ms=30_000)  # fmt: skip
+                     timeout=120.0, static_session_ms=30_000, pause=0.0)  # fmt: skip
     found = run_way("kip848", bootstrap_servers, tmp_path, args, lambda line: None)
     assert [r["member"] for r in found["restarts"]] == ["m00", "m01", "m02"]
     assert found["lost"] == 0 and found["duplicated_by_cause"]["in_table_twice"] == 0
@@ -171,3 +171,21 @@ def test_rolling_scenario_with_simulated_members(bootstrap_servers: str, tmp_pat
     # nothing (a CI run on a loaded machine did).
     events = {k: found[k] for k in ("restarts", "revocations", "generations")}
     assert 0 < found["longest_unread_s"] < 120 and found["rebalances"] >= 3, events
+
+
+def test_partitions_scenario_tiny(bootstrap_servers: str) -> None:
+    """The many-partitions run (issue 45) at 8 partitions: two members, counted batches, a
+    restart; every record once, the driver's wall and CPU time and the resume measured."""
+    from argparse import Namespace
+
+    from bench.scenarios.partitions import render, run_one
+
+    args = Namespace(topics=2, seconds=3, trigger=0.5)
+    found = run_one(bootstrap_servers, 8, args)
+    assert found["failures"] == [] and found["rows_per_batch_p50"] > 0
+    assert found["records"]["rows"] == found["records"]["sent"] > 0
+    assert found["records"]["offsets_twice"] == 0
+    assert 0 < found["driver_cpu_p50_ms"] <= found["driver_p50_ms"] and found["resume_s"] > 0
+    results = {"command": "python -m bench partitions", "when": "now", "load_before": "0",
+               "args": {**vars(args)}, "runs": [{"partitions": 8, **found}]}  # fmt: skip
+    assert "| 8 | " in render(results)
