@@ -43,6 +43,7 @@ from bench.scenarios._rolling_reads import (
     lost_and_duplicated,
     start,
     table_reads,
+    wait_quantiles,
 )
 from spark_groups.group.history import history_path
 from spark_groups.offsets import OffsetRange
@@ -98,9 +99,8 @@ def run_way(
     """One rolling pass of ``way`` (see the module doc)."""
     scratch = base / way
     scratch.mkdir(parents=True)
-    # Simulated: records timed by the broker's append, so a producer's stall on a saturated
-    # machine (an idempotent producer holds a partition behind a timed-out request) does not
-    # count as the members' wait.
+    # Simulated: records timed by their append, so that a producer's stall on a saturated
+    # machine (behind a timed-out request) does not count as the members' wait.
     appended = {"message.timestamp.type": "LogAppendTime"} if args.sim else None
     topic = create_topic(servers, args.partitions, f"rolling-{way}", appended)
     group = unique(f"rolling-{way}")
@@ -119,9 +119,8 @@ def run_way(
         options["sink.table"] = table  # the barrier ends once the batch is in the table
         # A replay after the restart reads only what is still this member's (docs/groups.md)
         options["checkpointLocation"] = checkpoint
-        members.append(
-            Member(slot, {**spec, "checkpoint": checkpoint, "source_options": options}, logs)
-        )
+        own = {"checkpoint": checkpoint, "source_options": options}
+        members.append(Member(slot, {**spec, **own}, logs))
     producer = IdProducer(servers, topic, args.partitions, per_second=args.rate)
     service = PlainService(
         servers, topic, group, group_settings(way, "service", args.static_session_ms)
@@ -134,11 +133,8 @@ def run_way(
         for m in members:
             start(m)
         service.start()
-        wait_until(
-            lambda: all(reading_commits(table, m.name) for m in members) and bool(service.reads),
-            args.timeout,
-            f"{way}: every member to read",
-        )
+        wait_until(lambda: all(reading_commits(table, m.name) for m in members) and
+                   bool(service.reads), args.timeout, f"{way}: all reading")  # fmt: skip
         say(f"{way}: all read; steady for {args.settle:g} s")
         steady_since = time.time()
         time.sleep(args.settle)  # the steady window: the baseline of the unread times
@@ -227,6 +223,7 @@ def run_way(
             "median_partition_longest_unread_s": unread[len(unread) // 2],
             "steady_longest_unread_s": max(g["gap_s"] for g in steady.values()),
             "longest_record_wait_s": max(waits.values()),
+            "record_waits_s": wait_quantiles(reads, pass_since, pass_until, set(twice)),
             "unread_by_partition": gaps,
             "record_wait_by_partition": waits,
             "revocations": events["revoked"]
@@ -318,14 +315,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(results: dict[str, Any]) -> str:
-    """The numbers of docs/groups.md's tables ("Rolling deploys", "Idle members"), as text."""
+    """The numbers of docs/groups.md's table ("Rolling deploys"), as text."""
     lines = []
     for way, r in results.get("rolling", {}).get("ways", {}).items():
         lines.append(f"{way} {json.dumps(summary_row(r))}")
-    if "idle" in results:
-        idle = results["idle"]
-        keys = ("minutes", "cycles", "exit_statuses", "produced", "lost", "duplicated")
-        lines.append("idle " + json.dumps({k: idle.get(k) for k in keys}, default=str))
     return "\n".join(lines)
 
 

@@ -171,6 +171,8 @@ def test_rolling_scenario_with_simulated_members(bootstrap_servers: str, tmp_pat
     # nothing (a CI run on a loaded machine did).
     events = {k: found[k] for k in ("restarts", "revocations", "generations")}
     assert 0 < found["longest_unread_s"] < 120 and found["rebalances"] >= 3, events
+    waits = found["record_waits_s"]
+    assert waits["records"] > 0 and 0 < waits["p50"] <= waits["p99"] <= waits["max"] < 120
 
 
 def test_partitions_scenario_tiny(bootstrap_servers: str) -> None:
