@@ -9,6 +9,7 @@ timings per batch to its stats file (:class:`SimGroup.batches`).
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -43,10 +44,10 @@ class SimGroup:
         self.stop_file = scratch / "stop"
         base = {"servers": servers, "topic": topic, "group": group, "table": table,
                 "stop_file": str(self.stop_file), "storage": self.storage, **extra}  # fmt: skip
-        self.members = [
-            Member(f"m{i:02d}", {**base, **_own(scratch, i)}, scratch / "logs", SIM_MEMBER)
-            for i in range(count)
-        ]
+        own = [{"checkpoint": str(scratch / f"cp-{i:02d}"),
+                "stats": str(scratch / f"s-{i:02d}.jsonl")} for i in range(count)]  # fmt: skip
+        self.members = [Member(f"m{i:02d}", {**base, **own[i]}, scratch / "logs", SIM_MEMBER)
+                        for i in range(count)]  # fmt: skip
         self.started_at: dict[str, float] = {}
 
     def start(self, stagger_s: float = 0.0) -> None:
@@ -64,7 +65,8 @@ class SimGroup:
         for member in self.members:
             try:
                 code = member.wait(180)
-            except AssertionError:
+            except AssertionError:  # its threads' stacks to its log (faulthandler), then killed
+                member.signal(signal.SIGUSR1, group=False)
                 code = None
             if code != 0:
                 failed.append(f"{member.name} exited with {code}")
@@ -104,11 +106,6 @@ class SimGroup:
             if row["rows"] and row["member"] not in first:
                 first[row["member"]] = row["t"] - self.started_at[row["member"]]
         return sorted(first.values())
-
-
-def _own(scratch: Path, i: int) -> dict[str, str]:
-    """Member ``i``'s own checkpoint and stats file."""
-    return {"checkpoint": str(scratch / f"cp-{i:02d}"), "stats": str(scratch / f"s-{i:02d}.jsonl")}
 
 
 def in_topics(servers: str, topics: list[str], partitions: int) -> int:
