@@ -224,9 +224,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if os.environ.get("SIM_MEMBER_PROFILE"):  # cProfile's stats of the whole run there
+    if os.environ.get("SIM_MEMBER_PROFILE"):  # cProfile's stats of the whole run: PATH.PID
         import cProfile
 
-        cProfile.run("main()", os.environ["SIM_MEMBER_PROFILE"])
+        cProfile.run("main()", f"{os.environ['SIM_MEMBER_PROFILE']}.{os.getpid()}")
     else:
         main()
