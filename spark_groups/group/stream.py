@@ -162,6 +162,8 @@ class GroupStream:
             if member is not None and not member.closed:
                 settled = self._claims.release_all(member)
                 self._committer.what_finished(member, settled)
+                if self._committer.behind is not None:  # what_finished's append, landed
+                    self._committer.behind.wait_quietly()
             with self._books.lock:
                 self._books.stopped = True
                 self._books.lock.notify_all()
