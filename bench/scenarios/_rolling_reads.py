@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, QueryBuilder
 
+from bench.harness.kafka import percentile
 from spark_groups.group.history import read_history
 from spark_groups.offsets import OffsetRange
 
@@ -105,9 +106,10 @@ class Reads:
 def wait_quantiles(reads: Reads, since: float, until: float, skip: set[int]) -> dict[str, Any]:
     """The waits from produced (appended, with ``LogAppendTime``) to read of the records read
     in the window but ``skip``: p50, p99, p99.9, max (s); how many, and how many over 10 s."""
-    waits = sorted(w for v in reads.waits.values() for at, w, i in v
-                   if since <= at <= until and i not in skip)  # fmt: skip
-    at = {k: round(waits[min(len(waits) - 1, int(q * len(waits)))], 3) if waits else None
+    waits = [
+        w for v in reads.waits.values() for at, w, i in v if since <= at <= until and i not in skip
+    ]
+    at = {k: round(percentile(waits, q), 3) if waits else None
           for k, q in (("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999), ("max", 1))}  # fmt: skip
     return {"records": len(waits), "over_10_s": sum(1 for w in waits if w > 10), **at}
 
