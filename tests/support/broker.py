@@ -8,14 +8,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from confluent_kafka import (
-    Consumer,
-    ConsumerGroupTopicPartitions,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from spark_groups.kafka.list_offsets import list_offsets
+from spark_groups.offsets import TopicPartition as OurTopicPartition
+from spark_groups.offsets.starting import EARLIEST
 
 #: Which broker the session starts: "kafka" (Apache Kafka, the default) or "tansu".
 TEST_BROKER = os.environ.get("SPARK_GROUPS_TEST_BROKER", "kafka")
@@ -36,9 +34,10 @@ def create_topics(
     servers: str, partitions: int, names: Sequence[str], config: Mapping[str, str] | None = None
 ) -> list[str]:
     """Create the topics ``names`` on ``servers``, ``partitions`` partitions each (one
-    replica, topic ``config``), and wait until the broker's metadata shows them; returns
-    ``names``. (The controller answers before the broker has made the partitions: right after
-    a topic of 1,000 partitions, members of the next tests found their fresh topics missing.)"""
+    replica, topic ``config``), and wait until the broker's metadata shows them and the broker
+    leads every partition; returns ``names``. (The controller answers before the broker has
+    made the partitions: right after a topic of 1,000 partitions, members of the next tests
+    found their fresh topics missing.)"""
     admin = AdminClient({"bootstrap.servers": servers})
     topics = [NewTopic(n, partitions, 1, config=dict(config or {})) for n in names]
     for future in admin.create_topics(topics).values():
@@ -52,21 +51,12 @@ def create_topics(
     # And until the broker leads them: right after four topics of 2,500 partitions it answered
     # ListOffsets of the last one with NOT_LEADER_FOR_PARTITION for 9 s on a quiet machine,
     # and for over 30 s on a busy one, where members starting then failed their first batch.
-    wanted = [TopicPartition(n, p, -2) for n in names for p in range(partitions)]
-    consumer = Consumer({"bootstrap.servers": servers, "group.id": "create-topics"})
-
-    def led() -> bool:
-        try:
-            return not any(
-                a.error is not None
-                for first in range(0, len(wanted), 500)
-                for a in consumer.offsets_for_times(wanted[first : first + 500], timeout=30)
-            )
-        except KafkaException:
-            return False
-
+    # The product's ListOffsets asks again while leadership moves, until its deadline.
+    client = {"bootstrap.servers": servers, "group.id": "create-topics"}
+    consumer = Consumer(client)
     try:
-        wait_until(led, 120, f"the broker to lead every partition of {list(names)}", poll_s=0.2)
+        tps = [OurTopicPartition(n, p) for n in names for p in range(partitions)]
+        list_offsets(consumer, tps, EARLIEST, time.monotonic() + 120, config=client, timeout_s=120)
     finally:
         consumer.close()
     return list(names)
