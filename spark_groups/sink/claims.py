@@ -43,8 +43,7 @@ from typing import TYPE_CHECKING
 from spark_groups.errors import SinkClaimError
 from spark_groups.group.arbiter import Claimed
 from spark_groups.offsets import TopicPartition, positions_text
-from spark_groups.sink.table import load, versions
-from spark_groups.storage.files import table_uri
+from spark_groups.sink.table import SinkTable, versions
 from spark_groups.storage.transactions import transaction_versions
 
 if TYPE_CHECKING:
@@ -58,6 +57,11 @@ CLAIM_PREFIX = "spark_groups.claim"
 RELEASED = 0
 #: How long a claim or release keeps trying against concurrent commits, by default.
 DEFAULT_TIMEOUT_S = 15.0
+#: How many newer commits delta-rs may rebase one claim or release over before it gives up
+#: (its default, 15, lost to 20 members committing ~10 times a second on 2 busy cores:
+#: docs/benchmarks.md, "A big group's rolling restart"). A claim adds no files and conflicts
+#: only with a commit that sets the same claims or positions, so rebasing is always right.
+COMMIT_RETRIES = 200
 
 
 def claim_app_id(table_id: str, group_id: str, tp: TopicPartition) -> str:
@@ -156,15 +160,15 @@ def _change(
     from deltalake import CommitProperties, Transaction
     from deltalake.exceptions import CommitFailedError
 
-    uri = table_uri(path)
     options = dict(storage_options) if storage_options else None
+    table = SinkTable(path, options)
     deadline = time.monotonic() + timeout_s
     attempt = 0
     last_error: Exception | None = None
     while True:
         attempt += 1
         try:
-            snapshot = load(uri, options)
+            snapshot = table.latest()  # kept open: reads only the commits since the last
             if snapshot is None:
                 return None
             held = claims_of(snapshot, group_id, new, options)
@@ -191,7 +195,9 @@ def _change(
                 "append",
                 snapshot.schema(),
                 partition_by=list(snapshot.metadata().partition_columns) or None,
-                commit_properties=CommitProperties(app_transactions=txns, custom_metadata=info),
+                commit_properties=CommitProperties(
+                    app_transactions=txns, custom_metadata=info, max_commit_retries=COMMIT_RETRIES
+                ),
             )
             version = snapshot.version()
             log.info(
