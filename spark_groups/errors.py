@@ -352,8 +352,9 @@ class SinkClaimError(SinkError):
     """A partition's claim in the sink table could not be taken or released in time (the
     table kept changing, or could not be read or written). ``path`` is the table,
     ``partitions`` the partitions at fault. Nothing about them was decided: a member that
-    was leaving commits nothing of them to Kafka (their next owner reads from the group's
-    last commit, at least once), one that was resuming reads them without a claim."""
+    was leaving commits what one snapshot of the table holds of them (a batch still in
+    flight may land after that and be read again by their next owner, at least once), one
+    that was resuming reads them without a claim."""
 
     def __init__(self, message: str, *, path: str, partitions: Iterable[TopicPartition]) -> None:
         super().__init__(message)

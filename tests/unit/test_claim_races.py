@@ -25,13 +25,14 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_groups import crash_points
+from spark_groups.errors import SinkClaimError
 from spark_groups.group.member import GroupMember
 from spark_groups.group.partitions import Status
 from spark_groups.group.stream import GroupStream
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.options import SourceOptions, parse_options
 from spark_groups.sink import DeltaSink, claims
-from spark_groups.sink.arbiter import for_source
+from spark_groups.sink.arbiter import DeltaArbiter, for_source
 from spark_groups.sink.claims import claims_of
 from spark_groups.sink.plan import BatchPlan
 
@@ -235,5 +236,68 @@ def test_a_stop_while_a_revocation_waits_releases_the_revoking_partitions_too(
     ).start()
     try:
         assert fresh.committed(sorted(revoked)) == {tp: 5 for tp in revoked}
+    finally:
+        fresh.close()
+
+
+class ReleaseNeverLands:
+    """The table's arbiter whose release does not land in time (``SinkClaimError``), as on
+    a saturated machine where every attempt met another commit: the rest is the real one."""
+
+    def __init__(self, inner: DeltaArbiter) -> None:
+        self.inner = inner
+        self.path = inner.path
+        self.releases = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def release(self, tokens: dict[TopicPartition, int], **_: object) -> None:
+        self.releases += 1
+        raise SinkClaimError(
+            f"sink {self.path}: could not release partitions in 10 s", path=self.path,
+            partitions=tokens,
+        )  # fmt: skip
+
+
+def test_a_stop_whose_release_fails_commits_what_the_table_holds_then(
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    streams: list[GroupStream],
+    tmp_path: Path,
+) -> None:
+    """The release of a stop does not land (the rolling benchmark, 20 members on 2 cores:
+    it met the member's own last batch committing, and ran out of time after that batch had
+    landed). The member still commits the positions the table holds, so the next owner
+    does not read the landed batch again (before: it committed nothing, and a plain
+    service read 8 records that were in the table)."""
+    topic, group, table = seeded(bootstrap_servers, make_topic, tmp_path)
+    options = source_options(bootstrap_servers, topic, group, table)
+    inner = for_source(options)
+    assert inner is not None
+    arbiter = ReleaseNeverLands(inner)
+    stream = GroupStream(options, arbiter)  # type: ignore[arg-type]
+    streams.append(stream)
+    batch = BatchOffset.from_json(stream.latest_offset(BatchOffset.initial().to_json(), None))
+    assert {r.until_offset for r in batch.ranges} == {10}
+    # The batch lands while the member stops (its commit beat the release).
+    files = write_task(table, [rows(p, range(5, 10), topic) for p in (0, 1)])
+    landed = DeltaSink(str(table), group).commit(
+        BatchPlan.of(batch.batch, list(batch.ranges), batch.outside, batch.claim_map()),
+        files,
+        SCHEMA,
+    )
+    assert not landed.fenced
+    stream.stop()
+    assert arbiter.releases == 1
+    fresh = GroupMember(
+        parse_options(
+            {"kafka.bootstrap.servers": bootstrap_servers, "subscribe": topic, "group.id": group}
+        ).member_config(),
+        [topic],
+    ).start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in (0, 1)]
+        assert fresh.committed(partitions) == {tp: 10 for tp in partitions}
     finally:
         fresh.close()
