@@ -49,6 +49,8 @@ _SERVER_DEFAULTS: dict[str, str] = {
     "transaction.state.log.min.isr": "1",
     "share.coordinator.state.topic.replication.factor": "1",
     "share.coordinator.state.topic.min.isr": "1",
+    # Share groups' tests set a lock of seconds per group (Kafka's minimum: 15 s).
+    "group.share.min.record.lock.duration.ms": "1000",
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "1000",
     "group.consumer.min.session.timeout.ms": "3000",
