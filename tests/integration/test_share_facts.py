@@ -10,37 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import time
-import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka import AcknowledgeType, KafkaException, Message, ShareConsumer
+from confluent_kafka import AcknowledgeType, KafkaException, ShareConsumer
 from confluent_kafka.admin import (
     AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
     ConfigResource,
     ResourceType,
 )
 
 from support.broker import produce_ids
+from support.share import poll_until, share_consumer, share_group
 
 LOCK_MS = 3000
-
-
-def share_group(servers: str, **configs: str) -> str:
-    """A fresh share group reading from the log start, with ``configs`` (group configs)."""
-    group = f"share-{uuid.uuid4().hex[:8]}"
-    entries = [
-        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-        for k, v in {"share.auto.offset.reset": "earliest", **configs}.items()
-    ]
-    admin = AdminClient({"bootstrap.servers": servers})
-    for future in admin.incremental_alter_configs(
-        [ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)]
-    ).values():
-        future.result()
-    return group
 
 
 @pytest.fixture
@@ -49,14 +32,7 @@ def consumers(bootstrap_servers: str) -> Iterator[Callable[[str, str], ShareCons
     made: list[ShareConsumer] = []
 
     def make(group: str, topic: str) -> ShareConsumer:
-        consumer = ShareConsumer(
-            {
-                "bootstrap.servers": bootstrap_servers,
-                "group.id": group,
-                "share.acknowledgement.mode": "explicit",
-            }
-        )
-        consumer.subscribe([topic])
+        consumer = share_consumer(bootstrap_servers, group, topic)
         made.append(consumer)
         return consumer
 
@@ -64,15 +40,6 @@ def consumers(bootstrap_servers: str) -> Iterator[Callable[[str, str], ShareCons
     for consumer in made:
         with contextlib.suppress(Exception):  # closed by the test already
             consumer.close()
-
-
-def poll_until(consumer: ShareConsumer, count: int, timeout_s: float = 30.0) -> list[Message]:
-    """Poll until ``count`` records arrived (or the deadline); their records."""
-    got: list[Message] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < count and time.monotonic() < deadline:
-        got += [m for m in consumer.poll(0.5) if m.error() is None]
-    return got
 
 
 def test_the_suite_broker_runs_share_groups_with_kafkas_defaults(bootstrap_servers: str) -> None:

@@ -1,0 +1,195 @@
+"""Acknowledging a share batch's records once the sink's table holds the batch.
+
+A record of a share group may be ACCEPTed only by the consumer that acquired it, and only
+once it is durable; the sink commits on the driver after every task of the batch ended. So a
+reading task hands its consumer and what it acquired (:class:`Acquired`) to the
+:class:`Acknowledger` of its worker process, whose thread follows the sink table's commits
+(:class:`CommitWatch`) and settles each one:
+
+1. **Accepted**: a commit names the task attempt (:mod:`spark_groups.share.attempts`): its
+   output is in the table, so every record it acquired is ACCEPTed, also those the query
+   filtered out and those the sink left out as already there.
+2. **Released**: a commit of the same run and batch does not name it (a retried or a
+   speculative attempt won): its output is not in the table, and RELEASE gives its records
+   back at once.
+3. **Expired**: no such commit before the records' lock ran out: the broker gives them to
+   another consumer already; the late acknowledgement would be refused, so the records are
+   released (refused too, harmlessly: explicit mode wants every record of a poll
+   acknowledged before the consumer polls again).
+
+Then the consumer goes back to its pool (``on_done``); one whose acknowledgement failed is
+closed instead (closing releases what it holds). Records the broker refuses to
+settle (``INVALID_RECORD_STATE``: the lock expired just before) are logged and come back
+with a higher delivery count; the sink's deduplication keeps them out of the table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spark_groups.share.attempts import TaskAttempt, committed_attempts
+from spark_groups.share.offset_sets import PartitionOffsets
+from spark_groups.storage.snapshots import LatestSnapshot
+
+log = logging.getLogger(__name__)
+
+#: How often the thread looks for new commits while anything waits.
+POLL_S = 0.2
+#: How long one ``commit_sync`` of acknowledgements may take.
+COMMIT_TIMEOUT_S = 30.0
+
+
+class Outcome(enum.Enum):
+    """How one task attempt's records were settled (see the module doc)."""
+
+    ACCEPTED = "accepted"
+    RELEASED = "released"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True)
+class Acquired:
+    """What one task attempt acquired on its ``consumer`` (a ``confluent_kafka``
+    ``ShareConsumer`` it no longer uses), and when the first of the locks runs out
+    (``expires_at``, ``time.monotonic()``)."""
+
+    attempt: TaskAttempt
+    consumer: Any
+    records: PartitionOffsets
+    expires_at: float
+
+
+class CommitWatch:
+    """The infos of the commits made to the table at ``path`` since the watch began."""
+
+    def __init__(self, path: str, storage_options: Mapping[str, str] | None = None) -> None:
+        """Begin at the table's newest version (or at its creation, when there is none)."""
+        self._snapshot = LatestSnapshot(path, storage_options)
+        self._seen = self._version()
+
+    @property
+    def seen(self) -> int:
+        """The newest version whose commit :meth:`new_commits` has returned (or skipped)."""
+        return self._seen
+
+    def _version(self) -> int:
+        with self._snapshot.latest() as table:
+            return -1 if table is None else table.version()
+
+    def new_commits(self) -> list[dict[str, Any]]:
+        """The infos of the commits since the last call, oldest first."""
+        with self._snapshot.latest() as table:
+            if table is None or table.version() <= self._seen:
+                return []
+            newest = table.version()
+            history = table.history(newest - self._seen)
+        infos = [c for c in history if c.get("version", -1) > self._seen]
+        self._seen = newest
+        return sorted(infos, key=lambda c: c.get("version", -1))
+
+
+class Acknowledger:
+    """Settles the :class:`Acquired` handed to it (module doc), on a thread of its own that
+    runs while anything waits. ``on_done(consumer, outcome)`` gets each consumer back."""
+
+    def __init__(
+        self, watch: CommitWatch, on_done: Callable[[Any, Outcome], None], poll_s: float = POLL_S
+    ) -> None:
+        """Follow ``watch``; see the class doc."""
+        self.watch = watch
+        self._on_done = on_done
+        self._poll_s = poll_s
+        self._waiting: list[Acquired] = []
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        #: Outcomes so far, per attempt (for logs, metrics and tests).
+        self.settled: dict[TaskAttempt, Outcome] = {}
+
+    def add(self, acquired: Acquired) -> None:
+        """Wait for ``acquired``'s batch in the table, then settle it."""
+        with self._lock:
+            self._waiting.append(acquired)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="spark-groups-share-acks", daemon=True
+                )
+                self._thread.start()
+
+    def waiting(self) -> list[TaskAttempt]:
+        """The attempts not settled yet."""
+        with self._lock:
+            return [a.attempt for a in self._waiting]
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._waiting:
+                    self._thread = None
+                    return
+            try:
+                self._settle(self.watch.new_commits())
+            except Exception:  # the table could not be read now: the next round tries again
+                log.warning("share acknowledgements: cannot read the sink's table", exc_info=True)
+            time.sleep(self._poll_s)
+
+    def _settle(self, commits: list[dict[str, Any]]) -> None:
+        named = [c for c in (committed_attempts(info) for info in commits) if c is not None]
+        now = time.monotonic()
+        with self._lock:
+            waiting = list(self._waiting)
+        for acquired in waiting:
+            outcome = _outcome(acquired, named, now)
+            if outcome is None:
+                continue
+            with self._lock:
+                self._waiting.remove(acquired)
+            self.settled[acquired.attempt] = outcome
+            try:
+                _acknowledge(acquired, outcome)
+            except Exception:  # its state is unknown now: closing it releases what it holds
+                log.exception("%s: could not acknowledge; closing its consumer", acquired.attempt)
+                with contextlib.suppress(Exception):
+                    acquired.consumer.close()
+                continue
+            self._on_done(acquired.consumer, outcome)
+
+
+def _outcome(
+    acquired: Acquired, named: list[tuple[str, int, frozenset[int]]], now: float
+) -> Outcome | None:
+    attempt = acquired.attempt
+    for run_id, batch_id, attempts in named:
+        if (run_id, batch_id) == (attempt.run_id, attempt.batch_id):
+            return Outcome.ACCEPTED if attempt.attempt_id in attempts else Outcome.RELEASED
+    return Outcome.EXPIRED if now >= acquired.expires_at else None
+
+
+def _acknowledge(acquired: Acquired, outcome: Outcome) -> None:
+    """ACCEPT or RELEASE every record of ``acquired`` and commit that to the broker."""
+    from confluent_kafka import AcknowledgeType
+
+    kind = AcknowledgeType.ACCEPT if outcome is Outcome.ACCEPTED else AcknowledgeType.RELEASE
+    consumer = acquired.consumer
+    for tp, offsets in acquired.records.items():
+        for offset in offsets:
+            consumer.acknowledge_offset(tp.topic, tp.partition, offset, kind)
+    answer = consumer.commit_sync(COMMIT_TIMEOUT_S) or {}
+    refused = {f"{p.topic}-{p.partition}": str(e) for p, e in answer.items() if e is not None}
+    log.log(
+        logging.WARNING if refused and outcome is Outcome.ACCEPTED else logging.INFO,
+        "%s: %s %d record(s)%s",
+        acquired.attempt,
+        outcome.value,
+        acquired.records.records(),
+        f"; the broker refused them in {refused} (their lock ran out: they come back, and "
+        "the sink keeps them out of the table)"
+        if refused
+        else "",
+    )

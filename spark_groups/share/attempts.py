@@ -1,0 +1,76 @@
+"""The name of one Spark task attempt of a streaming batch, as its reader and its writer see it.
+
+A ``kafka-share`` record may be acknowledged only after the batch that read it is in the
+sink's table, and only the attempt whose output the table holds may ACCEPT its records (a
+failed or speculative attempt RELEASEs them). The reading and the writing of a task run in
+two Python workers of one Spark task; both see its ``TaskContext``: the task attempt id and
+the streaming local properties Spark sets for the batch's job (measured on pyspark 4.3.0;
+docs/share-groups.md). :class:`TaskAttempt` is that name: the writer puts it in its commit
+message, the sink's commit lists the names whose files it committed
+(:data:`COMMIT_INFO_KEY`), and the reader's waiting thread matches its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+#: The key of the sink commit's info that lists the share task attempts it committed:
+#: ``{"run": run id, "batch": batch id, "attempts": [task attempt id, ...]}``.
+COMMIT_INFO_KEY = "spark_groups.share.attempts"
+
+# Local properties of a streaming batch's job (StreamExecution and MicroBatchExecution).
+_RUN_ID = "spark.jobGroup.id"
+_BATCH_ID = "streaming.sql.batchId"
+
+
+@dataclass(frozen=True, order=True)
+class TaskAttempt:
+    """One attempt of one task of one batch of one run of a streaming query."""
+
+    #: The query run's id (new at each start of the query).
+    run_id: str
+    #: The micro-batch's id.
+    batch_id: int
+    #: Spark's task attempt id, unique within the application.
+    attempt_id: int
+
+    @classmethod
+    def current(cls) -> TaskAttempt | None:
+        """The attempt running this code, or None outside a streaming batch's task."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is None:
+            return None
+        run_id, batch_id = context.getLocalProperty(_RUN_ID), context.getLocalProperty(_BATCH_ID)
+        if not run_id or batch_id is None:
+            return None
+        return cls(run_id, int(batch_id), context.taskAttemptId())
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} batch {self.batch_id} task attempt {self.attempt_id}"
+
+
+def commit_info(attempts: Iterable[TaskAttempt]) -> dict[str, str]:
+    """The sink commit's info entry naming ``attempts`` (all of one run and batch)."""
+    attempts = sorted(set(attempts))
+    if not attempts:
+        return {}
+    runs = {(a.run_id, a.batch_id) for a in attempts}
+    if len(runs) != 1:
+        raise ValueError(f"one commit holds one run's batch, not {sorted(runs)}")
+    ((run_id, batch_id),) = runs
+    value = {"run": run_id, "batch": batch_id, "attempts": [a.attempt_id for a in attempts]}
+    return {COMMIT_INFO_KEY: json.dumps(value, separators=(",", ":"))}
+
+
+def committed_attempts(info: Mapping[str, object]) -> tuple[str, int, frozenset[int]] | None:
+    """From one commit's info: its run id, batch id and committed task attempt ids; None
+    for a commit that is not a share batch's."""
+    text = info.get(COMMIT_INFO_KEY)
+    if not isinstance(text, str):
+        return None
+    value = json.loads(text)
+    return str(value["run"]), int(value["batch"]), frozenset(int(a) for a in value["attempts"])
