@@ -96,7 +96,9 @@ _POOL_LOCK = threading.Lock()
 _ABANDONED: list[PooledConsumer] = []
 
 
-def _abandon(entries: list[PooledConsumer]) -> None:
+def abandon(entries: list[Any]) -> None:
+    """Keep ``entries`` (objects with a ``consumer``) inherited through ``fork()`` alive and
+    untouched for the life of the process: closing or freeing their consumers deadlocks."""
     for entry in entries:
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(entry.consumer))
         _ABANDONED.append(entry)
@@ -107,7 +109,7 @@ def _after_fork_in_child() -> None:
     _POOL_LOCK = threading.Lock()  # the parent's lock may have been held at fork time
     inherited = [entry for entries in _POOL.values() for entry in entries]
     _POOL.clear()
-    _abandon(inherited)
+    abandon(inherited)
 
 
 if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
@@ -122,7 +124,7 @@ def checkout(config: dict[str, str], path: str = "python") -> PooledConsumer:
     with _POOL_LOCK:
         foreign = [k for k in _POOL if k[0] != pid]
         for k in foreign:  # fork without register_at_fork handlers: same treatment
-            _abandon(_POOL.pop(k))
+            abandon(_POOL.pop(k))
         idle = _POOL.get(key)
         if idle:
             return idle.pop()

@@ -64,6 +64,8 @@ class Acquired:
     consumer: Any
     records: PartitionOffsets
     expires_at: float
+    #: What the consumer's owner wants back with it (a pool's entry), untouched here.
+    owner: Any = None
 
 
 class CommitWatch:
@@ -97,10 +99,13 @@ class CommitWatch:
 
 class Acknowledger:
     """Settles the :class:`Acquired` handed to it (module doc), on a thread of its own that
-    runs while anything waits. ``on_done(consumer, outcome)`` gets each consumer back."""
+    runs while anything waits. ``on_done(acquired, outcome)`` gets each one back, settled."""
 
     def __init__(
-        self, watch: CommitWatch, on_done: Callable[[Any, Outcome], None], poll_s: float = POLL_S
+        self,
+        watch: CommitWatch,
+        on_done: Callable[[Acquired, Outcome], None],
+        poll_s: float = POLL_S,
     ) -> None:
         """Follow ``watch``; see the class doc."""
         self.watch = watch
@@ -158,7 +163,7 @@ class Acknowledger:
                 with contextlib.suppress(Exception):
                     acquired.consumer.close()
                 continue
-            self._on_done(acquired.consumer, outcome)
+            self._on_done(acquired, outcome)
 
 
 def _outcome(

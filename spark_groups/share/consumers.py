@@ -1,0 +1,109 @@
+"""Share consumers of an executor's Python worker: a pool per configuration, and the one
+:class:`~spark_groups.share.acks.Acknowledger` per sink table that settles their records.
+
+A reading task takes an idle consumer (:func:`checkout`), polls it, and hands it with what it
+acquired to the table's acknowledger (:func:`acknowledger`); the acknowledger gives it back
+(:func:`checkin`) once its records are settled, so a consumer is never polled while records
+of its last poll wait (explicit acknowledgement requires that). Spark reuses its Python
+workers, so consumers and acknowledgers outlive the task that made them. As on the read
+path (``spark_groups.read.pool``), a consumer inherited through ``fork()`` is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from spark_groups.kafka.config import layered
+from spark_groups.kafka.logs import with_logger
+from spark_groups.read.pool import abandon
+from spark_groups.share.acks import Acknowledger, Acquired, CommitWatch, Outcome
+
+log = logging.getLogger(__name__)
+
+#: Settings the share reading depends on; they override the caller's configuration.
+SHARE_REQUIRED: dict[str, str] = {"share.acknowledgement.mode": "explicit"}
+#: Idle consumers kept per configuration and process.
+MAX_IDLE = 4
+
+_Key = tuple[int, str]
+
+
+class PooledShareConsumer:
+    """One share consumer, the process that made it and its pool key."""
+
+    def __init__(self, key: _Key, consumer: Any) -> None:
+        """Wrap ``consumer`` (made in process ``key[0]``)."""
+        self.key = key
+        self.consumer = consumer
+
+
+_IDLE: dict[_Key, list[PooledShareConsumer]] = {}
+_ACKNOWLEDGERS: dict[tuple[int, str], Acknowledger] = {}
+_LOCK = threading.Lock()
+
+
+def share_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The configuration a share consumer is made with (caller < required)."""
+    return layered({}, config, SHARE_REQUIRED)
+
+
+def checkout(config: Mapping[str, Any], topics: list[str]) -> PooledShareConsumer:
+    """An idle share consumer of this process for ``config`` subscribed to ``topics``, or a
+    new one."""
+    from confluent_kafka import ShareConsumer
+
+    full = share_config(config)
+    pid = os.getpid()
+    key = (pid, json.dumps({"config": full, "topics": sorted(topics)}, sort_keys=True))
+    with _LOCK:
+        for k in [k for k in _IDLE if k[0] != pid]:
+            abandon(_IDLE.pop(k))
+        idle = _IDLE.get(key)
+        if idle:
+            return idle.pop()
+    consumer = ShareConsumer(with_logger(full))
+    consumer.subscribe(sorted(topics))
+    return PooledShareConsumer(key, consumer)
+
+
+def checkin(entry: PooledShareConsumer) -> None:
+    """Keep ``entry`` for the next task (its records are settled), or close it when enough
+    are idle."""
+    if entry.key[0] != os.getpid():  # pragma: no cover - resumed after a fork
+        return
+    with _LOCK:
+        idle = _IDLE.setdefault(entry.key, [])
+        if len(idle) < MAX_IDLE:
+            idle.append(entry)
+            return
+    close_quietly(entry)
+
+
+def close_quietly(entry: PooledShareConsumer) -> None:
+    """Close ``entry`` (which releases what it holds), logging a failure."""
+    if entry.key[0] != os.getpid():  # pragma: no cover - never from another process
+        return
+    try:
+        entry.consumer.close()
+    except Exception as exc:
+        log.debug("closing a share consumer failed: %s", exc)
+
+
+def acknowledger(path: str, storage_options: Mapping[str, str] | None = None) -> Acknowledger:
+    """This process's acknowledger for the sink table at ``path``."""
+    key = (os.getpid(), path)
+    with _LOCK:
+        found = _ACKNOWLEDGERS.get(key)
+        if found is None:
+            found = _ACKNOWLEDGERS[key] = Acknowledger(CommitWatch(path, storage_options), _back)
+        return found
+
+
+def _back(acquired: Acquired, outcome: Outcome) -> None:
+    """An acknowledger's ``on_done``: the settled consumer back into its pool."""
+    checkin(acquired.owner)

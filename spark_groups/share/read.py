@@ -1,0 +1,117 @@
+"""One reading task of a ``kafka-share`` batch: poll a share consumer, hand its records over.
+
+The task takes a share consumer of its worker (``share.consumers``), polls until it holds
+``max_records`` records or ``poll_budget_s`` has passed, and yields them as one Arrow batch:
+the columns of Spark's kafka source plus ``deliveryCount``. Before yielding, it hands the
+consumer and what it acquired to the sink table's acknowledger, which ACCEPTs the records
+once a commit of the table names this task attempt (``share.acks``): whatever happens to the
+task after that (a failure, a kill of the writer), the records are settled, RELEASEd or
+given back when their lock runs out. The lock is counted from just before the poll that
+acquired the first record, less ``lock_margin_s``, so an acknowledgement is never sent
+after the broker gave the records to someone else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from spark_groups.errors import SparkGroupsError
+from spark_groups.offsets import TopicPartition
+from spark_groups.read.schema import arrow_schema
+from spark_groups.share import consumers
+from spark_groups.share.acks import Acquired
+from spark_groups.share.attempts import TaskAttempt
+from spark_groups.share.offset_sets import PartitionOffsets
+
+#: The column a share batch adds to the kafka source's: how often the broker has delivered
+#: the record, this time included.
+DELIVERY_COUNT = "deliveryCount"
+
+
+def share_arrow_schema(include_headers: bool) -> pa.Schema:
+    """The Arrow schema of a share task's batches."""
+    return arrow_schema(include_headers).append(pa.field(DELIVERY_COUNT, pa.int32()))
+
+
+@dataclass(frozen=True)
+class ShareTask:
+    """What one reading task needs (pickled to the executor)."""
+
+    #: The share consumer's configuration (``group.id``, ``bootstrap.servers``, ...).
+    config: Mapping[str, Any]
+    topics: list[str]
+    #: The sink's table, whose commits say when the records may be ACCEPTed.
+    table: str
+    max_records: int
+    poll_budget_s: float
+    #: The group's ``share.record.lock.duration.ms``, in seconds.
+    lock_s: float = 30.0
+    lock_margin_s: float = 5.0
+    include_headers: bool = False
+    storage_options: Mapping[str, str] = field(default_factory=dict)
+
+
+def read_share_task(task: ShareTask, attempt: TaskAttempt | None) -> Iterator[pa.RecordBatch]:
+    """Poll, hand over, yield (module doc). ``attempt``: this task attempt's name
+    (:meth:`TaskAttempt.current` in Spark)."""
+    if attempt is None:
+        raise SparkGroupsError(
+            "kafka-share: this read runs outside a streaming batch's task (no batch id or run "
+            "id in the TaskContext); read a share group with spark.readStream only"
+        )
+    entry = consumers.checkout(task.config, task.topics)
+    records: list[Any] = []
+    first_poll: float | None = None
+    deadline = time.monotonic() + task.poll_budget_s
+    try:
+        while len(records) < task.max_records:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            started = time.monotonic()
+            polled = entry.consumer.poll(min(left, 0.5))
+            got = [m for m in polled if m.error() is None]
+            if got and first_poll is None:
+                first_poll = started
+            records += got
+    except BaseException:
+        consumers.close_quietly(entry)  # closing releases whatever it acquired
+        raise
+    if not records:
+        consumers.checkin(entry)
+        yield pa.RecordBatch.from_pylist([], schema=share_arrow_schema(task.include_headers))
+        return
+    assert first_poll is not None
+    offsets = PartitionOffsets.of(
+        (TopicPartition(m.topic(), m.partition()), m.offset()) for m in records
+    )
+    expires_at = first_poll + task.lock_s - task.lock_margin_s
+    acks = consumers.acknowledger(task.table, task.storage_options)
+    acks.add(Acquired(attempt, entry.consumer, offsets, expires_at, owner=entry))
+    yield _batch(records, task.include_headers)
+
+
+def _batch(records: list[Any], include_headers: bool) -> pa.RecordBatch:
+    rows = []
+    for m in records:
+        kind, ms = m.timestamp()
+        row = {
+            "key": m.key(),
+            "value": m.value(),
+            "topic": m.topic(),
+            "partition": m.partition(),
+            "offset": m.offset(),
+            "timestamp": datetime.fromtimestamp(ms / 1000, UTC) if kind > 0 else None,
+            "timestampType": kind - 1,  # librdkafka's types are Kafka's ids + 1
+            DELIVERY_COUNT: m.delivery_count(),
+        }
+        if include_headers:
+            row["headers"] = [{"key": k, "value": v} for k, v in (m.headers() or [])]
+        rows.append(row)
+    return pa.RecordBatch.from_pylist(rows, schema=share_arrow_schema(include_headers))
