@@ -1,0 +1,70 @@
+"""The offsets the sink's recent share commits wrote: what a redelivered record is checked
+against before it lands a second time.
+
+A share group delivers a record again when its lock ran out or it was released, possibly
+after an earlier delivery of it reached the table (its acknowledgement was lost with a
+killed task, or came after the lock). Each share commit of the sink lists the offsets it
+wrote in its commit info (:data:`COMMIT_OFFSETS_KEY`, a
+:class:`~spark_groups.share.offset_sets.PartitionOffsets`); :class:`RecentOffsets` keeps
+those of the newest ``window`` commits of the table and answers which of a batch's offsets
+are already there. Its cost is the window's, never the table's: a redelivery comes at the
+group's next fetch after the lock, while the table's writers keep committing, and a window
+counted in commits (not in time) does not move while the query is down, so a record
+committed just before a crash is still found when it comes back after the restart.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from typing import TYPE_CHECKING
+
+from spark_groups.share.offset_sets import PartitionOffsets
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+#: The key of a share commit's info that lists the offsets it wrote.
+COMMIT_OFFSETS_KEY = "spark_groups.share.offsets"
+#: How many of the table's newest commits are searched, by default.
+DEFAULT_WINDOW = 1000
+
+
+def commit_offsets_info(offsets: PartitionOffsets) -> dict[str, str]:
+    """The commit info entry of a share commit that wrote ``offsets``."""
+    return {COMMIT_OFFSETS_KEY: json.dumps(offsets.to_json(), separators=(",", ":"))}
+
+
+class RecentOffsets:
+    """The offsets written by the share commits among the table's newest ``window`` commits,
+    brought up to date by :meth:`refresh` (which reads only the commits since the last)."""
+
+    def __init__(self, window: int = DEFAULT_WINDOW) -> None:
+        """Empty until the first :meth:`refresh`."""
+        if window < 1:
+            raise ValueError(f"window must be at least 1 commit, not {window}")
+        self.window = window
+        self._commits: deque[tuple[int, PartitionOffsets]] = deque()
+        self._seen = -1
+
+    def refresh(self, table: DeltaTable) -> None:
+        """Take in the commits of the snapshot ``table`` made since the last refresh."""
+        newest = table.version()
+        if newest <= self._seen:
+            return
+        count = min(newest - self._seen, self.window)
+        for info in sorted(table.history(count), key=lambda c: c.get("version", -1)):
+            version = info.get("version", -1)
+            text = info.get(COMMIT_OFFSETS_KEY)
+            if version > self._seen and isinstance(text, str):
+                self._commits.append((version, PartitionOffsets.from_json(json.loads(text))))
+        self._seen = newest
+        while self._commits and self._commits[0][0] <= newest - self.window:
+            self._commits.popleft()
+
+    def already_written(self, offsets: PartitionOffsets) -> PartitionOffsets:
+        """The ones of ``offsets`` that a commit in the window wrote."""
+        found = PartitionOffsets()
+        for _, written in self._commits:
+            found = found | (written & offsets)
+        return found
