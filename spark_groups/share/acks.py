@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from spark_groups.kafka.share_client import settle
 from spark_groups.share.attempts import TaskAttempt, committed_attempts
 from spark_groups.share.offset_sets import PartitionOffsets
 from spark_groups.storage.snapshots import LatestSnapshot
@@ -56,9 +57,9 @@ class Outcome(enum.Enum):
 
 @dataclass(frozen=True)
 class Acquired:
-    """What one task attempt acquired on its ``consumer`` (a ``confluent_kafka``
-    ``ShareConsumer`` it no longer uses), and when the first of the locks runs out
-    (``expires_at``, ``time.monotonic()``)."""
+    """What one task attempt acquired on its ``consumer`` (a share consumer of
+    ``spark_groups.kafka.share_client`` it no longer uses), and when the first of the locks
+    runs out (``expires_at``, ``time.monotonic()``)."""
 
     attempt: TaskAttempt
     consumer: Any
@@ -178,15 +179,12 @@ def _outcome(
 
 def _acknowledge(acquired: Acquired, outcome: Outcome) -> None:
     """ACCEPT or RELEASE every record of ``acquired`` and commit that to the broker."""
-    from confluent_kafka import AcknowledgeType
-
-    kind = AcknowledgeType.ACCEPT if outcome is Outcome.ACCEPTED else AcknowledgeType.RELEASE
-    consumer = acquired.consumer
-    for tp, offsets in acquired.records.items():
-        for offset in offsets:
-            consumer.acknowledge_offset(tp.topic, tp.partition, offset, kind)
-    answer = consumer.commit_sync(COMMIT_TIMEOUT_S) or {}
-    refused = {f"{p.topic}-{p.partition}": str(e) for p, e in answer.items() if e is not None}
+    records = (
+        (tp.topic, tp.partition, offset)
+        for tp, offsets in acquired.records.items()
+        for offset in offsets
+    )
+    refused = settle(acquired.consumer, records, outcome is Outcome.ACCEPTED, COMMIT_TIMEOUT_S)
     log.log(
         logging.WARNING if refused and outcome is Outcome.ACCEPTED else logging.INFO,
         "%s: %s %d record(s)%s",

@@ -20,10 +20,6 @@ from dataclasses import dataclass
 #: ``{"run": run id, "batch": batch id, "attempts": [task attempt id, ...]}``.
 COMMIT_INFO_KEY = "spark_groups.share.attempts"
 
-# Local properties of a streaming batch's job (StreamExecution and MicroBatchExecution).
-_RUN_ID = "spark.jobGroup.id"
-_BATCH_ID = "streaming.sql.batchId"
-
 
 @dataclass(frozen=True, order=True)
 class TaskAttempt:
@@ -39,15 +35,10 @@ class TaskAttempt:
     @classmethod
     def current(cls) -> TaskAttempt | None:
         """The attempt running this code, or None outside a streaming batch's task."""
-        from pyspark import TaskContext
+        from spark_groups.spark.task_context import streaming_task
 
-        context = TaskContext.get()
-        if context is None:
-            return None
-        run_id, batch_id = context.getLocalProperty(_RUN_ID), context.getLocalProperty(_BATCH_ID)
-        if not run_id or batch_id is None:
-            return None
-        return cls(run_id, int(batch_id), context.taskAttemptId())
+        found = streaming_task()
+        return None if found is None else cls(*found)
 
     def __str__(self) -> str:
         return f"run {self.run_id} batch {self.batch_id} task attempt {self.attempt_id}"

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from spark_groups.kafka.config import layered
-from spark_groups.kafka.logs import with_logger
+from spark_groups.kafka.share_client import create_share_consumer
 from spark_groups.read.pool import abandon
 from spark_groups.share.acks import Acknowledger, Acquired, CommitWatch, Outcome
 
@@ -55,8 +55,6 @@ def share_config(config: Mapping[str, Any]) -> dict[str, Any]:
 def checkout(config: Mapping[str, Any], topics: list[str]) -> PooledShareConsumer:
     """An idle share consumer of this process for ``config`` subscribed to ``topics``, or a
     new one."""
-    from confluent_kafka import ShareConsumer
-
     full = share_config(config)
     pid = os.getpid()
     key = (pid, json.dumps({"config": full, "topics": sorted(topics)}, sort_keys=True))
@@ -66,9 +64,7 @@ def checkout(config: Mapping[str, Any], topics: list[str]) -> PooledShareConsume
         idle = _IDLE.get(key)
         if idle:
             return idle.pop()
-    consumer = ShareConsumer(with_logger(full))
-    consumer.subscribe(sorted(topics))
-    return PooledShareConsumer(key, consumer)
+    return PooledShareConsumer(key, create_share_consumer(full, topics))
 
 
 def checkin(entry: PooledShareConsumer) -> None:

@@ -17,12 +17,23 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from spark_groups.share.offset_sets import PartitionOffsets
 
-if TYPE_CHECKING:
-    from deltalake import DeltaTable
+
+class Snapshot(Protocol):
+    """What :class:`RecentOffsets` reads of a Delta table snapshot (a ``deltalake``
+    ``DeltaTable``)."""
+
+    def version(self) -> int:
+        """The snapshot's version."""
+        ...
+
+    def history(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The infos of the newest ``limit`` commits, newest first."""
+        ...
+
 
 #: The key of a share commit's info that lists the offsets it wrote.
 COMMIT_OFFSETS_KEY = "spark_groups.share.offsets"
@@ -47,7 +58,7 @@ class RecentOffsets:
         self._commits: deque[tuple[int, PartitionOffsets]] = deque()
         self._seen = -1
 
-    def refresh(self, table: DeltaTable) -> None:
+    def refresh(self, table: Snapshot) -> None:
         """Take in the commits of the snapshot ``table`` made since the last refresh."""
         newest = table.version()
         if newest <= self._seen:

@@ -64,6 +64,7 @@ from spark_groups.sink.writer import (
 )
 from spark_groups.spark import SINK_FORMAT, planner_accumulators
 from spark_groups.spark.compat import ARROW_STREAM_WRITER, arrow_schema
+from spark_groups.spark.task_context import BATCH_ID_PROPERTY
 from spark_groups.spark.worker_logging import log_to_stderr
 from spark_groups.storage.checkpoint import check_readable
 from spark_groups.storage.delta import bound_allocator
@@ -71,8 +72,6 @@ from spark_groups.storage.files import table_uri
 
 log = logging.getLogger(__name__)
 
-#: The local property Spark sets on every task of a micro-batch to the batch id.
-BATCH_ID_PROPERTY = "streaming.sql.batchId"
 #: The local property that carries the session's Spark master to every task of a SQL
 #: execution (``SQLExecution.withSQLConfPropagated``; see ``spark_groups.sink.placement``).
 MASTER_PROPERTY = "spark.master"
