@@ -288,3 +288,28 @@ def test_a_call_that_gets_no_answer_in_time_is_an_error(owners) -> None:
             owner.call(lambda c: None, 0.1)
     finally:
         release.set()
+
+
+def test_the_first_failure_is_the_one_start_raises() -> None:
+    """Setting the member up fails (a refused READ), and closing the client reports another
+    error through a callback (librdkafka called the SASL handshake it tore down refused
+    credentials): ``start()`` raises the first, the cause (test_sasl_acl failed on the
+    second, once)."""
+    client = Client()
+    owner: OwnerThread[Client]
+
+    def refused(c: Client) -> None:
+        raise Failed("not authorized to READ the topic")
+
+    def close(c: Client) -> None:
+        owner.fail(Failed("SASL handshake failed"))  # as error_cb, from inside close()
+        c.closed = True
+
+    owner = OwnerThread(
+        "test-owner", "test owner", create=lambda: client, setup=refused,
+        step=Client.touch, close=close, error=Failed, log=logging.getLogger("spark_groups.test"),
+    )  # fmt: skip
+    with pytest.raises(Failed, match="not authorized to READ"):
+        owner.start(10)
+    assert client.closed
+    assert str(owner.failure) == "not authorized to READ the topic"

@@ -161,8 +161,11 @@ class OwnerThread(Generic[C]):
     # ----------------------------------------------------------------- owner thread
     def fail(self, failure: BaseException) -> None:
         """Owner thread: remember ``failure`` and stop after the current step (for client
-        callbacks that cannot raise into the client)."""
-        self._failure = failure
+        callbacks that cannot raise into the client). The first failure is the one kept:
+        what follows it is its consequence (closing the client after a refused READ tore
+        down a SASL handshake, and librdkafka reported that as refused credentials)."""
+        if self._failure is None:
+            self._failure = failure
         self._closing = True
 
     def waiting_callers(self) -> frozenset[int]:
@@ -217,7 +220,8 @@ class OwnerThread(Generic[C]):
                 else:
                     self._drain()
         except BaseException as exc:
-            self._failure = exc
+            if self._failure is None:  # else this is the consequence of that one (fail)
+                self._failure = exc
             if not self._ready.is_set():
                 self._log.error("%s could not start: %s", self._what, exc)
             else:
