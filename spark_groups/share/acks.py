@@ -30,6 +30,7 @@ import enum
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,8 @@ log = logging.getLogger(__name__)
 POLL_S = 0.2
 #: How long one ``commit_sync`` of acknowledgements may take.
 COMMIT_TIMEOUT_S = 30.0
+#: How many of the newest outcomes :attr:`Acknowledger.settled` keeps (a worker lives on).
+SETTLED_KEPT = 1000
 
 
 class Outcome(enum.Enum):
@@ -115,8 +118,8 @@ class Acknowledger:
         self._waiting: list[Acquired] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        #: Outcomes so far, per attempt (for logs, metrics and tests).
-        self.settled: dict[TaskAttempt, Outcome] = {}
+        #: The newest :data:`SETTLED_KEPT` outcomes, per attempt (for logs and tests).
+        self.settled: OrderedDict[TaskAttempt, Outcome] = OrderedDict()
 
     def add(self, acquired: Acquired) -> None:
         """Wait for ``acquired``'s batch in the table, then settle it."""
@@ -157,6 +160,8 @@ class Acknowledger:
             with self._lock:
                 self._waiting.remove(acquired)
             self.settled[acquired.attempt] = outcome
+            while len(self.settled) > SETTLED_KEPT:
+                self.settled.popitem(last=False)
             try:
                 _acknowledge(acquired, outcome)
             except Exception:  # its state is unknown now: closing it releases what it holds
