@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -68,6 +68,22 @@ def source_options(
             **extra,
         }
     )
+
+
+def committed(
+    servers: str, topic: str, group: str, partitions: Iterable[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """What Kafka holds for ``group`` on ``partitions``, as a fresh member of it reads it."""
+    fresh = GroupMember(
+        parse_options(
+            {"kafka.bootstrap.servers": servers, "subscribe": topic, "group.id": group}
+        ).member_config(),
+        [topic],
+    ).start()
+    try:
+        return fresh.committed(sorted(partitions))
+    finally:
+        fresh.close()
 
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
@@ -228,16 +244,7 @@ def test_a_stop_while_a_revocation_waits_releases_the_revoking_partitions_too(
         SCHEMA,
     )
     assert set(landed.fenced) == revoked
-    fresh = GroupMember(
-        parse_options(
-            {"kafka.bootstrap.servers": bootstrap_servers, "subscribe": topic, "group.id": group}
-        ).member_config(),
-        [topic],
-    ).start()
-    try:
-        assert fresh.committed(sorted(revoked)) == {tp: 5 for tp in revoked}
-    finally:
-        fresh.close()
+    assert committed(bootstrap_servers, topic, group, revoked) == {tp: 5 for tp in revoked}
 
 
 class ReleaseNeverLands:
@@ -290,14 +297,5 @@ def test_a_stop_whose_release_fails_commits_what_the_table_holds_then(
     assert not landed.fenced
     stream.stop()
     assert arbiter.releases == 1
-    fresh = GroupMember(
-        parse_options(
-            {"kafka.bootstrap.servers": bootstrap_servers, "subscribe": topic, "group.id": group}
-        ).member_config(),
-        [topic],
-    ).start()
-    try:
-        partitions = [TopicPartition(topic, p) for p in (0, 1)]
-        assert fresh.committed(partitions) == {tp: 10 for tp in partitions}
-    finally:
-        fresh.close()
+    partitions = [TopicPartition(topic, p) for p in (0, 1)]
+    assert committed(bootstrap_servers, topic, group, partitions) == {tp: 10 for tp in partitions}
