@@ -158,17 +158,33 @@ def test_broker_frozen_longer_than_the_session_timeout(
 ) -> None:
     """A network cut to the broker (here: the broker frozen with SIGSTOP) for longer than the
     session timeout: the group expires the member; after the cut it rejoins and the query
-    carries on from the committed offsets, nothing lost or read twice."""
+    carries on from the committed offsets. Into the exactly-once sink every record lands once.
+
+    (Into an at-least-once sink a batch planned before the member learnt of the expiry is
+    written but never committed, so its records can come again: docs/guarantees.md, "a member
+    is fenced or its session expires".)"""
     import os
     import signal
 
-    servers, topic, table = own_broker.bootstrap_servers, unique("t"), unique("q")
+    servers, topic, group = own_broker.bootstrap_servers, unique("t"), unique("g")
+    table = tmp_path / "table"
     create_topics(servers, 2, [topic])
     produce_ids(servers, topic, range(50), 2)
-    opts = group_options(servers, topic, unique("g"), str(tmp_path / "ledger"))
-    query = start_query(spark, opts, tmp_path / "cp", table)
+    opts = group_options(servers, topic, group, str(tmp_path / "ledger"))
+    query = (
+        spark.readStream.format("kafka-group").options(**opts).load()
+        .selectExpr("cast(cast(value as string) as long) as id", "*")
+        .writeStream.format("delta-group")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="1 second")
+        .start(str(table))
+    )  # fmt: skip
+
+    def sink_ids() -> list[int]:
+        return sorted(table_ids(table)) if (table / "_delta_log").exists() else []
+
     try:
-        wait_until(lambda: len(ids(spark, table)) == 50, 120, "the first 50 records")
+        wait_until(lambda: len(sink_ids()) == 50, 120, "the first 50 records")
         pid = broker_pid(own_broker)
         os.kill(pid, signal.SIGSTOP)
         try:
@@ -176,11 +192,11 @@ def test_broker_frozen_longer_than_the_session_timeout(
         finally:
             os.kill(pid, signal.SIGCONT)
         produce_ids(servers, topic, range(50, 100), 2)
-        wait_until(lambda: len(ids(spark, table)) >= 100, 180, "the records after the cut")
+        wait_until(lambda: len(sink_ids()) >= 100, 180, "the records after the cut")
         assert query.exception() is None
     finally:
         query.stop()
-    assert ids(spark, table) == list(range(100))
+    assert sink_ids() == list(range(100)), "a record was lost or written twice"
 
 
 def test_kafka_restarted_with_its_log_kept_loses_and_repeats_nothing(
