@@ -81,9 +81,12 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 
 def register(spark: Any) -> None:
-    """Register the ``kafka-group`` source and the ``delta-group`` sink with a SparkSession."""
+    """Register the ``kafka-group`` source, the ``delta-group`` sink and the experimental
+    ``kafka-share`` source with a SparkSession."""
+    from spark_groups.share_source import KafkaShareDataSource
     from spark_groups.sink.spark import DeltaGroupDataSource
     from spark_groups.source import KafkaGroupDataSource
 
     spark.dataSource.register(KafkaGroupDataSource)
     spark.dataSource.register(DeltaGroupDataSource)
+    spark.dataSource.register(KafkaShareDataSource)

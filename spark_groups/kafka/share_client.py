@@ -6,10 +6,13 @@ explicit acknowledgement and this project's librdkafka logging) and settling rec
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from spark_groups.kafka.logs import with_logger
+
+log = logging.getLogger(__name__)
 
 
 def create_share_consumer(config: Mapping[str, Any], topics: Iterable[str]) -> Any:
@@ -35,3 +38,33 @@ def settle(
         consumer.acknowledge_offset(topic, partition, offset, kind)
     answer = consumer.commit_sync(timeout_s) or {}
     return {f"{p.topic}-{p.partition}": str(e) for p, e in answer.items() if e is not None}
+
+
+#: Kafka's default ``share.record.lock.duration.ms`` (the broker's
+#: ``group.share.record.lock.duration.ms``).
+DEFAULT_LOCK_MS = 30_000
+
+
+def group_lock_ms(config: Mapping[str, Any], group: str, timeout_s: float = 10.0) -> int:
+    """The acquisition lock of share group ``group`` (its ``share.record.lock.duration.ms``
+    group config), or :data:`DEFAULT_LOCK_MS` when the broker does not say (logged)."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    admin = AdminClient(with_logger({k: v for k, v in config.items() if k != "group.id"}))
+    try:
+        (future,) = admin.describe_configs(
+            [ConfigResource(ResourceType.GROUP, group)], request_timeout=timeout_s
+        ).values()
+        entry = future.result(timeout=timeout_s).get("share.record.lock.duration.ms")
+        if entry is not None and entry.value is not None:
+            return int(entry.value)
+    except Exception as exc:
+        log.warning(
+            "share group %s: cannot read its share.record.lock.duration.ms (%s: %s); taking "
+            "Kafka's default, %d ms",
+            group,
+            type(exc).__name__,
+            exc,
+            DEFAULT_LOCK_MS,
+        )
+    return DEFAULT_LOCK_MS

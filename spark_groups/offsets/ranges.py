@@ -124,6 +124,9 @@ class BatchOffset:
     #: Who planned it (None in offsets written before it was added, and in internal copies); not
     #: part of a batch's identity: two offsets of one batch compare equal with or without it.
     pipeline: Pipeline | None = field(default=None, compare=False)
+    #: A ``kafka-share`` batch: no ranges (a share group hands out records, not offsets);
+    #: the sink deduplicates its records instead (``spark_groups.sink.share_commit``).
+    share: bool = False
 
     @classmethod
     def initial(cls, pipeline: Pipeline | None = None) -> BatchOffset:
@@ -138,6 +141,7 @@ class BatchOffset:
         outside: Iterable[Handover] = (),
         claims: Mapping[TopicPartition, int] | None = None,
         pipeline: Pipeline | None = None,
+        share: bool = False,
     ) -> BatchOffset:
         """Build a batch offset with its ranges (handovers, claims) in a canonical (sorted)
         order; only the claims of partitions it reads are kept."""
@@ -157,6 +161,7 @@ class BatchOffset:
             outside=tuple(sorted(outside, key=_handover_key)),
             claims=kept,
             pipeline=pipeline,
+            share=share,
         )
 
     def claim_map(self) -> dict[TopicPartition, int]:
@@ -187,6 +192,8 @@ class BatchOffset:
                 value["checkpoint"] = self.pipeline.checkpoint
             if self.pipeline.storage:
                 value["storage"] = dict(self.pipeline.storage)
+        if self.share:
+            value["share"] = True
         return value
 
     @classmethod
@@ -225,7 +232,10 @@ class BatchOffset:
                     None if cp is None else str(cp),
                     tuple(sorted((str(k), str(v)) for k, v in value.get("storage", {}).items())),
                 )
-            return cls.of(int(value["batch"]), ranges, outside, claims, pipeline)
+            share = value.get("share", False)
+            if not isinstance(share, bool):
+                raise ValueError(f"share must be true or false, not {share!r}")
+            return cls.of(int(value["batch"]), ranges, outside, claims, pipeline, share)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise SparkGroupsError(
                 f"not a spark_groups offset (was the checkpoint written by another source?): "

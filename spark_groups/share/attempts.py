@@ -13,8 +13,10 @@ message, the sink's commit lists the names whose files it committed
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 #: The key of the sink commit's info that lists the share task attempts it committed:
 #: ``{"run": run id, "batch": batch id, "attempts": [task attempt id, ...]}``.
@@ -65,3 +67,33 @@ def committed_attempts(info: Mapping[str, object]) -> tuple[str, int, frozenset[
         return None
     value = json.loads(text)
     return str(value["run"]), int(value["batch"]), frozenset(int(a) for a in value["attempts"])
+
+
+#: Where a reading task leaves its note for the writer of the same task (a folder of the
+#: host's temporary directory: the reader and the writer of one task run on one host).
+NOTES_DIR = "spark_groups-share-reads"
+
+
+def _note_path(attempt: TaskAttempt) -> Path:
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in attempt.run_id)
+    return Path(tempfile.gettempdir()) / NOTES_DIR / f"{safe}-{attempt.attempt_id}.json"
+
+
+def note_read(attempt: TaskAttempt, records: int) -> None:
+    """The reader's note: ``attempt`` read ``records`` records (its writer takes it with
+    :func:`take_read_note`)."""
+    path = _note_path(attempt)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"batch": attempt.batch_id, "records": records}))
+
+
+def take_read_note(attempt: TaskAttempt) -> int | None:
+    """How many records the reader of ``attempt`` acquired, from its note (then deleted);
+    None when no reader of this attempt ran on this host: the rows come through a shuffle."""
+    path = _note_path(attempt)
+    try:
+        value = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    path.unlink(missing_ok=True)
+    return int(value["records"])

@@ -79,6 +79,23 @@ class OffsetSet:
                 j += 1
         return OffsetSet(out)
 
+    def __sub__(self, other: OffsetSet) -> OffsetSet:
+        out: list[tuple[int, int]] = []
+        holes = other.ranges()
+        j = 0
+        for start, end in self.ranges():
+            while j < len(holes) and holes[j][1] <= start:
+                j += 1
+            k = j
+            while k < len(holes) and holes[k][0] < end:
+                if holes[k][0] > start:
+                    out.append((start, holes[k][0]))
+                start = max(start, holes[k][1])
+                k += 1
+            if start < end:
+                out.append((start, end))
+        return OffsetSet(out)
+
     def __bool__(self) -> bool:
         return bool(self._starts)
 
@@ -123,6 +140,11 @@ class PartitionOffsets(Mapping[TopicPartition, OffsetSet]):
 
     def __and__(self, other: PartitionOffsets) -> PartitionOffsets:
         return PartitionOffsets({tp: s & other[tp] for tp, s in self._sets.items() if tp in other})
+
+    def __sub__(self, other: PartitionOffsets) -> PartitionOffsets:
+        return PartitionOffsets(
+            {tp: s - other[tp] if tp in other else s for tp, s in self._sets.items()}
+        )
 
     def records(self) -> int:
         """How many offsets, over all partitions."""

@@ -1,7 +1,9 @@
 """One reading task of a ``kafka-share`` batch: poll a share consumer, hand its records over.
 
-The task takes a share consumer of its worker (``share.consumers``), polls until it holds
-``max_records`` records or ``poll_budget_s`` has passed, and yields them as one Arrow batch:
+The task takes a share consumer of its worker (``share.consumers``), polls until a poll
+acquires records (as many as the consumer's ``max.poll.records``, which the broker takes as
+a hint: it hands out whole record batches) or ``poll_budget_s`` has passed,
+and yields them as one Arrow batch:
 the columns of Spark's kafka source plus ``deliveryCount``. Before yielding, it hands the
 consumer and what it acquired to the sink table's acknowledger, which ACCEPTs the records
 once a commit of the table names this task attempt (``share.acks``): whatever happens to the
@@ -26,7 +28,7 @@ from spark_groups.offsets import TopicPartition
 from spark_groups.read.schema import arrow_schema
 from spark_groups.share import consumers
 from spark_groups.share.acks import Acquired
-from spark_groups.share.attempts import TaskAttempt
+from spark_groups.share.attempts import TaskAttempt, note_read
 from spark_groups.share.offset_sets import PartitionOffsets
 
 #: The column a share batch adds to the kafka source's: how often the broker has delivered
@@ -48,7 +50,6 @@ class ShareTask:
     topics: list[str]
     #: The sink's table, whose commits say when the records may be ACCEPTed.
     table: str
-    max_records: int
     poll_budget_s: float
     #: The group's ``share.record.lock.duration.ms``, in seconds.
     lock_s: float = 30.0
@@ -70,19 +71,18 @@ def read_share_task(task: ShareTask, attempt: TaskAttempt | None) -> Iterator[pa
     first_poll: float | None = None
     deadline = time.monotonic() + task.poll_budget_s
     try:
-        while len(records) < task.max_records:
+        # One poll that acquires: explicit acknowledgement refuses the next poll until every
+        # record of the last is acknowledged (IllegalStateException).
+        while not records:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            started = time.monotonic()
-            polled = entry.consumer.poll(min(left, 0.5))
-            got = [m for m in polled if m.error() is None]
-            if got and first_poll is None:
-                first_poll = started
-            records += got
+            first_poll = time.monotonic()
+            records = [m for m in entry.consumer.poll(min(left, 0.5)) if m.error() is None]
     except BaseException:
         consumers.close_quietly(entry)  # closing releases whatever it acquired
         raise
+    note_read(attempt, len(records))  # for the writer of this task (``take_read_note``)
     if not records:
         consumers.checkin(entry)
         yield pa.RecordBatch.from_pylist([], schema=share_arrow_schema(task.include_headers))

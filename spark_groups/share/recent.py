@@ -19,6 +19,7 @@ import json
 from collections import deque
 from typing import Any, Protocol
 
+from spark_groups.share.attempts import committed_attempts
 from spark_groups.share.offset_sets import PartitionOffsets
 
 
@@ -56,6 +57,7 @@ class RecentOffsets:
             raise ValueError(f"window must be at least 1 commit, not {window}")
         self.window = window
         self._commits: deque[tuple[int, PartitionOffsets]] = deque()
+        self._batches: deque[tuple[int, tuple[str, int]]] = deque()
         self._seen = -1
 
     def refresh(self, table: Snapshot) -> None:
@@ -67,11 +69,21 @@ class RecentOffsets:
         for info in sorted(table.history(count), key=lambda c: c.get("version", -1)):
             version = info.get("version", -1)
             text = info.get(COMMIT_OFFSETS_KEY)
-            if version > self._seen and isinstance(text, str):
+            if version <= self._seen:
+                continue
+            if isinstance(text, str):
                 self._commits.append((version, PartitionOffsets.from_json(json.loads(text))))
+            named = committed_attempts(info)
+            if named is not None:
+                self._batches.append((version, named[:2]))
         self._seen = newest
-        while self._commits and self._commits[0][0] <= newest - self.window:
-            self._commits.popleft()
+        for kept in (self._commits, self._batches):
+            while kept and kept[0][0] <= newest - self.window:
+                kept.popleft()
+
+    def has_batch(self, run_id: str, batch_id: int) -> bool:
+        """Whether a commit in the window holds batch ``batch_id`` of run ``run_id``."""
+        return any(named == (run_id, batch_id) for _, named in self._batches)
 
     def already_written(self, offsets: PartitionOffsets) -> PartitionOffsets:
         """The ones of ``offsets`` that a commit in the window wrote."""

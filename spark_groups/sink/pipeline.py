@@ -21,7 +21,7 @@ recorded it) the sink's own options are required.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from spark_groups.errors import OptionError, PipelineMismatchError, SinkError
 from spark_groups.offsets import Pipeline
@@ -34,10 +34,11 @@ from spark_groups.storage.object_stores import STORAGE_PREFIX, check_commit_safe
 @dataclass(frozen=True)
 class SinkTarget:
     """The table (``path``, resolved) and the consumer group (``group_id``) a batch is
-    written for."""
+    written for; ``share``: the group is a share group (a ``kafka-share`` source)."""
 
     path: str
     group_id: str
+    share: bool = False
 
 
 def same_table(a: str, b: str) -> bool:
@@ -117,7 +118,8 @@ def target_for_next_batch(options: SinkOptions) -> SinkTarget:
             "land once). Write other queries with format('delta') (delta-spark) or "
             "foreachBatch; nothing was written"
         )
-    return target_of(options, pipeline_of([o.pipeline for o in offsets], batch_id), batch_id)
+    target = target_of(options, pipeline_of([o.pipeline for o in offsets], batch_id), batch_id)
+    return replace(target, share=any(o.share for o in offsets))
 
 
 def check_target(written: SinkTarget, planned: SinkTarget, batch: int) -> None:

@@ -49,18 +49,24 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
 
 from spark_groups.errors import SinkError, SparkGroupsError
+from spark_groups.offsets import TopicPartition
+from spark_groups.share.attempts import TaskAttempt, take_read_note
+from spark_groups.share.offset_sets import PartitionOffsets
 from spark_groups.sink.autocompact import compact_if_due
 from spark_groups.sink.commit import DeltaSink
 from spark_groups.sink.options import SinkOptions, parse_sink_options
 from spark_groups.sink.pipeline import SinkTarget, check_target, target_for_next_batch, target_of
 from spark_groups.sink.placement import check_table_reachable
-from spark_groups.sink.plan import read_batch_plan
+from spark_groups.sink.plan import BatchPlan, read_batch_plan
+from spark_groups.sink.share_commit import ShareCommit, ShareTaskOutput
+from spark_groups.sink.table import SinkTable
 from spark_groups.sink.writer import (
     NULL_PARTITION,
     DataFile,
     TaskFileWriter,
     check_schema,
     partition_value,
+    remove_files,
 )
 from spark_groups.spark import SINK_FORMAT, planner_accumulators
 from spark_groups.spark.compat import ARROW_STREAM_WRITER, arrow_schema
@@ -78,11 +84,18 @@ MASTER_PROPERTY = "spark.master"
 
 
 class SinkTaskMessage(WriterCommitMessage):
-    """What one task wrote: its data files (picklable, sent to the driver)."""
+    """What one task wrote: its data files (picklable, sent to the driver); in a
+    ``kafka-share`` batch also the task attempt and the offsets of its rows (``share``)."""
 
-    def __init__(self, files: Sequence[DataFile], task: int | None = None) -> None:
+    def __init__(
+        self,
+        files: Sequence[DataFile],
+        task: int | None = None,
+        share: ShareTaskOutput | None = None,
+    ) -> None:
         self.files = list(files)
         self.task = task
+        self.share = share
 
     def __repr__(self) -> str:
         return f"SinkTaskMessage(task={self.task}, files={len(self.files)})"
@@ -175,8 +188,41 @@ class DeltaGroupStreamWriter(_WriterBase):
             prefix=prefix,
             storage_options=self.options.storage_options,
         )
+        attempt = _share_attempt() if self.target.share else None
+        noted: list[pa.RecordBatch] = []
+        if attempt is not None:
+            iterator = _noting_kafka_columns(iterator, noted)
         files = writer.write(iterator)
-        return SinkTaskMessage(files, context.partitionId() if context is not None else None)
+        share = None if attempt is None else self._share_output(attempt, noted, files)
+        return SinkTaskMessage(files, context.partitionId() if context is not None else None, share)
+
+    def _share_output(
+        self, attempt: TaskAttempt, noted: list[pa.RecordBatch], files: list[DataFile]
+    ) -> ShareTaskOutput:
+        """What a task of a ``kafka-share`` batch wrote (after its rows are all written)."""
+        acquired = take_read_note(attempt)
+        if acquired is None:
+            remove_files(table_uri(self.target.path), [f.path for f in files],
+                         self.options.storage_options)  # fmt: skip
+            raise SinkError(
+                f"kafka-share: the rows of {attempt} were not read by the same task: a "
+                "shuffle (repartition, join, aggregation, ...) stands between the kafka-share "
+                "source and the delta-group sink. A share group's records may be acknowledged "
+                "only by the consumer that read them, once they are in the table, so the sink "
+                "must write them in the task that read them: keep the query to row-by-row "
+                "transformations (select, filter, withColumn, UDFs)"
+            )
+        offsets = PartitionOffsets.of(
+            (TopicPartition(t, p), o)
+            for b in noted
+            for t, p, o in zip(
+                b.column("topic").to_pylist(),
+                b.column("partition").to_pylist(),
+                b.column("offset").to_pylist(),
+                strict=True,
+            )
+        )
+        return ShareTaskOutput(attempt, offsets, tuple(files), acquired)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver side: one Delta commit for the batch (see ``spark_groups.sink``)."""
@@ -193,8 +239,28 @@ class DeltaGroupStreamWriter(_WriterBase):
         except SparkGroupsError:
             self._sink().abort(files)
             raise
-        result = self._sink().commit(plan, files, self.schema)
-        compact_if_due(self.options, self.target.path, result.version)
+        if plan.share:
+            version = self._commit_share(plan, messages)
+        else:
+            version = self._sink().commit(plan, files, self.schema).version
+        compact_if_due(self.options, self.target.path, version)
+
+    def _commit_share(
+        self, plan: BatchPlan, messages: list[WriterCommitMessage | None]
+    ) -> int | None:
+        """A ``kafka-share`` batch's commit (``spark_groups.sink.share_commit``)."""
+        outputs = [m.share for m in messages if isinstance(m, SinkTaskMessage) and m.share]
+        if len(outputs) != sum(isinstance(m, SinkTaskMessage) for m in messages):
+            self._sink().abort(_files_of(messages))
+            raise SinkError(
+                f"sink {self.target.path}: batch {plan.batch_id} was planned by a kafka-share "
+                "source but some of its tasks wrote as for a kafka-group source; nothing was "
+                "committed"
+            )
+        o = self.options
+        table = SinkTable(self.target.path, o.storage_options, self.partition_by, o.merge_schema)
+        committer = ShareCommit(table, self.target.group_id, o.member, o.compression)
+        return committer.commit(plan, outputs, self.schema).version
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver side: a task failed; delete the files the others wrote."""
@@ -207,6 +273,26 @@ class DeltaGroupStreamWriter(_WriterBase):
             len(files),
         )
         self._sink().abort(files)
+
+
+def _share_attempt() -> TaskAttempt:
+    """This task's attempt, in a ``kafka-share`` batch."""
+    attempt = TaskAttempt.current()
+    if attempt is None:
+        raise SinkError(
+            "kafka-share: this write runs outside a streaming batch's task (no batch id or "
+            "run id in the TaskContext); write a share group's records with writeStream only"
+        )
+    return attempt
+
+
+def _noting_kafka_columns(
+    batches: Iterator[pa.RecordBatch], into: list[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """``batches``, keeping the topic, partition and offset columns of each in ``into``."""
+    for batch in batches:
+        into.append(batch.select(["topic", "partition", "offset"]))
+        yield batch
 
 
 def _files_of(messages: list[WriterCommitMessage | None]) -> list[DataFile]:

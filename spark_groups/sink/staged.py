@@ -12,14 +12,16 @@ and rewrite that the commit does not reference (all of them when nothing commits
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 
 from spark_groups.errors import SinkError
 from spark_groups.offsets import TopicPartition
+from spark_groups.share.offset_sets import PartitionOffsets
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.table import SinkTable
-from spark_groups.sink.writer import DataFile, remove_files, rewrite_keeping
+from spark_groups.sink.writer import DataFile, remove_files, rewrite_keeping, rewrite_without
 from spark_groups.storage.files import location
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,7 @@ class StagedFiles:
         their partition's range in ``plan``, a file listed twice, and files missing from
         storage or not of the size their task reported."""
         self._check_against_plan(plan)
-        self._check_exist()
+        self.check_exist()
 
     def cut(self, data_file: DataFile, starts: dict[TopicPartition, int]) -> DataFile | None:
         """``data_file`` with only the rows the commit writes: per Kafka partition in
@@ -62,6 +64,26 @@ class StagedFiles:
                 self.made.add(rewritten.path)
             log.info(
                 "sink %s: rewrote %s without the rows the commit leaves out (%d of %d kept)",
+                self.table.path,
+                data_file.path,
+                0 if rewritten is None else rewritten.rows,
+                data_file.rows,
+            )
+        return self._rewrites[key]
+
+    def without(self, data_file: DataFile, dropped: PartitionOffsets) -> DataFile | None:
+        """``data_file`` without the rows at the offsets ``dropped`` names (a share batch's
+        records the table holds already); rewritten once per file and ``dropped``."""
+        key = (data_file.path, (json.dumps(dropped.to_json(), sort_keys=True),))
+        if key not in self._rewrites:
+            rewritten = rewrite_without(
+                self.table.uri, data_file, dropped, self.compression, self.table.storage_options
+            )
+            self._rewrites[key] = rewritten
+            if rewritten is not None:
+                self.made.add(rewritten.path)
+            log.info(
+                "sink %s: rewrote %s without the records the table holds already (%d of %d kept)",
                 self.table.path,
                 data_file.path,
                 0 if rewritten is None else rewritten.rows,
@@ -102,7 +124,7 @@ class StagedFiles:
         if len(set(paths)) != len(paths):
             raise SinkError(f"sink {self.table.path}: batch {plan.batch_id} lists a file twice")
 
-    def _check_exist(self) -> None:
+    def check_exist(self) -> None:
         """Every file must exist with the size its task reported (before any commit)."""
         if not self.files:
             return

@@ -495,8 +495,47 @@ def rewrite_keeping(
     numbered = kafka.append_column("__row", pa.array(range(table.num_rows), pa.int64()))
     joined = numbered.join(wanted, keys=["topic", "partition"], join_type="inner")
     chosen = joined.filter(pc.greater_equal(joined["offset"], joined["__start"]))["__row"]
+    return _rewrite(table_path, data_file, table, kafka, chosen, compression, storage_options)
+
+
+def rewrite_without(
+    table_path: str,
+    data_file: DataFile,
+    dropped: Mapping[TopicPartition, Iterable[int]],
+    compression: str = "snappy",
+    storage_options: Mapping[str, str] | None = None,
+) -> DataFile | None:
+    """A new file with the rows of ``data_file`` except those at the offsets ``dropped``
+    names per Kafka partition (a share batch's records the table holds already); None when
+    nothing is kept. Written next to the original, which is left in place."""
+    where = location(table_path, storage_options)
+    table = pq.read_table(where.child(data_file.path), filesystem=where.fs)
+    kafka = _kafka_columns(table, data_file)
+    drop = pa.array([False] * table.num_rows, pa.bool_())
+    for tp, offsets in dropped.items():
+        here = pc.and_(
+            pc.equal(kafka["topic"], tp.topic), pc.equal(kafka["partition"], tp.partition)
+        )
+        gone = pc.is_in(kafka["offset"], value_set=pa.array(list(offsets), pa.int64()))
+        drop = pc.or_(drop, pc.and_(here, gone))
+    chosen = pc.indices_nonzero(pc.invert(drop))
+    return _rewrite(table_path, data_file, table, kafka, chosen, compression, storage_options)
+
+
+def _rewrite(
+    table_path: str,
+    data_file: DataFile,
+    table: pa.Table,
+    kafka: pa.Table,
+    chosen: Any,
+    compression: str,
+    storage_options: Mapping[str, str] | None,
+) -> DataFile | None:
+    """The rows ``chosen`` (indices) of ``table``, the contents of ``data_file``, as a new
+    file next to it; None when none are chosen."""
     if len(chosen) == 0:
         return None
+    where = location(table_path, storage_options)
     in_order = pc.take(chosen, pc.sort_indices(chosen))
     kept = table.take(in_order).combine_chunks().to_batches()[0]
     marks = kafka.take(in_order).combine_chunks().to_batches()[0]

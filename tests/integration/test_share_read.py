@@ -23,7 +23,7 @@ def task_for(servers: str, group: str, topic: str, table: str, **extra: object) 
     """A reading task of ``group`` on ``topic`` whose batches go into ``table``."""
     spec: dict = {
         "config": {"bootstrap.servers": servers, "group.id": group},
-        "topics": [topic], "table": table, "max_records": 10, "poll_budget_s": 30.0,
+        "topics": [topic], "table": table, "poll_budget_s": 30.0,
         **extra,
     }  # fmt: skip
     return ShareTask(**spec)

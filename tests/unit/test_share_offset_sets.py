@@ -35,6 +35,7 @@ def test_union_and_intersection_agree_with_python_sets() -> None:
         b = {rng.randrange(60) for _ in range(rng.randrange(40))}
         assert set(OffsetSet.of(a) | OffsetSet.of(b)) == a | b
         assert set(OffsetSet.of(a) & OffsetSet.of(b)) == a & b
+        assert set(OffsetSet.of(a) - OffsetSet.of(b)) == a - b
 
 
 def test_partition_offsets_round_trip_through_json() -> None:
@@ -52,3 +53,11 @@ def test_partition_offsets_intersection_names_what_two_batches_share() -> None:
     batch = PartitionOffsets({p0: OffsetSet([(95, 105)]), p1: OffsetSet([(10, 20)])})
     assert dict(committed & batch) == {p0: OffsetSet([(95, 100)])}
     assert dict(committed | batch) == {p0: OffsetSet([(0, 105)]), p1: OffsetSet([(0, 20)])}
+
+
+def test_partition_offsets_difference_is_what_a_batch_adds() -> None:
+    p0, p1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    batch = PartitionOffsets({p0: OffsetSet([(95, 105)]), p1: OffsetSet([(10, 20)])})
+    there = PartitionOffsets({p0: OffsetSet([(0, 100)])})
+    assert dict(batch - there) == {p0: OffsetSet([(100, 105)]), p1: OffsetSet([(10, 20)])}
+    assert dict(there - there) == {}

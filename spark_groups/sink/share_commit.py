@@ -1,0 +1,283 @@
+"""The ``delta-group`` sink's commit of a ``kafka-share`` batch: every record in the table once.
+
+A share group hands out records, not offset ranges, and delivers a record again when its
+lock ran out or it was released: after a task was killed between its write and its
+acknowledgement, after a batch slower than the lock, after a driver died. So the table
+cannot fence a partition by "up to where it is complete" as for a consumer group
+(``spark_groups.sink.commit``); it remembers *which* offsets its recent share commits wrote
+instead (``spark_groups.share.recent``) and leaves those out of a new batch.
+
+:meth:`ShareCommit.commit`, in order:
+
+1. **Check** the tasks' files: in storage with the size their task reported.
+2. **Open** the table at its newest version, one snapshot (created when missing).
+3. **Already there?** A commit in the window that holds this run's batch (the commit call
+   was made again after it landed): nothing to do.
+4. **Decide**: the batch's offsets the window's commits wrote already are left out; a file
+   holding any of them is rewritten without them (``StagedFiles.without``).
+5. **Commit** the kept files, the commit info (which task attempts it holds,
+   ``spark_groups.share.attempts``; which offsets it wrote, ``spark_groups.share.recent``)
+   and one Delta transaction id per partition the batch read, set one higher than the
+   snapshot's: a concurrent share commit that read the same partitions after the snapshot
+   makes delta-rs refuse this one (a conflict), and the decision is made again from 2, so
+   two writers never both add one record. At most :data:`MAX_COMMIT_ATTEMPTS` times.
+6. **Clean up**: delete the files the commit does not reference (rewritten, left out).
+
+The readers' acknowledgers ACCEPT the records of every attempt the commit names, those left
+out as already there included (``spark_groups.share.acks``): the table holds them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from spark_groups import crash_points
+from spark_groups.errors import SinkError
+from spark_groups.offsets import TopicPartition
+from spark_groups.share.attempts import COMMIT_INFO_KEY, TaskAttempt, commit_info
+from spark_groups.share.offset_sets import PartitionOffsets
+from spark_groups.share.recent import RecentOffsets, commit_offsets_info
+from spark_groups.sink.attempt import SEARCHED_COMMITS
+from spark_groups.sink.plan import BatchPlan
+from spark_groups.sink.staged import StagedFiles
+from spark_groups.sink.table import SinkTable
+from spark_groups.sink.writer import DataFile, check_schema
+from spark_groups.storage.files import location
+from spark_groups.storage.transactions import transaction_versions
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+log = logging.getLogger(__name__)
+
+#: Prefix of the transaction app ids a share commit sets, one per partition it read.
+SHARE_APP_ID_PREFIX = "spark_groups.share"
+#: How many times a share batch is decided and tried again after concurrent commits.
+MAX_COMMIT_ATTEMPTS = 10
+#: The windows of recent commits, one per table, kept by the commit process.
+_RECENT: dict[str, RecentOffsets] = {}
+
+
+def share_app_id(table_id: str, group_id: str, tp: TopicPartition) -> str:
+    """The transaction app id that orders the share commits of ``group_id`` reading ``tp``
+    into one table (group id last: it may hold ``:``)."""
+    return f"{SHARE_APP_ID_PREFIX}:{table_id}:{tp.topic}:{tp.partition}:{group_id}"
+
+
+@dataclass(frozen=True)
+class ShareTaskOutput:
+    """What one task of a share batch wrote: who it was (``attempt``), the offsets of the
+    rows it wrote (``offsets``), its files, and how many records its reader acquired
+    (``acquired``: more than it wrote when the query filtered some out)."""
+
+    attempt: TaskAttempt
+    offsets: PartitionOffsets
+    files: tuple[DataFile, ...] = ()
+    acquired: int = 0
+
+
+@dataclass(frozen=True)
+class ShareCommitResult:
+    """What :meth:`ShareCommit.commit` did: the table version (None: nothing committed, or
+    the batch was there already), the offsets it wrote and those it left out as already in
+    the table."""
+
+    batch_id: int
+    version: int | None
+    written: PartitionOffsets
+    duplicates: PartitionOffsets
+    attempts: int = 1
+
+
+class ShareCommit:
+    """Commits share batches of ``group_id`` into ``table`` as ``member`` (module doc)."""
+
+    def __init__(self, table: SinkTable, group_id: str, member: str, compression: str) -> None:
+        """Describe the commit; nothing is read until :meth:`commit`."""
+        self.table = table
+        self.group_id = group_id
+        self.member = member
+        self.compression = compression
+
+    def commit(
+        self, plan: BatchPlan, tasks: Sequence[ShareTaskOutput], schema: pa.Schema
+    ) -> ShareCommitResult:
+        """Commit batch ``plan.batch_id`` of ``tasks`` (module doc). Raises
+        :class:`~spark_groups.errors.SinkError` (nothing committed, the files deleted)."""
+        crash_points.reached("sink.files_written")
+        staged = StagedFiles(self.table, [f for t in tasks for f in t.files], self.compression)
+        attempts = [t.attempt for t in tasks]
+        read = PartitionOffsets()
+        for t in tasks:
+            read = read | t.offsets
+        try:
+            staged.check_exist()  # 1
+            partition_by = self.table.partition_by_for(staged.files, self.table.latest())
+            check_schema(schema, partition_by)
+        except SinkError:
+            staged.remove()
+            raise
+        recent = _RECENT.setdefault(self.table.uri, RecentOffsets())
+        for attempt in range(1, MAX_COMMIT_ATTEMPTS + 1):
+            snapshot = self.table.open(schema, partition_by, self.table.latest())  # 2
+            recent.refresh(snapshot)
+            first = attempts[0] if attempts else None
+            if first is not None and recent.has_batch(first.run_id, first.batch_id):  # 3
+                staged.remove(keep=_referenced(snapshot, staged))
+                log.info("sink %s: share batch %d is in the table already", self.table.path,
+                         plan.batch_id)  # fmt: skip
+                return ShareCommitResult(plan.batch_id, None, PartitionOffsets(), read, attempt)
+            duplicates = recent.already_written(read)  # 4
+            keep = self._keep(staged, tasks, duplicates)
+            written = read - duplicates
+            if not any(t.acquired or t.offsets for t in tasks):  # nothing read: no commit
+                staged.remove()
+                return ShareCommitResult(plan.batch_id, None, written, duplicates, attempt)
+            crash_points.reached("sink.commit_in_flight")
+            info = self._info(plan, attempts, written)
+            if self._attempt(snapshot, plan, read, keep, partition_by, info):  # 5
+                crash_points.reached("sink.committed")
+                staged.remove(keep={f.path for f in keep})  # 6
+                version = self._version_of(snapshot, info)
+                log.info(
+                    "sink %s: share batch %d committed: %d record(s) of %d task attempt(s)%s",
+                    self.table.path,
+                    plan.batch_id,
+                    written.records(),
+                    len(attempts),
+                    f"; {duplicates.records()} already in the table: {duplicates!r}"
+                    if duplicates
+                    else "",
+                )
+                return ShareCommitResult(plan.batch_id, version, written, duplicates, attempt)
+            delay = random.uniform(0.0, min(1.0, 0.02 * 2**attempt))
+            log.info("sink %s: share batch %d met a concurrent commit; again in %.0f ms",
+                     self.table.path, plan.batch_id, delay * 1000)  # fmt: skip
+            time.sleep(delay)
+        staged.remove()
+        raise SinkError(
+            f"sink {self.table.path}: share batch {plan.batch_id} met concurrent commits "
+            f"{MAX_COMMIT_ATTEMPTS} times; nothing committed (its records come back when "
+            "their locks run out)"
+        )
+
+    def _keep(
+        self, staged: StagedFiles, tasks: Sequence[ShareTaskOutput], duplicates: PartitionOffsets
+    ) -> list[DataFile]:
+        """Step 4: the files to commit, those holding ``duplicates`` rewritten without them."""
+        keep: list[DataFile] = []
+        for task in tasks:
+            theirs = task.offsets & duplicates
+            for f in task.files:
+                if theirs and any(
+                    tp in theirs and any(k.min_offset <= o <= k.max_offset for o in theirs[tp])
+                    for k in f.kafka
+                    for tp in [k.topic_partition]
+                ):
+                    cut = staged.without(f, theirs)
+                    if cut is not None:
+                        keep.append(cut)
+                else:
+                    keep.append(f)
+        return keep
+
+    def _attempt(
+        self,
+        snapshot: DeltaTable,
+        plan: BatchPlan,
+        read: PartitionOffsets,
+        keep: list[DataFile],
+        partition_by: tuple[str, ...],
+        info: dict[str, str],
+    ) -> bool:
+        """Step 5: True when committed, False on a conflict. Raises
+        :class:`~spark_groups.errors.SinkError` on any other failure."""
+        from deltalake import CommitProperties, Transaction
+        from deltalake.exceptions import CommitFailedError
+        from deltalake.transaction import AddAction
+
+        table_id = str(snapshot.metadata().id)
+        ids = {share_app_id(table_id, self.group_id, tp): tp for tp in read}
+        now = transaction_versions(snapshot, ids, self.table.storage_options)
+        txns = [Transaction(a, now.get(a, 0) + 1) for a in sorted(ids)]
+        adds: list[Any] = [
+            AddAction(f.path, f.size, dict(f.partition_values), f.modification_time, True, f.stats)
+            for f in keep
+        ]
+        try:
+            snapshot.create_write_transaction(
+                adds,
+                "append",
+                snapshot.schema(),
+                partition_by=list(partition_by) or None,
+                commit_properties=CommitProperties(app_transactions=txns, custom_metadata=info),
+            )
+        except CommitFailedError:
+            return False
+        except Exception as exc:
+            raise SinkError(
+                f"sink {self.table.path}: share batch {plan.batch_id}: the commit failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return True
+
+    def _info(
+        self, plan: BatchPlan, attempts: list[TaskAttempt], written: PartitionOffsets
+    ) -> dict[str, str]:
+        """The commit info of a share batch (module doc, step 5)."""
+        return {
+            "spark_groups.batch": str(plan.batch_id),
+            "spark_groups.group": self.group_id,
+            "spark_groups.member": self.member,
+            **commit_info(attempts),
+            **commit_offsets_info(written),
+            "userMetadata": json.dumps({"group": self.group_id, "share": True}),
+        }
+
+    def _version_of(self, snapshot: DeltaTable, info: dict[str, str]) -> int | None:
+        """The version of the commit just made on ``snapshot`` with ``info`` (one of the
+        next few; None when not found there)."""
+        where = location(self.table.uri, self.table.storage_options)
+        first = snapshot.version() + 1
+        for version in range(first, first + SEARCHED_COMMITS):
+            try:
+                text = where.read_text(where.child(f"_delta_log/{version:020d}.json"))
+            except FileNotFoundError:
+                return None
+            for line in text.splitlines():
+                if line.startswith('{"commitInfo"'):
+                    found = json.loads(line)["commitInfo"].get(COMMIT_INFO_KEY)
+                    if found == info[COMMIT_INFO_KEY]:
+                        return version
+        return None
+
+
+def _referenced(snapshot: DeltaTable, staged: StagedFiles) -> set[str]:
+    from spark_groups.sink.table import referenced
+
+    return referenced(snapshot, [f.path for f in staged.files] + sorted(staged.made))
+
+
+def committed_share_batch(
+    path: str, group_id: str, batch_id: int, storage_options: dict[str, str] | None = None
+) -> bool:
+    """Whether the table at ``path`` has a share commit of ``group_id``'s Spark batch
+    ``batch_id`` among its newest :data:`SEARCHED_COMMITS` commits (a batch whose tasks
+    acquired nothing has none)."""
+    table = SinkTable(path, storage_options).load()
+    if table is None:
+        return False
+    return any(
+        info.get("spark_groups.batch") == str(batch_id)
+        and info.get("spark_groups.group") == group_id
+        and COMMIT_INFO_KEY in info
+        for info in table.history(SEARCHED_COMMITS)
+    )
