@@ -18,6 +18,14 @@ point                       reached
 ``leave``                   the member committed what it could and is about to leave
 ==========================  ==========================================================
 
+A batch of a ``kafka-share`` query reaches ``planned``, ``read`` (a task acquired records and
+handed them to its worker's acknowledger), the three ``sink.*`` points and
+``spark.commit_log``, and then, in each reading task's Python worker:
+
+==========================  ==========================================================
+``share.accepting``         the table names the task attempt; its ACCEPT is about to go
+==========================  ==========================================================
+
 One point belongs to a partition's arrival rather than to a batch (:data:`GROUP_POINTS`):
 
 ==========================  ==========================================================
@@ -39,7 +47,9 @@ Every point is inert unless a test turns it on, in one of two ways:
   driver and the JVM, whose shutdown then ends the Python workers). The first process to
   fire renames the arm file to ``<arm>.fired`` (atomic: one firing) and writes the point
   and its pid into it. A test arms a member when it has seen what it waits for (say, two
-  committed batches): no sleep decides which batch is hit.
+  committed batches): no sleep decides which batch is hit. ``point:SIGKILL:process`` kills
+  only the process that reaches the point (one Python worker of an executor: a task's
+  process dies, the member lives on).
 """
 
 from __future__ import annotations
@@ -64,6 +74,8 @@ POINTS = (
 )
 #: Points of a partition's arrival, outside a batch's life.
 GROUP_POINTS = ("resuming",)
+#: Points of a ``kafka-share`` batch's life besides those of :data:`POINTS` it reaches.
+SHARE_POINTS = ("share.accepting",)
 #: ``point:SIGNAL``: the point where a member started by a test stops, and how.
 CRASH_ENV = "SPARK_GROUPS_CRASH_AT"
 #: The arm file: the crash point fires only once it exists.
@@ -73,15 +85,16 @@ _hook: Callable[[str], None] | None = None
 
 
 def reached(point: str) -> None:
-    """The caller is at ``point`` (one of :data:`POINTS` or :data:`GROUP_POINTS`): stop
-    here if a test asked to."""
+    """The caller is at ``point`` (one of :data:`POINTS`, :data:`GROUP_POINTS` or
+    :data:`SHARE_POINTS`): stop here if a test asked to."""
     if _hook is not None:
         _hook(point)
         return
     wanted = os.environ.get(CRASH_ENV)
     if not wanted or not wanted.startswith(point + ":"):
         return
-    sig = getattr(signal, wanted.split(":", 1)[1])
+    _, name, *scope = wanted.split(":")
+    sig = getattr(signal, name)
     arm = os.environ.get(ARM_ENV)
     if arm:
         try:
@@ -90,6 +103,9 @@ def reached(point: str) -> None:
             return  # not armed yet, or another process fired
         with open(arm + ".fired", "w") as f:
             f.write(f"{point} {os.getpid()}\n")
+    if scope == ["process"]:
+        os.kill(os.getpid(), sig)
+        return
     session = os.getsid(0)
     if sig != signal.SIGKILL:
         os.killpg(session, sig)

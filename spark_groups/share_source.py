@@ -35,6 +35,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from spark_groups import crash_points
 from spark_groups.errors import OptionNeedsSparkError, SparkGroupsError
 from spark_groups.offsets import BatchOffset
 from spark_groups.read.schema import spark_ddl
@@ -95,9 +96,12 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         query ends) once a batch acquired nothing."""
         previous = start if start is not None else self._previous_end()
         batch = int(previous.get("batch", -1))
+        if batch >= 0:
+            crash_points.reached("spark.commit_log")
         if self._available_now and batch >= 0 and not self._wrote(batch):
             return previous
         self._last = self._offset(batch + 1)
+        crash_points.reached("planned")
         return self._last
 
     def _previous_end(self) -> dict[str, Any]:

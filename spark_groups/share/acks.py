@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from spark_groups import crash_points
 from spark_groups.kafka.share_client import settle
 from spark_groups.share.attempts import TaskAttempt, committed_attempts
 from spark_groups.share.offset_sets import PartitionOffsets
@@ -103,12 +104,13 @@ class CommitWatch:
 
 class Acknowledger:
     """Settles the :class:`Acquired` handed to it (module doc), on a thread of its own that
-    runs while anything waits. ``on_done(acquired, outcome)`` gets each one back, settled."""
+    runs while anything waits. ``on_done(acquired, outcome, acked_at)`` gets each one back,
+    settled; ``acked_at``: ``time.monotonic()`` just before its acknowledgement went out."""
 
     def __init__(
         self,
         watch: CommitWatch,
-        on_done: Callable[[Acquired, Outcome], None],
+        on_done: Callable[[Acquired, Outcome, float], None],
         poll_s: float = POLL_S,
     ) -> None:
         """Follow ``watch``; see the class doc."""
@@ -162,6 +164,9 @@ class Acknowledger:
             self.settled[acquired.attempt] = outcome
             while len(self.settled) > SETTLED_KEPT:
                 self.settled.popitem(last=False)
+            if outcome is Outcome.ACCEPTED:
+                crash_points.reached("share.accepting")
+            acked_at = time.monotonic()
             try:
                 _acknowledge(acquired, outcome)
             except Exception:  # its state is unknown now: closing it releases what it holds
@@ -169,7 +174,7 @@ class Acknowledger:
                 with contextlib.suppress(Exception):
                     acquired.consumer.close()
                 continue
-            self._on_done(acquired, outcome)
+            self._on_done(acquired, outcome, acked_at)
 
 
 def _outcome(

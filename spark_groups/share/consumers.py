@@ -34,12 +34,20 @@ _Key = tuple[int, str]
 
 
 class PooledShareConsumer:
-    """One share consumer, the process that made it and its pool key."""
+    """One share consumer, the process that made it and its pool key, and when its last
+    acknowledgement went out (``acked_at``, ``time.monotonic()``; None before any).
+
+    An acknowledgement's commit can acquire the group's next records for the consumer, which
+    wait in its buffer, their lock running, until it is polled again (measured: a pooled
+    consumer's first poll returned records whose lock ran out within the lock of that poll).
+    So the lock of what a pooled consumer's next poll returns is counted from ``acked_at``.
+    """
 
     def __init__(self, key: _Key, consumer: Any) -> None:
         """Wrap ``consumer`` (made in process ``key[0]``)."""
         self.key = key
         self.consumer = consumer
+        self.acked_at: float | None = None
 
 
 _IDLE: dict[_Key, list[PooledShareConsumer]] = {}
@@ -100,6 +108,7 @@ def acknowledger(path: str, storage_options: Mapping[str, str] | None = None) ->
         return found
 
 
-def _back(acquired: Acquired, outcome: Outcome) -> None:
+def _back(acquired: Acquired, outcome: Outcome, acked_at: float) -> None:
     """An acknowledger's ``on_done``: the settled consumer back into its pool."""
+    acquired.owner.acked_at = acked_at
     checkin(acquired.owner)

@@ -9,8 +9,9 @@ consumer and what it acquired to the sink table's acknowledger, which ACCEPTs th
 once a commit of the table names this task attempt (``share.acks``): whatever happens to the
 task after that (a failure, a kill of the writer), the records are settled, RELEASEd or
 given back when their lock runs out. The lock is counted from just before the poll that
-acquired the first record, less ``lock_margin_s``, so an acknowledgement is never sent
-after the broker gave the records to someone else.
+returned them, or from the consumer's last acknowledgement when that came first (it may
+have acquired them: ``PooledShareConsumer``), less ``lock_margin_s``, so an acknowledgement
+is never sent after the broker gave the records to someone else.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from spark_groups import crash_points
 from spark_groups.errors import SparkGroupsError
 from spark_groups.offsets import TopicPartition
 from spark_groups.read.schema import arrow_schema
@@ -91,9 +93,12 @@ def read_share_task(task: ShareTask, attempt: TaskAttempt | None) -> Iterator[pa
     offsets = PartitionOffsets.of(
         (TopicPartition(m.topic(), m.partition()), m.offset()) for m in records
     )
-    expires_at = first_poll + task.lock_s - task.lock_margin_s
+    # Records the consumer's last acknowledgement acquired have been locked since then.
+    locked_since = first_poll if entry.acked_at is None else min(first_poll, entry.acked_at)
+    expires_at = locked_since + task.lock_s - task.lock_margin_s
     acks = consumers.acknowledger(task.table, task.storage_options)
     acks.add(Acquired(attempt, entry.consumer, offsets, expires_at, owner=entry))
+    crash_points.reached("read")
     yield _batch(records, task.include_headers)
 
 

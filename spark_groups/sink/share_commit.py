@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 
 #: Prefix of the transaction app ids a share commit sets, one per partition it read.
 SHARE_APP_ID_PREFIX = "spark_groups.share"
+#: The commit info key counting the records a share commit left out as already there.
+DUPLICATES_KEY = "spark_groups.share.duplicates"
 #: How many times a share batch is decided and tried again after concurrent commits.
 MAX_COMMIT_ATTEMPTS = 10
 #: The windows of recent commits, one per table, kept by the commit process.
@@ -135,14 +137,14 @@ class ShareCommit:
                 log.info("sink %s: share batch %d is in the table already", self.table.path,
                          plan.batch_id)  # fmt: skip
                 return ShareCommitResult(plan.batch_id, None, PartitionOffsets(), read, attempt)
-            duplicates = recent.already_written(read)  # 4
-            keep = self._keep(staged, tasks, duplicates)
-            written = read - duplicates
+            in_table = recent.already_written(read)  # 4
+            keep, duplicates = self._keep(staged, tasks, in_table)
+            written = read - in_table
             if not any(t.acquired or t.offsets for t in tasks):  # nothing read: no commit
                 staged.remove()
                 return ShareCommitResult(plan.batch_id, None, written, duplicates, attempt)
             crash_points.reached("sink.commit_in_flight")
-            info = self._info(plan, attempts, written)
+            info = self._info(plan, attempts, written, duplicates)
             if self._attempt(snapshot, plan, read, keep, partition_by, info):  # 5
                 crash_points.reached("sink.committed")
                 staged.remove(keep={f.path for f in keep})  # 6
@@ -170,12 +172,19 @@ class ShareCommit:
         )
 
     def _keep(
-        self, staged: StagedFiles, tasks: Sequence[ShareTaskOutput], duplicates: PartitionOffsets
-    ) -> list[DataFile]:
-        """Step 4: the files to commit, those holding ``duplicates`` rewritten without them."""
+        self, staged: StagedFiles, tasks: Sequence[ShareTaskOutput], in_table: PartitionOffsets
+    ) -> tuple[list[DataFile], PartitionOffsets]:
+        """Step 4: the files to commit, those holding records ``in_table`` or written by an
+        earlier task of the batch rewritten without them (two tasks of one batch hold one
+        record when its lock ran out under the first: the broker gave it out again), and
+        every record so left out."""
         keep: list[DataFile] = []
+        left_out = PartitionOffsets()
+        earlier = PartitionOffsets()
         for task in tasks:
-            theirs = task.offsets & duplicates
+            theirs = task.offsets & (in_table | earlier)
+            earlier = earlier | task.offsets
+            left_out = left_out | theirs
             for f in task.files:
                 if theirs and any(
                     tp in theirs and any(k.min_offset <= o <= k.max_offset for o in theirs[tp])
@@ -187,7 +196,7 @@ class ShareCommit:
                         keep.append(cut)
                 else:
                     keep.append(f)
-        return keep
+        return keep, left_out
 
     def _attempt(
         self,
@@ -230,10 +239,16 @@ class ShareCommit:
         return True
 
     def _info(
-        self, plan: BatchPlan, attempts: list[TaskAttempt], written: PartitionOffsets
+        self,
+        plan: BatchPlan,
+        attempts: list[TaskAttempt],
+        written: PartitionOffsets,
+        duplicates: PartitionOffsets,
     ) -> dict[str, str]:
-        """The commit info of a share batch (module doc, step 5)."""
+        """The commit info of a share batch (module doc, step 5), with how many records it
+        left out as already in the table (:data:`DUPLICATES_KEY`)."""
         return {
+            DUPLICATES_KEY: str(duplicates.records()),
             "spark_groups.batch": str(plan.batch_id),
             "spark_groups.group": self.group_id,
             "spark_groups.member": self.member,

@@ -27,6 +27,11 @@ from support.broker import produce_ids, wait_until
 from support.share import poll_until, share_consumer, share_group
 
 
+def noting(done: list) -> Any:
+    """An ``on_done`` that notes each (consumer, outcome)."""
+    return lambda acquired, outcome, _acked_at: done.append((acquired.consumer, outcome))
+
+
 @pytest.fixture
 def table(tmp_path: Path) -> str:
     """A sink's table (its content does not matter here)."""
@@ -91,7 +96,7 @@ def test_records_are_accepted_only_after_a_commit_names_their_attempt(
     produce_ids(bootstrap_servers, topic, range(5), 1)
     group = share_group(bootstrap_servers)
     mine = TaskAttempt("run-1", 7, 3)
-    acks = Acknowledger(CommitWatch(table), lambda a, o: done.append((a.consumer, o)), poll_s=0.05)
+    acks = Acknowledger(CommitWatch(table), noting(done), poll_s=0.05)
     acks.add(acquire(bootstrap_servers, group, topic, 5, mine))
     # Another query's batch and this run's previous batch land: nothing is settled.
     commit(table, TaskAttempt("run-0", 7, 3))
@@ -115,7 +120,7 @@ def test_an_attempt_the_commit_left_out_releases_its_records_at_once(
     produce_ids(bootstrap_servers, topic, range(3), 1)
     group = share_group(bootstrap_servers)
     loser, winner = TaskAttempt("run-1", 2, 10), TaskAttempt("run-1", 2, 11)
-    acks = Acknowledger(CommitWatch(table), lambda a, o: done.append((a.consumer, o)), poll_s=0.05)
+    acks = Acknowledger(CommitWatch(table), noting(done), poll_s=0.05)
     acks.add(acquire(bootstrap_servers, group, topic, 3, loser))
     released = time.monotonic()
     commit(table, winner)
@@ -134,7 +139,7 @@ def test_without_a_commit_the_records_go_back_when_their_lock_runs_out(
     produce_ids(bootstrap_servers, topic, range(2), 1)
     group = share_group(bootstrap_servers, **{"share.record.lock.duration.ms": "3000"})
     lost = TaskAttempt("run-1", 0, 0)
-    acks = Acknowledger(CommitWatch(table), lambda a, o: done.append((a.consumer, o)), poll_s=0.05)
+    acks = Acknowledger(CommitWatch(table), noting(done), poll_s=0.05)
     acks.add(acquire(bootstrap_servers, group, topic, 2, lost, lock_s=3.0))
     wait_until(lambda: acks.settled.get(lost) is Outcome.EXPIRED, what="the lock's end")
     assert [o for _, o in done] == [Outcome.EXPIRED]

@@ -1,19 +1,36 @@
 """The kafka-share source into the delta-group sink, in Spark, on Apache Kafka's share groups:
-every record in the table once, read by more tasks than the topic has partitions, and
-acknowledged (the group hands nothing out again)."""
+every record in the table once, read by more tasks than the topic has partitions, also when a
+batch is slower than the lock or a plain ShareConsumer reads the group beside the query, and
+acknowledged (the group hands nothing out again). A shuffle between source and sink is
+refused. (Member processes stopped at crash points: tests/crash/test_share_crash_points.py.)"""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
+from confluent_kafka import AcknowledgeType
 from deltalake import DeltaTable, QueryBuilder
 
-from support.broker import produce_ids, wait_until
+from spark_groups.sink.share_commit import DUPLICATES_KEY
+
+from support.broker import broker_kind, produce_ids, wait_until
 from support.share import share_consumer, share_group
 from support.tables import table_ids
+
+pytestmark = pytest.mark.skipif(broker_kind() != "kafka", reason="share groups: Apache Kafka")
+
+#: The test groups' acquisition lock.
+LOCK_MS = 10_000
+#: The query's columns: the id, the Kafka columns, the delivery count and the Spark task.
+COLUMNS = (
+    "cast(cast(value as string) as long) as id", "topic", "partition", "offset",
+    "deliveryCount", "spark_partition_id() as task",
+)  # fmt: skip
 
 
 def rows_of(table: Path, sql: str) -> list[dict]:
@@ -22,60 +39,165 @@ def rows_of(table: Path, sql: str) -> list[dict]:
     return pa.table(query.execute(sql).read_all()).to_pylist()
 
 
-#: The test groups' acquisition lock: short, so what is not acknowledged comes back soon.
-LOCK_MS = 10_000
-
-
-def share_query(
-    spark: Any, servers: str, group: str, topic: str, tmp_path: Path, **extra: str
-) -> Any:
-    """kafka-share (4 tasks) into delta-group every second; the row's task in ``task``."""
+def share_source(spark: Any, servers: str, group: str, topic: str, tmp_path: Path) -> Any:
+    """kafka-share with 4 tasks of 25 records, into ``tmp_path / "table"``."""
     options = {
         "kafka.bootstrap.servers": servers, "group.id": group, "subscribe": topic,
         "sink.table": str(tmp_path / "table"), "tasks": "4", "maxRecordsPerTask": "25",
-        "checkpointLocation": str(tmp_path / "cp"), **extra,
+        "checkpointLocation": str(tmp_path / "cp"),
     }  # fmt: skip
+    return spark.readStream.format("kafka-share").options(**options).load()
+
+
+def start(rows: Any, tmp_path: Path) -> Any:
+    """``rows`` into the delta-group sink every second."""
     return (
-        spark.readStream.format("kafka-share").options(**options).load()
-        .selectExpr("cast(cast(value as string) as long) as id", "topic", "partition",
-                    "offset", "deliveryCount", "spark_partition_id() as task")
-        .writeStream.format("delta-group")
+        rows.writeStream.format("delta-group")
         .option("checkpointLocation", str(tmp_path / "cp"))
         .trigger(processingTime="1 second")
         .start()
-    )  # fmt: skip
+    )
+
+
+def in_table(table: Path) -> set[int]:
+    return set(table_ids(table)) if (table / "_delta_log").exists() else set()
+
+
+def duplicates_left_out(table: Path) -> int:
+    """How many redelivered records the share commits left out (their commit info)."""
+    return sum(int(c.get(DUPLICATES_KEY, 0)) for c in DeltaTable(str(table)).history())
+
+
+def assert_nothing_handed_out_again(servers: str, group: str, topic: str) -> None:
+    """Every record was ACCEPTed: a consumer of the group gets nothing for 1.5 locks (a
+    record acquired and never acknowledged comes back within one)."""
+    consumer = share_consumer(servers, group, topic)
+    try:
+        got: list = []
+        for _ in range(int(1.5 * LOCK_MS / 500)):
+            got += [m.offset() for m in consumer.poll(0.5) if m.error() is None]
+        assert got == [], f"offsets {got[:20]} handed out again: not acknowledged"
+    finally:
+        consumer.close()
 
 
 def test_one_partition_read_by_four_tasks_lands_once_and_is_acknowledged(
     spark: Any, bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
 ) -> None:
-    topic = make_topic(1)
+    topic, table = make_topic(1), tmp_path / "table"
     group = share_group(bootstrap_servers, **{"share.record.lock.duration.ms": str(LOCK_MS)})
-    table = tmp_path / "table"
-    query = share_query(spark, bootstrap_servers, group, topic, tmp_path)
+    query = start(
+        share_source(spark, bootstrap_servers, group, topic, tmp_path).selectExpr(*COLUMNS),
+        tmp_path,
+    )
     try:
-        for start in range(0, 400, 100):  # small record batches: the broker hands out batches
-            produce_ids(bootstrap_servers, topic, range(start, start + 100), 1, [10] * 10)
-            wait_until(
-                lambda s=start: (
-                    (table / "_delta_log").exists() and len(set(table_ids(table))) >= s + 100
-                ),
-                120,
-                f"ids below {start + 100} in the table",
-            )
+        for first in range(0, 400, 100):  # small record batches: the broker hands out batches
+            produce_ids(bootstrap_servers, topic, range(first, first + 100), 1, [10] * 10)
+            wait_until(lambda f=first: len(in_table(table)) >= f + 100, 120, f"ids < {first + 100}")
         assert query.exception() is None
     finally:
         query.stop()
     assert sorted(table_ids(table)) == list(range(400)), "a record was lost or written twice"
-    tasks = {row["task"] for row in rows_of(table, "SELECT DISTINCT task FROM t")}
+    tasks = {r["task"] for r in rows_of(table, "SELECT DISTINCT task FROM t")}
     assert len(tasks) > 1, f"one partition, but only task(s) {tasks} read it"
-    # Every record was ACCEPTed: a consumer of the group gets nothing, also after a lock.
-    consumer = share_consumer(bootstrap_servers, group, topic)
+    assert_nothing_handed_out_again(bootstrap_servers, group, topic)
+
+
+def test_a_batch_slower_than_the_lock_lands_once_and_its_records_are_acknowledged_later(
+    spark: Any, bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """One task of the first batch sleeps past the lock: the broker gives its records out
+    again while the batch still runs, the batch commits them, and the next batch reads them
+    again, leaves them out of the table and ACCEPTs them."""
+    from pyspark.sql.functions import udf
+
+    topic, table, flag = make_topic(1), tmp_path / "table", tmp_path / "slow-once"
+    lock_ms = 6000  # this group's lock: the sleep outlasts it; other batches fit in its half
+    group = share_group(
+        bootstrap_servers,
+        **{"share.record.lock.duration.ms": str(lock_ms), "share.delivery.count.limit": "10"},
+    )
+    flag.touch()
+    path = str(flag)
+
+    @udf("long")
+    def slow_once(value: int) -> int:
+        import os
+        import time
+
+        try:
+            os.rename(path, path + ".taken")  # one task of the whole query sleeps
+        except OSError:
+            return value
+        time.sleep(lock_ms / 1000 + 2)
+        return value
+
+    produce_ids(bootstrap_servers, topic, range(100), 1, [10] * 10)
+    rows = share_source(spark, bootstrap_servers, group, topic, tmp_path).selectExpr(*COLUMNS)
+    query = start(rows.withColumn("id", slow_once("id")), tmp_path)
     try:
-        got: list = []
-        deadline_polls = int(2 * LOCK_MS / 500)
-        for _ in range(deadline_polls):
-            got += [m for m in consumer.poll(0.5) if m.error() is None]
-        assert got == [], f"{len(got)} record(s) were handed out again: not acknowledged"
+        wait_until(lambda: len(in_table(table)) >= 100, 180, "the 100 records")
+        wait_until(lambda: duplicates_left_out(table) > 0, 120, "the redelivered records")
+        assert query.exception() is None
     finally:
+        query.stop()
+    assert Path(path + ".taken").exists(), "no task slept"
+    assert sorted(table_ids(table)) == list(range(100)), "a record was lost or written twice"
+    assert_nothing_handed_out_again(bootstrap_servers, group, topic)
+
+
+def test_a_plain_share_consumer_beside_the_query_every_record_handled_none_twice_in_the_table(
+    spark: Any, bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic, table = make_topic(1), tmp_path / "table"
+    group = share_group(bootstrap_servers, **{"share.record.lock.duration.ms": str(LOCK_MS)})
+    handled: list[int] = []
+    stop = threading.Event()
+    consumer = share_consumer(bootstrap_servers, group, topic)
+
+    def plain_service() -> None:  # ACCEPTs what it gets, after "processing" it
+        while not stop.is_set():
+            for m in consumer.poll(0.5):
+                if m.error() is None:
+                    handled.append(int(m.value()))
+                    consumer.acknowledge(m, AcknowledgeType.ACCEPT)
+            consumer.commit_sync(10)
+
+    service = threading.Thread(target=plain_service, daemon=True)
+    service.start()
+    query = start(
+        share_source(spark, bootstrap_servers, group, topic, tmp_path).selectExpr(*COLUMNS),
+        tmp_path,
+    )
+    try:
+        for first in range(0, 600, 100):
+            produce_ids(bootstrap_servers, topic, range(first, first + 100), 1, [5] * 20)
+        wait_until(
+            lambda: in_table(table) | set(handled) >= set(range(600)), 180, "every id handled"
+        )
+        assert query.exception() is None
+    finally:
+        query.stop()
+        stop.set()
+        service.join(30)
         consumer.close()
+    ids = table_ids(table)
+    assert sorted(set(ids)) == sorted(ids), "a record is in the table twice"
+    assert ids and handled, f"the query wrote {len(ids)}, the service handled {len(handled)}"
+
+
+def test_a_shuffle_between_source_and_sink_is_refused_and_nothing_is_written(
+    spark: Any, bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic, table = make_topic(1), tmp_path / "table"
+    group = share_group(bootstrap_servers)
+    produce_ids(bootstrap_servers, topic, range(20), 1)
+    rows = share_source(spark, bootstrap_servers, group, topic, tmp_path)
+    query = start(rows.repartition(3).selectExpr(*COLUMNS[:5]), tmp_path)
+    try:
+        with pytest.raises(Exception, match="were not read by the same task"):
+            query.awaitTermination(180)
+    finally:
+        query.stop()
+    assert "shuffle" in str(query.exception())
+    assert in_table(table) == set()

@@ -9,16 +9,17 @@ checkpoint, member, and optionally ``master`` (default ``local[1]``), ``driver_m
 (default 512m), ``sql`` (the pipeline, over the view ``source``), ``source_options`` (added
 to the source's), ``sink_options``, ``spark_conf`` (settings for the member's Spark session:
 jars, Hadoop's ``spark.hadoop.fs.s3a.*`` for a checkpoint on ``s3a://``), ``trigger``,
-``stop_file``, ``spark_log_level`` (default ERROR) and ``log4j_config`` (a log4j2 properties
-file for Spark's own log), and ``sink``: "delta-group" (the default), "parquet" (Spark's
-file sink, at ``table``), "delta" (Spark's own Delta sink, ``format("delta")``, plain
-append) or "delta-merge" (``foreachBatch`` with :func:`merge_into`); the last two need
-delta-spark in the session (``spark_conf``: ``{**jar_conf("delta-spark"),
-**DELTA_SQL_CONF}``, Spark 4.0 to 4.2). With ``trigger`` "availableNow" the query reads what
-is there and the process exits; otherwise it runs until ``stop_file`` exists. Exit status 0,
-or 1 if the query failed. ``source_options`` may set the classic protocol's settings
-(:data:`CLASSIC_DEFAULTS` otherwise) or ``group.protocol=consumer`` (KIP-848: none of them
-then).
+``stop_file``, ``source`` ("kafka-group", the default, or "kafka-share": the spec's group is
+then a share group, read into ``table``), ``spark_log_level`` (default ERROR) and
+``log4j_config`` (a log4j2 properties file for Spark's own log), and ``sink``: "delta-group"
+(the default), "parquet" (Spark's file sink, at ``table``), "delta" (Spark's own Delta sink,
+``format("delta")``, plain append) or "delta-merge" (``foreachBatch`` with
+:func:`merge_into`); the last two need delta-spark in the session (``spark_conf``:
+``{**jar_conf("delta-spark"), **DELTA_SQL_CONF}``, Spark 4.0 to 4.2). With ``trigger``
+"availableNow" the query reads what is there and the process exits; otherwise it runs until
+``stop_file`` exists. Exit status 0, or 1 if the query failed. ``source_options`` may set
+the classic protocol's settings (:data:`CLASSIC_DEFAULTS` otherwise) or
+``group.protocol=consumer`` (KIP-848: none of them then).
 
 The process installs no SIGTERM handler: SIGTERM to its process group (a deployment stopping
 it, :meth:`support.launch.MemberProcess.terminate`) ends this Python driver at once, Spark's
@@ -108,6 +109,7 @@ def main() -> int:
     )
     spark.sparkContext.setLogLevel(spec.get("spark_log_level", "ERROR"))
     spark_groups.register(spark)
+    source_format = spec.get("source", "kafka-group")
     source = {
         "kafka.bootstrap.servers": spec["servers"],
         "subscribe": spec["topic"],
@@ -116,7 +118,13 @@ def main() -> int:
         "offsets.table": spec["ledger"],
         **spec.get("source_options", {}),
     }
-    if "consumer" not in (source.get("group.protocol"), source.get("kafka.group.protocol")):
+    if source_format == "kafka-share":  # a share group: no offsets, the table decides
+        source = {
+            "kafka.bootstrap.servers": spec["servers"], "subscribe": spec["topic"],
+            "group.id": spec["group"], "sink.table": spec["table"],
+            **spec.get("source_options", {}),
+        }  # fmt: skip
+    elif "consumer" not in (source.get("group.protocol"), source.get("kafka.group.protocol")):
         # The classic protocol's member settings (KIP-848 takes them from the broker and
         # refuses them here): fast by default, the spec's source_options win.
         for key, value in CLASSIC_DEFAULTS.items():
@@ -125,7 +133,7 @@ def main() -> int:
 
     if not ADMISSION_CONTROL:  # Spark before 4.2: the source needs the query's checkpoint
         source.setdefault("checkpointLocation", spec["checkpoint"])
-    spark.readStream.format("kafka-group").options(**source).load().createOrReplaceTempView(
+    spark.readStream.format(source_format).options(**source).load().createOrReplaceTempView(
         "source"
     )
     rows = spark.sql(spec.get("sql", DEFAULT_SQL))
