@@ -34,20 +34,28 @@ _Key = tuple[int, str]
 
 
 class PooledShareConsumer:
-    """One share consumer, the process that made it and its pool key, and when its last
-    acknowledgement went out (``acked_at``, ``time.monotonic()``; None before any).
+    """One share consumer, the process that made it and its pool key, and since when records
+    may wait in its buffer (``exposed_since``, ``time.monotonic()``; None: its buffer was
+    drained since its last exposure).
 
-    An acknowledgement's commit can acquire the group's next records for the consumer, which
-    wait in its buffer, their lock running, until it is polled again (measured: a pooled
-    consumer's first poll returned records whose lock ran out within the lock of that poll).
-    So the lock of what a pooled consumer's next poll returns is counted from ``acked_at``.
+    An acknowledgement's commit, and a fetch a poll that returned nothing left open, can
+    acquire the group's next records for the consumer, which wait in its buffer, their lock
+    running, until it is polled again (seen: a pooled consumer's first poll returned records
+    whose lock ran out a second later; docs/share-groups.md). So the lock of what a pooled
+    consumer's next poll returns is counted from the first such exposure.
     """
 
     def __init__(self, key: _Key, consumer: Any) -> None:
         """Wrap ``consumer`` (made in process ``key[0]``)."""
         self.key = key
         self.consumer = consumer
-        self.acked_at: float | None = None
+        self.exposed_since: float | None = None
+
+    def exposed(self, at: float) -> None:
+        """Records may be acquired for the buffer from ``at`` on (the earliest such moment
+        since the buffer was drained is kept)."""
+        if self.exposed_since is None or at < self.exposed_since:
+            self.exposed_since = at
 
 
 _IDLE: dict[_Key, list[PooledShareConsumer]] = {}
@@ -110,5 +118,5 @@ def acknowledger(path: str, storage_options: Mapping[str, str] | None = None) ->
 
 def _back(acquired: Acquired, outcome: Outcome, acked_at: float) -> None:
     """An acknowledger's ``on_done``: the settled consumer back into its pool."""
-    acquired.owner.acked_at = acked_at
+    acquired.owner.exposed(acked_at)
     checkin(acquired.owner)

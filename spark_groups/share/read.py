@@ -9,9 +9,9 @@ consumer and what it acquired to the sink table's acknowledger, which ACCEPTs th
 once a commit of the table names this task attempt (``share.acks``): whatever happens to the
 task after that (a failure, a kill of the writer), the records are settled, RELEASEd or
 given back when their lock runs out. The lock is counted from just before the poll that
-returned them, or from the consumer's last acknowledgement when that came first (it may
-have acquired them: ``PooledShareConsumer``), less ``lock_margin_s``, so an acknowledgement
-is never sent after the broker gave the records to someone else.
+returned them, or from when the consumer was last exposed to acquiring records for its
+buffer, when that came first (``PooledShareConsumer``), less ``lock_margin_s``, so an
+acknowledgement is never sent after the broker gave the records to someone else.
 """
 
 from __future__ import annotations
@@ -70,7 +70,6 @@ def read_share_task(task: ShareTask, attempt: TaskAttempt | None) -> Iterator[pa
         )
     entry = consumers.checkout(task.config, task.topics)
     records: list[Any] = []
-    first_poll: float | None = None
     deadline = time.monotonic() + task.poll_budget_s
     try:
         # One poll that acquires: explicit acknowledgement refuses the next poll until every
@@ -79,8 +78,10 @@ def read_share_task(task: ShareTask, attempt: TaskAttempt | None) -> Iterator[pa
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            first_poll = time.monotonic()
+            started = time.monotonic()
             records = [m for m in entry.consumer.poll(min(left, 0.5)) if m.error() is None]
+            if not records:  # a fetch it left open may still acquire records for its buffer
+                entry.exposed(started)
     except BaseException:
         consumers.close_quietly(entry)  # closing releases whatever it acquired
         raise
@@ -89,12 +90,12 @@ def read_share_task(task: ShareTask, attempt: TaskAttempt | None) -> Iterator[pa
         consumers.checkin(entry)
         yield pa.RecordBatch.from_pylist([], schema=share_arrow_schema(task.include_headers))
         return
-    assert first_poll is not None
     offsets = PartitionOffsets.of(
         (TopicPartition(m.topic(), m.partition()), m.offset()) for m in records
     )
-    # Records the consumer's last acknowledgement acquired have been locked since then.
-    locked_since = first_poll if entry.acked_at is None else min(first_poll, entry.acked_at)
+    # The records may have waited in the consumer's buffer since it was last exposed.
+    locked_since = min(started, entry.exposed_since or started)
+    entry.exposed_since = None  # drained: only its acknowledgement exposes it again
     expires_at = locked_since + task.lock_s - task.lock_margin_s
     acks = consumers.acknowledger(task.table, task.storage_options)
     acks.add(Acquired(attempt, entry.consumer, offsets, expires_at, owner=entry))
