@@ -159,8 +159,9 @@ def render(results: dict[str, Any]) -> str:
     if goals:
         lines += ["", "Goals (kafka-group -> `delta-group`): " + "; ".join(goals) + "."]
     for rate, found in ours.items():
-        if (c := found.get("compaction")) and c["commits"]:
-            hourly_s = c["seconds"] / c["commits"] * 3600_000 / found["latency"]["spacing_ms"]
+        spacing = found["latency"]["spacing_ms"]  # 0: fewer than two batches in the window
+        if (c := found.get("compaction")) and c["commits"] and spacing:
+            hourly_s = c["seconds"] / c["commits"] * 3600_000 / spacing
             lines += ["", f"Compaction at {int(rate):,} records/s: the run left "
                       f"{c['files_before']:,} data files from {c['commits']} commits; the "
                       f"sink's `optimize` (what `compactEvery` runs) made them "
