@@ -19,14 +19,14 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from spark_groups.errors import SinkError
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink.claims import claim_app_id
 from spark_groups.sink.decision import BatchDecision
 from spark_groups.sink.plan import BatchPlan
-from spark_groups.sink.table import SinkTable, app_id, referenced, versions
+from spark_groups.sink.table import SinkTable, app_id, append_files, referenced, versions
 from spark_groups.storage.files import Location, location
 
 if TYPE_CHECKING:
@@ -81,9 +81,8 @@ class CommitAttempt:
         "conflict" when a concurrent commit got in the way. Raises
         :class:`~spark_groups.errors.SinkError` when the commit certainly failed,
         :class:`CommitUnknownError` when that cannot be told."""
-        from deltalake import CommitProperties, Transaction
+        from deltalake import Transaction
         from deltalake.exceptions import CommitFailedError
-        from deltalake.transaction import AddAction
 
         table_id = str(snapshot.metadata().id)
         txns = [
@@ -95,21 +94,8 @@ class CommitAttempt:
             Transaction(claim_app_id(table_id, self.group_id, tp), token)
             for tp, token in sorted(decision.claims.items())
         ]
-        adds: list[Any] = [
-            AddAction(f.path, f.size, dict(f.partition_values), f.modification_time, True, f.stats)
-            for f in decision.keep
-        ]
-        properties = CommitProperties(
-            app_transactions=txns, custom_metadata=self.info(plan, decision)
-        )
         try:
-            snapshot.create_write_transaction(
-                adds,
-                "append",
-                snapshot.schema(),
-                partition_by=list(partition_by) or None,
-                commit_properties=properties,
-            )
+            append_files(snapshot, decision.keep, partition_by, txns, self.info(plan, decision))
         except CommitFailedError:
             return "conflict"
         except Exception as exc:

@@ -35,7 +35,7 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -48,7 +48,7 @@ from spark_groups.share.recent import RecentOffsets, commit_offsets_info
 from spark_groups.sink.attempt import SEARCHED_COMMITS
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.staged import StagedFiles
-from spark_groups.sink.table import SinkTable
+from spark_groups.sink.table import SinkTable, append_files
 from spark_groups.sink.writer import DataFile, check_schema
 from spark_groups.storage.files import location
 from spark_groups.storage.transactions import transaction_versions
@@ -209,26 +209,15 @@ class ShareCommit:
     ) -> bool:
         """Step 5: True when committed, False on a conflict. Raises
         :class:`~spark_groups.errors.SinkError` on any other failure."""
-        from deltalake import CommitProperties, Transaction
+        from deltalake import Transaction
         from deltalake.exceptions import CommitFailedError
-        from deltalake.transaction import AddAction
 
         table_id = str(snapshot.metadata().id)
         ids = {share_app_id(table_id, self.group_id, tp): tp for tp in read}
         now = transaction_versions(snapshot, ids, self.table.storage_options)
         txns = [Transaction(a, now.get(a, 0) + 1) for a in sorted(ids)]
-        adds: list[Any] = [
-            AddAction(f.path, f.size, dict(f.partition_values), f.modification_time, True, f.stats)
-            for f in keep
-        ]
         try:
-            snapshot.create_write_transaction(
-                adds,
-                "append",
-                snapshot.schema(),
-                partition_by=list(partition_by) or None,
-                commit_properties=CommitProperties(app_transactions=txns, custom_metadata=info),
-            )
+            append_files(snapshot, keep, partition_by, txns, info)
         except CommitFailedError:
             return False
         except Exception as exc:

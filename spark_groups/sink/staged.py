@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from spark_groups.errors import SinkError
 from spark_groups.offsets import TopicPartition
@@ -55,37 +55,39 @@ class StagedFiles:
         ``starts``, those from its offset there (the rows below it are in the table already);
         of other partitions none. The rewrite is made once per file and ``starts``."""
         key = (data_file.path, tuple(sorted(starts.items())))
-        if key not in self._rewrites:
-            rewritten = rewrite_keeping(
-                self.table.uri, data_file, starts, self.compression, self.table.storage_options
-            )
-            self._rewrites[key] = rewritten
-            if rewritten is not None:
-                self.made.add(rewritten.path)
-            log.info(
-                "sink %s: rewrote %s without the rows the commit leaves out (%d of %d kept)",
-                self.table.path,
-                data_file.path,
-                0 if rewritten is None else rewritten.rows,
-                data_file.rows,
-            )
-        return self._rewrites[key]
+        return self._rewritten(
+            key, data_file, "the rows the commit leaves out",
+            lambda: rewrite_keeping(self.table.uri, data_file, starts, self.compression,
+                                    self.table.storage_options),
+        )  # fmt: skip
 
     def without(self, data_file: DataFile, dropped: PartitionOffsets) -> DataFile | None:
         """``data_file`` without the rows at the offsets ``dropped`` names (a share batch's
         records the table holds already); rewritten once per file and ``dropped``."""
         key = (data_file.path, (json.dumps(dropped.to_json(), sort_keys=True),))
+        return self._rewritten(
+            key, data_file, "the records the table holds already",
+            lambda: rewrite_without(self.table.uri, data_file, dropped, self.compression,
+                                    self.table.storage_options),
+        )  # fmt: skip
+
+    def _rewritten(
+        self,
+        key: tuple[str, tuple],
+        data_file: DataFile,
+        left_out: str,
+        rewrite: Callable[[], DataFile | None],
+    ) -> DataFile | None:
+        """The rewrite of ``data_file`` under ``key``, made by ``rewrite`` the first time."""
         if key not in self._rewrites:
-            rewritten = rewrite_without(
-                self.table.uri, data_file, dropped, self.compression, self.table.storage_options
-            )
-            self._rewrites[key] = rewritten
+            rewritten = self._rewrites[key] = rewrite()
             if rewritten is not None:
                 self.made.add(rewritten.path)
             log.info(
-                "sink %s: rewrote %s without the records the table holds already (%d of %d kept)",
+                "sink %s: rewrote %s without %s (%d of %d kept)",
                 self.table.path,
                 data_file.path,
+                left_out,
                 0 if rewritten is None else rewritten.rows,
                 data_file.rows,
             )

@@ -281,3 +281,29 @@ class SinkTable:
                     "the table"
                 )
         return added
+
+
+def append_files(
+    snapshot: DeltaTable,
+    files: Sequence[DataFile],
+    partition_by: tuple[str, ...],
+    txns: list[Any],
+    info: Mapping[str, str],
+) -> None:
+    """One ``append`` commit on ``snapshot`` adding ``files`` (already written), setting
+    ``txns`` (deltalake ``Transaction``s) and carrying ``info``. Raises what delta-rs raises
+    (``CommitFailedError`` on a conflict)."""
+    from deltalake import CommitProperties
+    from deltalake.transaction import AddAction
+
+    adds: list[Any] = [
+        AddAction(f.path, f.size, dict(f.partition_values), f.modification_time, True, f.stats)
+        for f in files
+    ]
+    snapshot.create_write_transaction(
+        adds,
+        "append",
+        snapshot.schema(),
+        partition_by=list(partition_by) or None,
+        commit_properties=CommitProperties(app_transactions=txns, custom_metadata=dict(info)),
+    )
