@@ -118,7 +118,10 @@ def spark_handover(
         wait_until(lambda: len(a_batches) >= 3, timeout_s, "query A's first batches")
         t0 = time.time()
         queries.append(start("b", on_b))
-        wait_until(lambda: bool(b_first), timeout_s, "query B's first record", poll_s=0.05)
+        wait_until(
+            lambda: _alive(queries) and bool(b_first), timeout_s,
+            lambda: f"query B's first record; {_status(queries, group)}", poll_s=0.05,
+        )  # fmt: skip
         settle = time.time()
         wait_until(
             lambda: sum(1 for t, _ in a_batches if t > settle + 1.0) >= 3,
@@ -153,6 +156,24 @@ def spark_handover(
         "a_longest_gap_s": max(b - a for a, b in itertools.pairwise(times)),
         "kept_partitions": len(kept),
     }
+
+
+def _alive(queries: list[Any]) -> bool:
+    """True while no query failed; raises the first failure (not a timeout after it)."""
+    for query in queries:
+        if query.exception() is not None:
+            raise RuntimeError(f"query {query.id} failed: {query.exception()}")
+    return True
+
+
+def _status(queries: list[Any], group: str) -> str:
+    """What each query is doing, and the reader log's last lines about ``group``, for a
+    timeout's message."""
+    path = log_file()
+    lines = path.read_text(errors="replace").splitlines() if path and path.exists() else []
+    mine = [line for line in lines if group in line or "revok" in line or "barrier" in line]
+    status = [f"{q.id}: {q.status} batches={len(q.recentProgress)}" for q in queries]
+    return "; ".join(status) + "\n" + "\n".join(mine[-30:])
 
 
 def ledger_commits(servers: str, batches: int, partitions: int, window: int) -> dict[str, Any]:

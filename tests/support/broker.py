@@ -142,12 +142,16 @@ def log_end_offsets(servers: str, topic: str, partitions: int) -> dict[int, int]
 
 
 def wait_until(
-    condition: Callable[[], bool], timeout_s: float = 60.0, what: str = "", poll_s: float = 0.2
+    condition: Callable[[], bool],
+    timeout_s: float = 60.0,
+    what: str | Callable[[], str] = "",
+    poll_s: float = 0.2,
 ) -> None:
     """Ask ``condition`` every ``poll_s`` until it is true; :class:`AssertionError` (a failed
-    test) after ``timeout_s``."""
+    test) after ``timeout_s``, saying ``what`` (called then, when it is a function)."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what or condition}")
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {said or condition}")
         time.sleep(poll_s)
