@@ -120,7 +120,8 @@ class Acknowledger:
         self._waiting: list[Acquired] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        #: The newest :data:`SETTLED_KEPT` outcomes, per attempt (for logs and tests).
+        #: The newest :data:`SETTLED_KEPT` outcomes, per attempt, each noted once its
+        #: acknowledgement went out and its consumer was given back (for logs and tests).
         self.settled: OrderedDict[TaskAttempt, Outcome] = OrderedDict()
 
     def add(self, acquired: Acquired) -> None:
@@ -161,9 +162,6 @@ class Acknowledger:
                 continue
             with self._lock:
                 self._waiting.remove(acquired)
-            self.settled[acquired.attempt] = outcome
-            while len(self.settled) > SETTLED_KEPT:
-                self.settled.popitem(last=False)
             if outcome is Outcome.ACCEPTED:
                 crash_points.reached("share.accepting")
             acked_at = time.monotonic()
@@ -173,8 +171,16 @@ class Acknowledger:
                 log.exception("%s: could not acknowledge; closing its consumer", acquired.attempt)
                 with contextlib.suppress(Exception):
                     acquired.consumer.close()
-                continue
-            self._on_done(acquired, outcome, acked_at)
+            else:
+                self._on_done(acquired, outcome, acked_at)
+            self._note_settled(acquired.attempt, outcome)
+
+    def _note_settled(self, attempt: TaskAttempt, outcome: Outcome) -> None:
+        """Keep ``outcome`` in :attr:`settled` (once its acknowledgement went out and its
+        consumer was given back)."""
+        self.settled[attempt] = outcome
+        while len(self.settled) > SETTLED_KEPT:
+            self.settled.popitem(last=False)
 
 
 def _outcome(
