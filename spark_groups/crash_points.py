@@ -23,6 +23,8 @@ handed them to its worker's acknowledger), the three ``sink.*`` points and
 ``spark.commit_log``, and then, in each reading task's Python worker:
 
 ==========================  ==========================================================
+``share.dead_letters``      a task wrote the records on their last delivery to the
+                            dead-letter table; their REJECT is about to go (in the task)
 ``share.accepting``         the table names the task attempt; its ACCEPT is about to go
 ==========================  ==========================================================
 
@@ -75,7 +77,7 @@ POINTS = (
 #: Points of a partition's arrival, outside a batch's life.
 GROUP_POINTS = ("resuming",)
 #: Points of a ``kafka-share`` batch's life besides those of :data:`POINTS` it reaches.
-SHARE_POINTS = ("share.accepting",)
+SHARE_POINTS = ("share.dead_letters", "share.accepting")
 #: ``point:SIGNAL``: the point where a member started by a test stops, and how.
 CRASH_ENV = "SPARK_GROUPS_CRASH_AT"
 #: The arm file: the crash point fires only once it exists.

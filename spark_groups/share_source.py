@@ -37,6 +37,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from spark_groups import crash_points
 from spark_groups.errors import OptionNeedsSparkError, SparkGroupsError
+from spark_groups.kafka.share_client import ShareGroupSettings
 from spark_groups.offsets import BatchOffset
 from spark_groups.read.schema import spark_ddl
 from spark_groups.share.options import ShareOptions, parse_share_options
@@ -76,7 +77,7 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.options = options
         self._last: dict[str, Any] | None = None
         self._available_now = False
-        self._lock_ms: int | None = None
+        self._group: ShareGroupSettings | None = None
 
     def _offset(self, batch: int) -> dict[str, Any]:
         return BatchOffset(batch=batch, pipeline=self.options.pipeline, share=True).to_json()
@@ -127,11 +128,15 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """``tasks`` share consumers."""
         o = self.options
-        if self._lock_ms is None:
-            from spark_groups.kafka.share_client import group_lock_ms
+        if self._group is None:  # once per reader: the group's settings, the dead letters' table
+            from spark_groups.kafka.share_client import share_group_settings
 
-            self._lock_ms = group_lock_ms(o.consumer_config(), o.group_id)
-        lock_s = self._lock_ms / 1000
+            self._group = share_group_settings(o.consumer_config(), o.group_id)
+            if o.dead_letter_path is not None:
+                from spark_groups.share.dead_letters import ensure_table
+
+                ensure_table(o.dead_letter_path, o.storage_options)
+        lock_s = self._group.lock_ms / 1000
         task = ShareTask(
             config=o.consumer_config(),
             topics=list(o.topics),
@@ -141,6 +146,8 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             lock_margin_s=min(o.lock_margin_ms / 1000, lock_s / 2),
             include_headers=o.include_headers,
             storage_options=dict(o.storage_options),
+            delivery_limit=self._group.delivery_limit,
+            dead_letter_table=o.dead_letter_path,
         )
         return [ShareTaskPartition(task) for _ in range(o.tasks)]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from spark_groups.kafka.logs import with_logger
@@ -40,14 +41,48 @@ def settle(
     return {f"{p.topic}-{p.partition}": str(e) for p, e in answer.items() if e is not None}
 
 
+def reject(
+    consumer: Any, records: Iterable[tuple[str, int, int]], commit_timeout_s: float | None
+) -> dict[str, str]:
+    """REJECT every ``(topic, partition, offset)`` of ``records`` on ``consumer`` (the broker
+    archives them: never given out again); commit that now when ``commit_timeout_s`` is
+    given (the partitions the broker refused, with its error), else the consumer's next
+    commit carries it (``{}``)."""
+    from confluent_kafka import AcknowledgeType
+
+    for topic, partition, offset in records:
+        consumer.acknowledge_offset(topic, partition, offset, AcknowledgeType.REJECT)
+    if commit_timeout_s is None:
+        return {}
+    answer = consumer.commit_sync(commit_timeout_s) or {}
+    return {f"{p.topic}-{p.partition}": str(e) for p, e in answer.items() if e is not None}
+
+
 #: Kafka's default ``share.record.lock.duration.ms`` (the broker's
 #: ``group.share.record.lock.duration.ms``).
 DEFAULT_LOCK_MS = 30_000
+#: Kafka's default ``share.delivery.count.limit`` (the broker's
+#: ``group.share.delivery.count.limit``).
+DEFAULT_DELIVERY_LIMIT = 5
 
 
-def group_lock_ms(config: Mapping[str, Any], group: str, timeout_s: float = 10.0) -> int:
-    """The acquisition lock of share group ``group`` (its ``share.record.lock.duration.ms``
-    group config), or :data:`DEFAULT_LOCK_MS` when the broker does not say (logged)."""
+@dataclass(frozen=True)
+class ShareGroupSettings:
+    """What a share group's configuration says about its records: how long an acquisition
+    lock lasts (``share.record.lock.duration.ms``) and on which delivery the broker gives a
+    record out for the last time (``share.delivery.count.limit``: after it, a record that is
+    RELEASEd or whose lock runs out is archived)."""
+
+    lock_ms: int = DEFAULT_LOCK_MS
+    delivery_limit: int = DEFAULT_DELIVERY_LIMIT
+
+
+def share_group_settings(
+    config: Mapping[str, Any], group: str, timeout_s: float = 10.0
+) -> ShareGroupSettings:
+    """The :class:`ShareGroupSettings` of share group ``group`` (its group configs, which
+    fall back to the broker's ``group.share.*``), or Kafka's defaults when the broker does
+    not say (logged)."""
     from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
     admin = AdminClient(with_logger({k: v for k, v in config.items() if k != "group.id"}))
@@ -55,16 +90,24 @@ def group_lock_ms(config: Mapping[str, Any], group: str, timeout_s: float = 10.0
         (future,) = admin.describe_configs(
             [ConfigResource(ResourceType.GROUP, group)], request_timeout=timeout_s
         ).values()
-        entry = future.result(timeout=timeout_s).get("share.record.lock.duration.ms")
-        if entry is not None and entry.value is not None:
-            return int(entry.value)
+        found = future.result(timeout=timeout_s)
     except Exception as exc:
         log.warning(
-            "share group %s: cannot read its share.record.lock.duration.ms (%s: %s); taking "
-            "Kafka's default, %d ms",
+            "share group %s: cannot read its configuration (%s: %s); taking Kafka's defaults, "
+            "share.record.lock.duration.ms=%d and share.delivery.count.limit=%d",
             group,
             type(exc).__name__,
             exc,
             DEFAULT_LOCK_MS,
+            DEFAULT_DELIVERY_LIMIT,
         )
-    return DEFAULT_LOCK_MS
+        return ShareGroupSettings()
+
+    def value(name: str, default: int) -> int:
+        entry = found.get(name)
+        return int(entry.value) if entry is not None and entry.value is not None else default
+
+    return ShareGroupSettings(
+        lock_ms=value("share.record.lock.duration.ms", DEFAULT_LOCK_MS),
+        delivery_limit=value("share.delivery.count.limit", DEFAULT_DELIVERY_LIMIT),
+    )

@@ -9,10 +9,14 @@ defined.
         .option("subscribe", "orders")
         .option("sink.table", "/lake/orders")     # the delta-group table (required)
         .option("tasks", "8")                     # share consumers reading each batch
+        .option("deadLetter.table", "/lake/orders_dead")  # records on their last delivery
         .load()
 
 ``sink.table`` is required: a record may be ACCEPTed only once it is in that table
-(``spark_groups.share.acks``), so the reading tasks follow its commits.
+(``spark_groups.share.acks``), so the reading tasks follow its commits. ``deadLetter.table``
+(a Delta table, made when missing) takes the records the group gives out for the last time
+(``share.delivery.count.limit``): they are written there and REJECTed, not read into the
+batch (``spark_groups.share.dead_letters``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ SHARE_OPTIONS: dict[str, str | None] = {
     "pollBudgetMs": "1000",
     "lockMarginMs": "5000",
     "includeHeaders": "false",
+    "deadLetter.table": None,
 }
 #: librdkafka settings the source sets itself.
 REFUSED_KAFKA = {
@@ -61,6 +66,8 @@ class ShareOptions:
     poll_budget_ms: int = 1000
     lock_margin_ms: int = 5000
     include_headers: bool = False
+    #: Where records on their last delivery go (None: they are read into the batch).
+    dead_letter_path: str | None = None
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
 
@@ -124,6 +131,14 @@ def parse_share_options(options: Mapping[str, str]) -> ShareOptions:
     checkpoint = _path("checkpointLocation", ours)
     if checkpoint is not None:
         check_location(checkpoint, storage, option="checkpointLocation")
+    dead_letters = _path("deadLetter.table", ours)
+    if dead_letters is not None:
+        check_location(dead_letters, storage, option="deadLetter.table")
+        if dead_letters.rstrip("/") == sink_path.rstrip("/"):
+            raise OptionError(
+                "deadLetter.table", "is the sink's table: give the dead letters a table of "
+                "their own (they have the dead-letter columns, not the query's)",
+            )  # fmt: skip
 
     def number(name: str) -> int:
         return _positive_int(name, ours.get(name, SHARE_OPTIONS[name] or ""))
@@ -138,6 +153,7 @@ def parse_share_options(options: Mapping[str, str]) -> ShareOptions:
         poll_budget_ms=number("pollBudgetMs"),
         lock_margin_ms=number("lockMarginMs"),
         include_headers=_bool("includeHeaders", ours.get("includeHeaders", "false")),
+        dead_letter_path=dead_letters,
         kafka=kafka,
         storage_options=storage,
     )

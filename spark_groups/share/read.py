@@ -16,6 +16,7 @@ acknowledgement is never sent after the broker gave the records to someone else.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -26,12 +27,15 @@ import pyarrow as pa
 
 from spark_groups import crash_points
 from spark_groups.errors import SparkGroupsError
+from spark_groups.kafka.share_client import reject
 from spark_groups.offsets import TopicPartition
 from spark_groups.read.schema import arrow_schema
-from spark_groups.share import consumers
-from spark_groups.share.acks import Acquired
+from spark_groups.share import consumers, dead_letters
+from spark_groups.share.acks import COMMIT_TIMEOUT_S, Acquired
 from spark_groups.share.attempts import TaskAttempt, note_read
 from spark_groups.share.offset_sets import PartitionOffsets
+
+log = logging.getLogger(__name__)
 
 #: The column a share batch adds to the kafka source's: how often the broker has delivered
 #: the record, this time included.
@@ -58,6 +62,11 @@ class ShareTask:
     lock_margin_s: float = 5.0
     include_headers: bool = False
     storage_options: Mapping[str, str] = field(default_factory=dict)
+    #: The group's ``share.delivery.count.limit``: the delivery on which a record is given
+    #: out for the last time.
+    delivery_limit: int = 5
+    #: Where records on their last delivery go (``share.dead_letters``; None: into the batch).
+    dead_letter_table: str | None = None
 
 
 def read_share_task(task: ShareTask, attempt: TaskAttempt | None) -> Iterator[pa.RecordBatch]:
@@ -82,6 +91,7 @@ def read_share_task(task: ShareTask, attempt: TaskAttempt | None) -> Iterator[pa
             records = [m for m in entry.consumer.poll(min(left, 0.5)) if m.error() is None]
             if not records:  # a fetch it left open may still acquire records for its buffer
                 entry.exposed(started)
+        records = _without_last_deliveries(task, entry, records)
     except BaseException:
         consumers.close_quietly(entry)  # closing releases whatever it acquired
         raise
@@ -101,6 +111,52 @@ def read_share_task(task: ShareTask, attempt: TaskAttempt | None) -> Iterator[pa
     acks.add(Acquired(attempt, entry.consumer, offsets, expires_at, owner=entry))
     crash_points.reached("read")
     yield _batch(records, task.include_headers)
+
+
+def _without_last_deliveries(
+    task: ShareTask, entry: consumers.PooledShareConsumer, records: list[Any]
+) -> list[Any]:
+    """``records`` less those on their last delivery, which went to the dead-letter table and
+    were REJECTed (``share.dead_letters``, its steps); all of them without that table, or when
+    writing it failed (logged)."""
+    others, last = dead_letters.last_deliveries(records, task.delivery_limit)
+    if not last:
+        return records
+    group = str(task.config.get("group.id", ""))
+    if task.dead_letter_table is None:
+        log.warning(
+            "share group %s: %d record(s) on their last delivery (share.delivery.count.limit "
+            "%d): %s. Read into this batch; if it fails too, the broker archives them. Set "
+            "the source option deadLetter.table to keep them in a table of their own",
+            group, len(last), task.delivery_limit, dead_letters.describe(last),
+        )  # fmt: skip
+        return records
+    try:
+        dead_letters.write(
+            task.dead_letter_table, last, group, task.delivery_limit, task.storage_options
+        )
+    except Exception:
+        log.exception(
+            "share group %s: could not write %d record(s) on their last delivery to the "
+            "dead-letter table %s (%s); reading them into this batch instead",
+            group, len(last), task.dead_letter_table, dead_letters.describe(last),
+        )  # fmt: skip
+        return records
+    crash_points.reached("share.dead_letters")
+    rejected = [(m.topic(), m.partition(), m.offset()) for m in last]
+    # Alone, the REJECT is committed now; else the acknowledgement of the others carries it.
+    if not others:
+        entry.exposed(time.monotonic())  # its commit may acquire records for its buffer
+    refused = reject(entry.consumer, rejected, None if others else COMMIT_TIMEOUT_S)
+    log.warning(
+        "share group %s: %d record(s) on their last delivery (share.delivery.count.limit %d) "
+        "went to the dead-letter table %s and were REJECTed%s: %s",
+        group, len(last), task.delivery_limit, task.dead_letter_table,
+        f" (the broker refused it in {refused}: their lock ran out, they are archived)"
+        if refused else "",
+        dead_letters.describe(last),
+    )  # fmt: skip
+    return others
 
 
 def _batch(records: list[Any], include_headers: bool) -> pa.RecordBatch:

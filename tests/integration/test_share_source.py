@@ -19,7 +19,7 @@ from deltalake import DeltaTable, QueryBuilder
 from spark_groups.sink.share_commit import DUPLICATES_KEY
 
 from support.broker import broker_kind, produce_ids, wait_until
-from support.share import share_consumer, share_group
+from support.share import poll_until, share_consumer, share_group
 from support.tables import table_ids
 
 pytestmark = pytest.mark.skipif(broker_kind() != "kafka", reason="share groups: Apache Kafka")
@@ -39,12 +39,14 @@ def rows_of(table: Path, sql: str) -> list[dict]:
     return pa.table(query.execute(sql).read_all()).to_pylist()
 
 
-def share_source(spark: Any, servers: str, group: str, topic: str, tmp_path: Path) -> Any:
+def share_source(
+    spark: Any, servers: str, group: str, topic: str, tmp_path: Path, **extra: str
+) -> Any:
     """kafka-share with 4 tasks of 25 records, into ``tmp_path / "table"``."""
     options = {
         "kafka.bootstrap.servers": servers, "group.id": group, "subscribe": topic,
         "sink.table": str(tmp_path / "table"), "tasks": "4", "maxRecordsPerTask": "25",
-        "checkpointLocation": str(tmp_path / "cp"),
+        "checkpointLocation": str(tmp_path / "cp"), **extra,
     }  # fmt: skip
     return spark.readStream.format("kafka-share").options(**options).load()
 
@@ -201,3 +203,41 @@ def test_a_shuffle_between_source_and_sink_is_refused_and_nothing_is_written(
         query.stop()
     assert "shuffle" in str(query.exception())
     assert in_table(table) == set()
+
+
+def test_records_on_their_last_delivery_go_to_the_dead_letter_table_not_the_sink(
+    spark: Any, bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """A group that gives a record out twice at most: ids 0-19 were delivered once already
+    (a consumer RELEASEd them), so the query's delivery is their last; they go to the
+    dead-letter table and are REJECTed, ids 20-59 go to the sink's table."""
+    topic, table, dead = make_topic(1), tmp_path / "table", tmp_path / "dead"
+    group = share_group(
+        bootstrap_servers,
+        **{"share.record.lock.duration.ms": str(LOCK_MS), "share.delivery.count.limit": "2"},
+    )
+    produce_ids(bootstrap_servers, topic, range(20), 1)
+    released = share_consumer(bootstrap_servers, group, topic)
+    try:
+        got = poll_until(released, 20)
+        for m in got:
+            released.acknowledge(m, AcknowledgeType.RELEASE)
+        released.commit_sync(30)
+    finally:
+        released.close()
+    assert len(got) == 20
+    produce_ids(bootstrap_servers, topic, range(20, 60), 1, [10] * 4)
+    rows = share_source(
+        spark, bootstrap_servers, group, topic, tmp_path, **{"deadLetter.table": str(dead)}
+    )
+    query = start(rows.selectExpr(*COLUMNS), tmp_path)
+    try:
+        wait_until(lambda: len(in_table(table)) >= 40, 120, "ids 20-59 in the table")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert sorted(table_ids(table)) == list(range(20, 60))
+    letters = DeltaTable(str(dead)).to_pyarrow_table().to_pylist()
+    assert sorted(int(r["value"]) for r in letters) == list(range(20))
+    assert {r["deliveryCount"] for r in letters} == {2}
+    assert_nothing_handed_out_again(bootstrap_servers, group, topic)

@@ -1,0 +1,117 @@
+"""Records a share group gives out for the last time go to the dead-letter table.
+
+A share group gives a record out at most ``share.delivery.count.limit`` times. After its last
+delivery, a RELEASE or a lock that runs out archives it: no consumer of the group gets it
+again. A record that comes that far failed every batch it was read into before (a poison
+record that crashes its task, or a batch that kept failing), so with the source option
+``deadLetter.table`` a reading task does not read it into the batch once more:
+
+1. **Split** the poll's records: those whose delivery count reached the limit.
+2. **Write** them to the dead-letter table: one delta-rs append from the task (the table is
+   made by the driver when the query starts, :func:`ensure_table`), with the columns of
+   ``spark_groups.deadletter`` plus ``deliveryCount`` and ``group``.
+3. **REJECT** them on the consumer that acquired them: the commit of the rest of the poll's
+   acknowledgements carries it, or, when nothing else was read, a commit at once.
+
+A task killed between 2 and 3 leaves its records to their lock, after which the broker
+archives them: they are in the dead-letter table once. A task killed before 2 leaves them
+archived and not in the table: their offsets stay in the topic's log until its retention
+(docs/share-groups.md says how to read them). When the write fails, the records are read
+into the batch instead (logged): a table that cannot be written never costs a record.
+Without ``deadLetter.table`` the records are read into the batch, with a warning naming them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from spark_groups.deadletter import DEAD_LETTER_COLUMNS, ERROR_COLUMN
+from spark_groups.errors import OptionError
+from spark_groups.storage import delta
+
+log = logging.getLogger(__name__)
+
+#: The dead-letter table's columns: ``spark_groups.deadletter``'s, then the delivery count
+#: and the share group.
+SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field(ERROR_COLUMN, pa.string()),
+        pa.field("deliveryCount", pa.int32()),
+        pa.field("group", pa.string()),
+    ]
+)
+assert tuple(SCHEMA.names[: len(DEAD_LETTER_COLUMNS)]) == DEAD_LETTER_COLUMNS
+
+
+def last_deliveries(records: Sequence[Any], limit: int) -> tuple[list[Any], list[Any]]:
+    """Step 1: ``records`` (confluent-kafka messages) split into (the others, those on their
+    last delivery: ``delivery_count() >= limit``)."""
+    others: list[Any] = []
+    last: list[Any] = []
+    for m in records:
+        (last if (m.delivery_count() or 0) >= limit else others).append(m)
+    return others, last
+
+
+def ensure_table(path: str, storage_options: Mapping[str, str] | None = None) -> None:
+    """Make the dead-letter table at ``path`` when there is none (driver side, once, so the
+    tasks only append); an existing table must have the dead-letter columns."""
+    if delta.open_table(path, storage_options) is None:
+        lost_race = delta.create_table(
+            path, SCHEMA, description="kafka-share dead letters", storage_options=storage_options
+        )
+        if lost_race is None:
+            log.info("dead-letter table %s: created", path)
+    table = delta.open_table(path, storage_options)
+    found = set(table.schema().to_arrow().names) if table is not None else set()
+    if not set(SCHEMA.names) <= found:
+        raise OptionError(
+            "deadLetter.table",
+            f"{path} is not a kafka-share dead-letter table: it lacks the columns "
+            f"{sorted(set(SCHEMA.names) - found)}; name a new path (it is made) or that table",
+        )
+
+
+def write(
+    path: str,
+    records: Sequence[Any],
+    group: str,
+    limit: int,
+    storage_options: Mapping[str, str] | None = None,
+) -> None:
+    """Step 2: append ``records`` (on their last delivery in share group ``group``) to the
+    dead-letter table at ``path``; returns once the commit is in the table."""
+    why = (
+        f"delivered {{count}} times, share group {group!r}'s share.delivery.count.limit is "
+        f"{limit}: each batch it was read into before failed"
+    )
+    rows = []
+    for m in records:
+        kind, ms = m.timestamp()
+        rows.append(
+            {
+                "topic": m.topic(), "partition": m.partition(), "offset": m.offset(),
+                "timestamp": datetime.fromtimestamp(ms / 1000, UTC) if kind > 0 else None,
+                "key": m.key(), "value": m.value(),
+                ERROR_COLUMN: why.format(count=m.delivery_count()),
+                "deliveryCount": m.delivery_count(), "group": group,
+            }
+        )  # fmt: skip
+    delta.append(path, pa.Table.from_pylist(rows, schema=SCHEMA), storage_options)
+
+
+def describe(records: Sequence[Any], limit: int = 20) -> str:
+    """``topic-partition@offset`` of the first ``limit`` of ``records``, for a log line."""
+    named = [f"{m.topic()}-{m.partition()}@{m.offset()}" for m in records[:limit]]
+    return ", ".join(named) + (f" and {len(records) - limit} more" if len(records) > limit else "")
