@@ -144,7 +144,9 @@ class SessionSide:
         spark.conf.set(PROGRESS_KEPT, "99999")
         self.table = work / "table" if sink == "delta-group" else None
         if self.table is not None:
-            options = {**options, "sink.table": str(self.table), "offsets.table": str(work / "l")}
+            options = {**options, "sink.table": str(self.table)}
+            if source == "kafka-group":
+                options["offsets.table"] = str(work / "l")
         df = stream(spark, source, options)
         if sink != "noop":
             df = df.selectExpr("value", "topic", "partition", "offset")
