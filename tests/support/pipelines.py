@@ -6,15 +6,20 @@ checkpoints, tables, ledgers: ``/tmp/spark-groups-pipeline`` in the example) mov
 runs it as a user does: ``SPARK_CONF_DIR=<project>/conf spark-pipelines run --spec ...``, on
 the launcher (:class:`~support.launch.MemberProcess`: a session of its own, a log per run).
 The CLI's local Spark Connect server binds port 15002 (pyspark starts it there), so one
-pipeline runs at a time on a machine: the tests that use this are ``heavy``.
+pipeline runs at a time on a machine: a run holds a lock file (:data:`PORT_LOCK`) that every
+test process takes, the heavy tests' and the compatibility lanes' beside them.
 """
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import socket
 import sys
-from collections.abc import Mapping
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.dataset as pads
@@ -28,6 +33,8 @@ EXAMPLE = ROOT / "jobs" / "pipeline"
 EXAMPLE_WORK = "/tmp/spark-groups-pipeline"
 #: The port the CLI's local Spark Connect server binds.
 CONNECT_PORT = 15002
+#: The file a pipeline run holds locked: one run at a time on the machine.
+PORT_LOCK = Path(tempfile.gettempdir()) / f"spark-groups-connect-{CONNECT_PORT}.lock"
 #: The last line of a run that ended well (a failed run prints no "Run is ..." line).
 COMPLETED = "Run is COMPLETED."
 
@@ -74,13 +81,15 @@ class PipelineRun(MemberProcess):
     def run_pipeline(
         self, *args: str, timeout_s: float = 300.0, env: Mapping[str, str] | None = None
     ) -> int:
-        """``spark-pipelines run ARGS`` to its end; its exit code. :class:`AssertionError`
-        with the end of its log if the Connect port is taken."""
-        with socket.socket() as probe:
-            taken = probe.connect_ex(("127.0.0.1", CONNECT_PORT)) == 0
-        assert not taken, f"port {CONNECT_PORT} is taken: spark-pipelines could not start"
-        self.args = list(args)
-        return self.run(timeout_s, {**self.env, **(env or {})})
+        """``spark-pipelines run ARGS`` to its end, once no other test process runs one; its
+        exit code. :class:`AssertionError` with the end of its log if the Connect port is
+        taken by something else."""
+        with port_held(timeout_s):
+            with socket.socket() as probe:
+                taken = probe.connect_ex(("127.0.0.1", CONNECT_PORT)) == 0
+            assert not taken, f"port {CONNECT_PORT} is taken: spark-pipelines could not start"
+            self.args = list(args)
+            return self.run(timeout_s, {**self.env, **(env or {})})
 
     def completed(self) -> bool:
         """Whether the last run printed that it completed."""
@@ -105,3 +114,25 @@ class PipelineRun(MemberProcess):
             return []
         table = DeltaTable(str(path)).to_pyarrow_table(columns=["partition", "offset"])
         return list(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))
+
+
+@contextmanager
+def port_held(timeout_s: float) -> Iterator[None]:
+    """Hold :data:`PORT_LOCK` (waited for: another test process's run ends within its own
+    timeout) for the block."""
+    with PORT_LOCK.open("a") as lock:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"another test process held {PORT_LOCK} for {timeout_s:g} s"
+                    ) from None
+                time.sleep(0.5)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
