@@ -7,6 +7,7 @@ refused. (Member processes stopped at crash points: tests/crash/test_share_crash
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -77,10 +78,27 @@ def assert_nothing_handed_out_again(servers: str, group: str, topic: str) -> Non
     try:
         got: list = []
         for _ in range(int(1.5 * LOCK_MS / 500)):
-            got += [m.offset() for m in consumer.poll(0.5) if m.error() is None]
+            polled = [m for m in consumer.poll(0.5) if m.error() is None]
+            for m in polled:  # explicit mode: acknowledged before the next poll
+                consumer.acknowledge(m, AcknowledgeType.RELEASE)
+            got += [m.offset() for m in polled]
         assert got == [], f"offsets {got[:20]} handed out again: not acknowledged"
     finally:
         consumer.close()
+
+
+def quiet_for(query: Any, seconds: float) -> bool:
+    """True once the query's batches have read nothing for ``seconds`` (it still runs): a
+    record whose lock ran out meanwhile came back to it, and its last ACCEPTs went out."""
+    from datetime import datetime
+
+    progress = query.recentProgress
+    busy = [p for p in progress if p.numInputRows > 0]
+    if not busy or progress[-1] is busy[-1]:
+        return False
+    ended = datetime.fromisoformat(busy[-1].timestamp.replace("Z", "+00:00")).timestamp()
+    ended += busy[-1].durationMs.get("triggerExecution", 0) / 1000
+    return time.time() - ended > seconds
 
 
 def test_one_partition_read_by_four_tasks_lands_once_and_is_acknowledged(
@@ -96,6 +114,7 @@ def test_one_partition_read_by_four_tasks_lands_once_and_is_acknowledged(
         for first in range(0, 400, 100):  # small record batches: the broker hands out batches
             produce_ids(bootstrap_servers, topic, range(first, first + 100), 1, [10] * 10)
             wait_until(lambda f=first: len(in_table(table)) >= f + 100, 120, f"ids < {first + 100}")
+        wait_until(lambda: quiet_for(query, 1.5 * LOCK_MS / 1000), 180, "batches reading nothing")
         assert query.exception() is None
     finally:
         query.stop()
@@ -233,6 +252,7 @@ def test_records_on_their_last_delivery_go_to_the_dead_letter_table_not_the_sink
     query = start(rows.selectExpr(*COLUMNS), tmp_path)
     try:
         wait_until(lambda: len(in_table(table)) >= 40, 120, "ids 20-59 in the table")
+        wait_until(lambda: quiet_for(query, 1.5 * LOCK_MS / 1000), 180, "batches reading nothing")
         assert query.exception() is None
     finally:
         query.stop()
