@@ -32,26 +32,24 @@ def settle(
     ``consumer``, which acquired them, and commit that to the broker; the partitions whose
     acknowledgement the broker refused, with its error (``INVALID_RECORD_STATE``: the lock ran
     out first)."""
-    from confluent_kafka import AcknowledgeType
-
-    kind = AcknowledgeType.ACCEPT if accept else AcknowledgeType.RELEASE
-    for topic, partition, offset in records:
-        consumer.acknowledge_offset(topic, partition, offset, kind)
-    answer = consumer.commit_sync(timeout_s) or {}
-    return {f"{p.topic}-{p.partition}": str(e) for p, e in answer.items() if e is not None}
+    return acknowledge(consumer, records, "ACCEPT" if accept else "RELEASE", timeout_s)
 
 
-def reject(
-    consumer: Any, records: Iterable[tuple[str, int, int]], commit_timeout_s: float | None
+def acknowledge(
+    consumer: Any,
+    records: Iterable[tuple[str, int, int]],
+    kind: str,
+    commit_timeout_s: float | None,
 ) -> dict[str, str]:
-    """REJECT every ``(topic, partition, offset)`` of ``records`` on ``consumer`` (the broker
-    archives them: never given out again); commit that now when ``commit_timeout_s`` is
-    given (the partitions the broker refused, with its error), else the consumer's next
-    commit carries it (``{}``)."""
+    """Acknowledge every ``(topic, partition, offset)`` of ``records`` on ``consumer`` as
+    ``kind`` (``ACCEPT``, ``RELEASE`` or ``REJECT``: archived, never given out again); commit
+    that now when ``commit_timeout_s`` is given (the partitions the broker refused, with its
+    error), else the consumer's next commit carries it (``{}``)."""
     from confluent_kafka import AcknowledgeType
 
+    how = getattr(AcknowledgeType, kind)
     for topic, partition, offset in records:
-        consumer.acknowledge_offset(topic, partition, offset, AcknowledgeType.REJECT)
+        consumer.acknowledge_offset(topic, partition, offset, how)
     if commit_timeout_s is None:
         return {}
     answer = consumer.commit_sync(commit_timeout_s) or {}

@@ -7,14 +7,18 @@ record that crashes its task, or a batch that kept failing), so with the source 
 ``deadLetter.table`` a reading task does not read it into the batch once more:
 
 1. **Split** the poll's records: those whose delivery count reached the limit.
-2. **Write** them to the dead-letter table: one delta-rs append from the task (the table is
-   made by the driver when the query starts, :func:`ensure_table`), with the columns of
+2. **Leave out** those the sink's table has already: an earlier delivery's batch committed
+   them and their ACCEPT was lost or came after the lock (the table's recent share commits
+   say so, as the sink checks a redelivered record, ``spark_groups.share.recent``).
+3. **Write** the rest to the dead-letter table: one delta-rs append from the task (the table
+   is made by the driver when the query starts, :func:`ensure_table`), with the columns of
    ``spark_groups.deadletter`` plus ``deliveryCount`` and ``group``.
-3. **REJECT** them on the consumer that acquired them: the commit of the rest of the poll's
-   acknowledgements carries it, or, when nothing else was read, a commit at once.
+4. **Acknowledge** on the consumer that acquired them: ACCEPT those of step 2, REJECT those
+   of step 3. The commit of the rest of the poll's acknowledgements carries it, or, when
+   nothing else was read, a commit at once.
 
-A task killed between 2 and 3 leaves its records to their lock, after which the broker
-archives them: they are in the dead-letter table once. A task killed before 2 leaves them
+A task killed between 3 and 4 leaves its records to their lock, after which the broker
+archives them: they are in the dead-letter table once. A task killed before 3 leaves them
 archived and not in the table: their offsets stay in the topic's log until its retention
 (docs/share-groups.md says how to read them). When the write fails, the records are read
 into the batch instead (logged): a table that cannot be written never costs a record.
@@ -32,6 +36,9 @@ import pyarrow as pa
 
 from spark_groups.deadletter import DEAD_LETTER_COLUMNS, ERROR_COLUMN
 from spark_groups.errors import OptionError
+from spark_groups.offsets import TopicPartition
+from spark_groups.share.offset_sets import PartitionOffsets
+from spark_groups.share.recent import RecentOffsets
 from spark_groups.storage import delta
 
 log = logging.getLogger(__name__)
@@ -64,6 +71,28 @@ def last_deliveries(records: Sequence[Any], limit: int) -> tuple[list[Any], list
     return others, last
 
 
+def landed(
+    table: str, records: Sequence[Any], storage_options: Mapping[str, str] | None = None
+) -> tuple[list[Any], list[Any]]:
+    """Step 2: ``records`` split into (those a recent share commit of the sink's ``table``
+    wrote, the others)."""
+    snapshot = delta.open_table(table, storage_options)
+    if snapshot is None:
+        return [], list(records)
+    recent = RecentOffsets()
+    recent.refresh(snapshot)
+    offsets = PartitionOffsets.of(
+        (TopicPartition(m.topic(), m.partition()), m.offset()) for m in records
+    )
+    written = recent.already_written(offsets)
+    found: list[Any] = []
+    rest: list[Any] = []
+    for m in records:
+        held = written.get(TopicPartition(m.topic(), m.partition()))
+        (found if held is not None and m.offset() in held else rest).append(m)
+    return found, rest
+
+
 def ensure_table(path: str, storage_options: Mapping[str, str] | None = None) -> None:
     """Make the dead-letter table at ``path`` when there is none (driver side, once, so the
     tasks only append); an existing table must have the dead-letter columns."""
@@ -90,7 +119,7 @@ def write(
     limit: int,
     storage_options: Mapping[str, str] | None = None,
 ) -> None:
-    """Step 2: append ``records`` (on their last delivery in share group ``group``) to the
+    """Step 3: append ``records`` (on their last delivery in share group ``group``) to the
     dead-letter table at ``path``; returns once the commit is in the table."""
     why = (
         f"delivered {{count}} times, share group {group!r}'s share.delivery.count.limit is "

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from spark_groups import crash_points
 from spark_groups.errors import SparkGroupsError
-from spark_groups.kafka.share_client import reject
+from spark_groups.kafka.share_client import acknowledge
 from spark_groups.offsets import TopicPartition
 from spark_groups.read.schema import arrow_schema
 from spark_groups.share import consumers, dead_letters
@@ -116,10 +116,10 @@ def read_share_task(task: ShareTask, attempt: TaskAttempt | None) -> Iterator[pa
 def _without_last_deliveries(
     task: ShareTask, entry: consumers.PooledShareConsumer, records: list[Any]
 ) -> list[Any]:
-    """``records`` less those on their last delivery, which went to the dead-letter table and
-    were REJECTed (``share.dead_letters``, its steps); all of them without that table, or when
+    """``records`` less those on their last delivery, which are settled here
+    (``share.dead_letters``, its steps); all of them without a dead-letter table, or when
     writing it failed (logged)."""
-    others, last = dead_letters.last_deliveries(records, task.delivery_limit)
+    others, last = dead_letters.last_deliveries(records, task.delivery_limit)  # 1
     if not last:
         return records
     group = str(task.config.get("group.id", ""))
@@ -132,9 +132,11 @@ def _without_last_deliveries(
         )  # fmt: skip
         return records
     try:
-        dead_letters.write(
-            task.dead_letter_table, last, group, task.delivery_limit, task.storage_options
-        )
+        landed, dead = dead_letters.landed(task.table, last, task.storage_options)  # 2
+        if dead:
+            dead_letters.write(  # 3
+                task.dead_letter_table, dead, group, task.delivery_limit, task.storage_options
+            )
     except Exception:
         log.exception(
             "share group %s: could not write %d record(s) on their last delivery to the "
@@ -143,20 +145,26 @@ def _without_last_deliveries(
         )  # fmt: skip
         return records
     crash_points.reached("share.dead_letters")
-    rejected = [(m.topic(), m.partition(), m.offset()) for m in last]
-    # Alone, the REJECT is committed now; else the acknowledgement of the others carries it.
+    # 4: alone, committed now; else the acknowledgement of the others carries it.
+    commit_s = None if others else COMMIT_TIMEOUT_S
     if not others:
         entry.exposed(time.monotonic())  # its commit may acquire records for its buffer
-    refused = reject(entry.consumer, rejected, None if others else COMMIT_TIMEOUT_S)
+    refused = acknowledge(entry.consumer, _coordinates(landed), "ACCEPT", None)
+    refused |= acknowledge(entry.consumer, _coordinates(dead), "REJECT", commit_s)
     log.warning(
-        "share group %s: %d record(s) on their last delivery (share.delivery.count.limit %d) "
-        "went to the dead-letter table %s and were REJECTed%s: %s",
-        group, len(last), task.delivery_limit, task.dead_letter_table,
-        f" (the broker refused it in {refused}: their lock ran out, they are archived)"
+        "share group %s: %d record(s) on their last delivery (share.delivery.count.limit %d):"
+        " %d went to the dead-letter table %s and were REJECTed (%s), %d were in the sink's "
+        "table already and were ACCEPTed%s",
+        group, len(last), task.delivery_limit, len(dead), task.dead_letter_table,
+        dead_letters.describe(dead), len(landed),
+        f"; the broker refused it in {refused} (their lock ran out: they are archived)"
         if refused else "",
-        dead_letters.describe(last),
     )  # fmt: skip
     return others
+
+
+def _coordinates(records: list[Any]) -> list[tuple[str, int, int]]:
+    return [(m.topic(), m.partition(), m.offset()) for m in records]
 
 
 def _batch(records: list[Any], include_headers: bool) -> pa.RecordBatch:

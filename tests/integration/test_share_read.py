@@ -11,10 +11,13 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from spark_groups import crash_points
 from spark_groups.errors import SparkGroupsError
+from spark_groups.offsets import TopicPartition
 from spark_groups.share import consumers, dead_letters
 from spark_groups.share.acks import Outcome
 from spark_groups.share.attempts import TaskAttempt, commit_info
+from spark_groups.share.offset_sets import PartitionOffsets
 from spark_groups.share.read import DELIVERY_COUNT, ShareTask, read_share_task
+from spark_groups.share.recent import commit_offsets_info
 
 from support.broker import produce_ids, wait_until
 from support.share import poll_until, share_consumer, share_group
@@ -176,3 +179,28 @@ def test_without_a_dead_letter_table_the_last_delivery_is_read_into_the_batch(
     (batch,) = list(read_share_task(task, TaskAttempt("run-n", 0, 1)))
     assert batch.column("offset").to_pylist() == [0, 1]
     assert batch.column(DELIVERY_COUNT).to_pylist() == [2, 2]
+
+
+def test_a_last_delivery_the_table_has_already_is_accepted_not_dead_lettered(
+    bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """Offset 0 was committed by an earlier delivery's batch (its ACCEPT was lost): on its
+    last delivery it is ACCEPTed; offset 1 goes to the dead-letter table."""
+    topic = make_topic(1)
+    group = share_group(bootstrap_servers, **{"share.delivery.count.limit": "2"})
+    delivered_once_already(bootstrap_servers, group, topic, range(2))
+    table, dead = str(tmp_path / "sink"), str(tmp_path / "dead")
+    write_deltalake(
+        table, pa.table({"id": pa.array([0], pa.int64())}),
+        commit_properties=CommitProperties(custom_metadata=commit_offsets_info(
+            PartitionOffsets.of([(TopicPartition(topic, 0), 0)])
+        )),
+    )  # fmt: skip
+    dead_letters.ensure_table(dead)
+    task = task_for(
+        bootstrap_servers, group, topic, table, delivery_limit=2, dead_letter_table=dead
+    )
+    (batch,) = list(read_share_task(task, TaskAttempt("run-l", 0, 1)))
+    assert batch.num_rows == 0
+    assert DeltaTable(dead).to_pyarrow_table().column("offset").to_pylist() == [1]
+    assert only_new_records_come(bootstrap_servers, group, topic, 2) == [2]

@@ -185,13 +185,15 @@ def test_a_plain_share_consumer_beside_the_query_every_record_handled_none_twice
             consumer.commit_sync(10)
 
     service = threading.Thread(target=plain_service, daemon=True)
-    service.start()
     query = start(
         share_source(spark, bootstrap_servers, group, topic, tmp_path).selectExpr(*COLUMNS),
         tmp_path,
     )
-    try:
-        for first in range(0, 600, 100):
+    try:  # the query's consumers first (a new one takes seconds), then the service beside
+        produce_ids(bootstrap_servers, topic, range(100), 1, [5] * 20)
+        wait_until(lambda: len(in_table(table)) > 0, 120, "the query's first records")
+        service.start()
+        for first in range(100, 600, 100):
             produce_ids(bootstrap_servers, topic, range(first, first + 100), 1, [5] * 20)
         wait_until(
             lambda: in_table(table) | set(handled) >= set(range(600)), 180, "every id handled"
@@ -200,7 +202,8 @@ def test_a_plain_share_consumer_beside_the_query_every_record_handled_none_twice
     finally:
         query.stop()
         stop.set()
-        service.join(30)
+        if service.is_alive():
+            service.join(30)
         consumer.close()
     ids = table_ids(table)
     assert sorted(set(ids)) == sorted(ids), "a record is in the table twice"
