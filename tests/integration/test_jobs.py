@@ -78,7 +78,12 @@ def run_job(conf: Path) -> str:
     ]  # fmt: skip
     if broker_kind() == "tansu":
         cmd += ["--group-instance-id", ""]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    except subprocess.TimeoutExpired as exc:  # what the run said before it was stopped
+        said = [x.decode(errors="replace") if isinstance(x, bytes) else x or ""
+                for x in (exc.stdout, exc.stderr)]  # fmt: skip
+        raise AssertionError(f"the run did not end in 400 s:\n{''.join(said)[-6000:]}") from None
     # spark-submit merges the driver script's stderr (its log) into its own stdout.
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
