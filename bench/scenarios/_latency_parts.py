@@ -89,6 +89,28 @@ def visible_in_progress(progress: list[dict]) -> list[Visible]:
     return out
 
 
+def under_producer(
+    side: Any, servers: str, topic: str, partitions: int, rate: int, args: Any
+) -> tuple[tuple[float, float], int]:
+    """Produce ``args.size`` B records at ``rate`` a second while ``side`` runs: from its first
+    record visible, ``args.warmup`` s not counted, then ``args.counted`` s; wait until
+    everything produced is visible. The counted window (epoch s) and how many were sent."""
+    from bench.harness.kafka import Flow
+
+    from support.broker import wait_until
+
+    flow = Flow(servers, topic, partitions, rate, lambda i: (None, bytes(args.size)))
+    flow.start()
+    try:  # the warm-up counts from the first record visible: the group's join is not in it
+        wait_until(lambda: side.rows() > 0, 180, "the first record to be visible")
+        window = (time.time() + args.warmup, time.time() + args.warmup + args.counted)
+        time.sleep(args.warmup + args.counted)  # the producer runs on its schedule meanwhile
+    finally:
+        flow.stop()
+    wait_until(lambda: side.rows() >= flow.sent, 120, f"all {flow.sent:,} records visible")
+    return window, flow.sent
+
+
 def measure(
     created: dict[int, array], visible: list[Visible], window: tuple[float, float]
 ) -> dict[str, Any]:

@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness.kafka import PRODUCTION_GROUP_SETTINGS, Flow, broker
+from bench.harness.kafka import PRODUCTION_GROUP_SETTINGS, broker
 from bench.harness.procfs import machine_facts
 from bench.harness.spark import source_options, spark_session
 from bench.scenarios import _latency_parts as parts
@@ -87,22 +86,14 @@ def one_side(
     side: Any = (parts.SparkDeltaSide(options, work) if sink == "delta"
                  else parts.SessionSide(spark, source, sink, options, work))  # fmt: skip
     wait_until(side.started, 180, "the query to start")
-    flow = Flow(servers, topic, PARTITIONS, rate, lambda i: (None, bytes(args.size)))
-    flow.start()
-    try:  # the warm-up counts from the first record visible: the group's join is not in it
-        wait_until(lambda: side.rows() > 0, 180, "the first record to be visible")
-        window = (time.time() + args.warmup, time.time() + args.warmup + args.counted)
-        time.sleep(args.warmup + args.counted)  # the producer runs on its schedule meanwhile
-    finally:
-        flow.stop()
-    wait_until(lambda: side.rows() >= flow.sent, 120, f"all {flow.sent:,} records visible")
+    window, sent = parts.under_producer(side, servers, topic, PARTITIONS, rate, args)
     progress = side.stop()
     table = getattr(side, "table", None)
     visible = (parts.visible_in_table(table) if table is not None
                else parts.visible_in_progress(progress))  # fmt: skip
     found = {"latency": parts.measure(parts.created_times(servers, topic, PARTITIONS), visible,
                                       window),
-             "phases": parts.phases(progress, window), "sent": flow.sent}  # fmt: skip
+             "phases": parts.phases(progress, window), "sent": sent}  # fmt: skip
     if sink == "delta-group":  # what compacting the run's small files costs
         found["compaction"] = parts.compaction(table, len(visible))
     return found

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness.kafka import PRODUCTION_GROUP_SETTINGS, Flow, broker, produce
+from bench.harness.kafka import PRODUCTION_GROUP_SETTINGS, broker, produce
 from bench.harness.procfs import machine_facts
 from bench.harness.spark import source_options, spark_session
 from bench.scenarios import _latency_parts as parts
@@ -112,15 +112,7 @@ def latency(spark: Any, servers: str, source: str, tasks: int, args: Any, work: 
     """Under a producer at ``--rate`` (see the module doc)."""
     topic = create_topic(servers, 1, "share-latency")
     side = start_side(spark, servers, topic, source, tasks, args, work)
-    flow = Flow(servers, topic, 1, args.rate, lambda i: (None, bytes(args.size)))
-    flow.start()
-    try:
-        wait_until(lambda: side.rows() > 0, 180, "the first record to be visible")
-        window = (time.time() + args.warmup, time.time() + args.warmup + args.counted)
-        time.sleep(args.warmup + args.counted)  # the producer runs on its schedule meanwhile
-    finally:
-        flow.stop()
-    wait_until(lambda: side.rows() >= flow.sent, 120, f"all {flow.sent:,} records visible")
+    window, _ = parts.under_producer(side, servers, topic, 1, args.rate, args)
     side.stop()
     assert side.table is not None
     created = parts.created_times(servers, topic, 1)
