@@ -19,6 +19,10 @@ When the group takes partitions away, the member's owner thread calls
    commit (the poll of its Kafka commit request delivered it), Spark's thread holds the
    committer's lock and waits for this thread: the barrier commits in its place
    (``group.commit_lock``) rather than wait for a lock that stays held until it returns.
+   Partitions this member released (it is leaving) are never committed by a batch: the
+   barrier waits for their release instead, and when the revocation runs inside the
+   release's own commit it commits the release's positions in its place
+   (``group.releases``).
 4. The wait is bounded by the rebalance timeout (``max.poll.interval.ms`` less 5 s). Past
    it, with ``sink.table``, the barrier releases the partitions' claims in the sink's table
    (``group.claims``): the batch can no longer land them, and the table's positions are
@@ -221,9 +225,15 @@ class RevocationBarrier:
         if member is None:
             return False
         taken = committer.lock.acquire(blocking=False)
-        if not taken and not self._in_place_of_holder(member):
+        in_place = not taken and self._in_place_of_holder(member)
+        if not taken and not in_place:
             return False
         try:
+            if self.claims is not None:  # a release of them is on its way (group.releases)
+                if in_place:
+                    self.claims.commit_in_place(member, partitions)
+                if self.claims.in_flight.pending(partitions):
+                    return False
             pending = self._uncommitted(partitions)
             if pending is None:
                 return None
@@ -258,14 +268,19 @@ class RevocationBarrier:
         self, partitions: frozenset[TopicPartition]
     ) -> list[tuple[BatchOffset, list[OffsetRange]]] | None:
         """Per batch planned here and not committed yet, the ranges of ``partitions`` it
-        read that are not known committed (None: a batch that read them is not known)."""
+        read that are not known committed and may still be (None: a batch that read them is
+        not known). A released partition's batches never commit it: its release did."""
         by_batch: dict[int, list[OffsetRange]] = {}
         found: dict[int, BatchOffset] = {}
         books = self.books
         with books.lock:
             for tp in partitions:
                 state = books.partitions.get(tp)
-                if state is None or state.last_batch <= books.batches.committed_through:
+                if (
+                    state is None
+                    or state.last_batch <= books.batches.committed_through
+                    or not books.partitions.may_commit(tp, state.last_batch)  # released
+                ):
                     continue
                 batch = books.batches.get(state.last_batch)
                 if batch is None:

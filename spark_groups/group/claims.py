@@ -37,13 +37,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 
-from spark_groups.errors import CommitError, SinkClaimError
+from spark_groups.errors import CommitError, SinkClaimError, StaleGenerationError
 from spark_groups.group.arbiter import Arbiter
 from spark_groups.group.bookkeeping import Bookkeeping
 from spark_groups.group.commit import BatchCommitter
 from spark_groups.group.member import GroupMember
+from spark_groups.group.releases import ReleasesInFlight
 from spark_groups.metrics import StreamMetrics
 from spark_groups.offsets import OffsetRange, TopicPartition, positions_text
 
@@ -73,6 +75,9 @@ class Claims:
         #: Held by a claim from its ownership check to its Delta commit, and by a revocation
         #: or a loss while it begins (:meth:`settled`): the two never interleave.
         self.lock = threading.Lock()
+        #: The released partitions whose positions are on their way to Kafka (step 2c):
+        #: a revocation of them that runs inside that commit commits them in its place.
+        self.in_flight = ReleasesInFlight()
 
     @property
     def enabled(self) -> bool:
@@ -164,21 +169,38 @@ class Claims:
                     tokens[tp] = state.claim
             books.partitions.released(tokens, books.batches.highest)  # 2a
             known = books.partitions.committed_offsets()
+            self.in_flight.begin(tokens)
         if not tokens:
             return set()
         assert self.arbiter is not None
         try:
-            released = self.arbiter.release(  # 2b
-                tokens, member=member.member_id, timeout_s=RELEASE_TIMEOUT_S
-            )
-        except SinkClaimError as exc:
-            self._commit_unfenced(member, tokens, known, why, exc)
-            return set()
-        if released is None:
-            return set()
-        offsets = {tp: v for tp, v in released.positions.items() if v > known.get(tp, -1)}
-        self._commit(member, offsets, known, why)  # 2c
-        return set(tokens)
+            try:
+                released = self.arbiter.release(  # 2b
+                    tokens, member=member.member_id, timeout_s=RELEASE_TIMEOUT_S
+                )
+            except SinkClaimError as exc:
+                self._commit_unfenced(member, tokens, known, why, exc)
+                return set()
+            if released is None:
+                return set()
+            offsets = {tp: v for tp, v in released.positions.items() if v > known.get(tp, -1)}
+            self.in_flight.landed(tokens, offsets)
+            self._commit(member, offsets, known, why)  # 2c
+            return set(tokens)
+        finally:
+            self.in_flight.end(tokens)
+
+    def commit_in_place(self, member: GroupMember, partitions: Iterable[TopicPartition]) -> None:
+        """Owner thread, in a revocation of ``partitions`` that runs inside this member's
+        release commit (step 2c; the releasing thread waits for this one): commit the
+        release's positions of them now, while they are still owned
+        (``group.releases``)."""
+        offsets = self.in_flight.take(partitions)
+        if not offsets:
+            return
+        with self.books.lock:
+            known = self.books.partitions.committed_offsets()
+        self._commit(member, offsets, known, "revoked while released", retry_stale=False)
 
     def _commit_unfenced(
         self,
@@ -214,6 +236,7 @@ class Claims:
             for tp, v in held.positions.items()
             if held.claims.get(tp) == tokens[tp] and v > known.get(tp, -1)
         }
+        self.in_flight.landed(tokens, offsets)
         log.error(
             "%s; %s: committing the positions the table holds now (%s); a batch of them "
             "still in flight may land after this and be read again by their next owner",
@@ -229,17 +252,32 @@ class Claims:
         offsets: dict[TopicPartition, int],
         known: dict[TopicPartition, int],
         why: str,
+        *,
+        retry_stale: bool = True,
     ) -> None:
-        """Step 2c: the released positions to Kafka, then the ledger."""
+        """Step 2c: the released positions to Kafka, then the ledger. A commit refused
+        because a rebalance moved on is made again under the new generation (not with
+        ``retry_stale`` False: on the owner thread, where the generation cannot move)."""
         if not offsets:
             log.info("%s: the sink's table holds nothing past the group's commits", why)
             return
+        deadline = time.monotonic() + RELEASE_TIMEOUT_S
         try:
-            done = member.commit(
-                offsets,
-                owned_only=True,
-                metadata=self.committer.metadata(member, f"release ({why})"),
-            )
+            while True:
+                try:
+                    done = member.commit(
+                        offsets,
+                        owned_only=True,
+                        metadata=self.committer.metadata(member, f"release ({why})"),
+                    )
+                    break
+                except StaleGenerationError as exc:  # a rebalance moved on: once more under
+                    if not (  # the new generation, for the partitions still owned
+                        retry_stale
+                        and exc.transient
+                        and self.committer.await_new_generation(member, exc.generation, deadline)
+                    ):
+                        raise
         except CommitError as exc:
             self.metrics.failed_commits += 1
             log.error(
@@ -249,16 +287,20 @@ class Claims:
                 exc,
             )
             return
+        # A revocation that ran inside this commit committed its partitions itself
+        # (commit_in_place): they are no longer owned, and left out here.
+        committed = {tp: v for tp, v in offsets.items() if tp in done}
+        if not committed:
+            return
         ranges = [
             OffsetRange(tp.topic, tp.partition, known.get(tp, v), v)
-            for tp, v in sorted(offsets.items())
-            if tp in done
+            for tp, v in sorted(committed.items())
         ]
         with self.books.lock:
-            self.books.partitions.record_commit({tp: v for tp, v in offsets.items() if tp in done})
+            self.books.partitions.record_commit(committed)
             last = self.books.batches.highest
         self.committer.record_in_ledger(member, ranges, max(last, 0))
-        log.info("%s: committed the sink table's positions %s", why, positions_text(offsets))
+        log.info("%s: committed the sink table's positions %s", why, positions_text(committed))
 
     def _positions(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """The table's positions without a claim (the claim failed)."""

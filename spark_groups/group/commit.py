@@ -256,7 +256,7 @@ class BatchCommitter:
             except StaleGenerationError as exc:
                 if from_barrier:
                     raise
-                if exc.transient and self._await_new_generation(member, exc.generation, deadline):
+                if exc.transient and self.await_new_generation(member, exc.generation, deadline):
                     log.info(
                         "batch %d: %s (a rebalance moved on); committing again under generation %d",
                         batch.batch,
@@ -288,9 +288,10 @@ class BatchCommitter:
                 {tp: o for tp, o in offsets.items() if tp in done},
             )
 
-    def _await_new_generation(self, member: GroupMember, refused: int, deadline: float) -> bool:
+    def await_new_generation(self, member: GroupMember, refused: int, deadline: float) -> bool:
         """Wait until ``member`` has a generation other than ``refused``; False when the
-        member ended, the stream stopped or ``deadline`` passed first."""
+        member ended, the stream stopped or ``deadline`` passed first. Never on the member's
+        owner thread (the generation moves on there only)."""
         while member.generation == refused:
             if member.closed or self.books.stopped or time.monotonic() >= deadline:
                 return False

@@ -173,6 +173,11 @@ class PartitionTable:
         state = self._states.get(tp)
         return state is not None and state.status is Status.ACTIVE and state.position == position
 
+    def may_commit(self, tp: TopicPartition, batch: int) -> bool:
+        """False when ``batch`` was planned before ``tp`` was given up or released here: it
+        may never commit ``tp`` (invariant 2)."""
+        return batch > self._gave_up_through.get(tp, -1)
+
     def committed_offsets(self) -> dict[TopicPartition, int]:
         """The highest known committed offset of every owned partition that has one."""
         return {tp: s.committed for tp, s in self._states.items() if s.committed is not None}
@@ -201,7 +206,7 @@ class PartitionTable:
             token = claims.get(tp)
             if (
                 tp in owned
-                and batch > self._gave_up_through.get(tp, -1)
+                and self.may_commit(tp, batch)
                 and (token is None or (state is not None and state.claim == token))
                 and r.until_offset > committed
             ):

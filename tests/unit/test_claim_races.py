@@ -299,3 +299,88 @@ def test_a_stop_whose_release_fails_commits_what_the_table_holds_then(
     assert arbiter.releases == 1
     partitions = [TopicPartition(topic, p) for p in (0, 1)]
     assert committed(bootstrap_servers, topic, group, partitions) == {tp: 10 for tp in partitions}
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_a_revocation_inside_a_stops_release_commit_commits_the_released_positions(
+    bootstrap_servers: str,
+    make_topic: Callable[..., str],
+    streams: list[GroupStream],
+    tmp_path: Path,
+    strategy: str,
+) -> None:
+    """SIGTERM (``stop``) as another consumer joins: the release's Kafka commit first handles
+    the rebalance events librdkafka has queued, so the revocation of the very partitions
+    being released runs inside it, on the owner thread, while the stopping thread waits for
+    that thread. The revocation commits the release's positions in its place
+    (``group.releases``). Found by the crash matrix (``planned``, SIGTERM, a plain
+    consumer joining): the barrier waited 30 s for a batch the release had made
+    uncommittable, the release's commit then left out the partitions no longer owned, and
+    the plain consumer read the landed batch again. Cooperatively, the partition kept is
+    committed under the generation that follows (the release's commit met the second
+    rebalance of the pair, and Kafka refused it for the first one's generation).
+
+    The owner thread's own polls are held back, so only the release commit's poll can
+    deliver the revocation: the point is reached every time."""
+    topic, group, table = seeded(bootstrap_servers, make_topic, tmp_path)
+    options = source_options(
+        bootstrap_servers, topic, group, table, **{"partition.assignment.strategy": strategy}
+    )
+    stream = GroupStream(options, for_source(options))
+    streams.append(stream)
+    batch = BatchOffset.from_json(stream.latest_offset(BatchOffset.initial().to_json(), None))
+    assert {r.until_offset for r in batch.ranges} == {10}
+    files = write_task(table, [rows(p, range(5, 10), topic) for p in (0, 1)])
+    landed = DeltaSink(str(table), group).commit(  # the batch lands; SIGTERM follows
+        BatchPlan.of(batch.batch, list(batch.ranges), batch.outside, batch.claim_map()),
+        files,
+        SCHEMA,
+    )
+    assert not landed.fenced
+    member = stream.ensure_started()
+    callbacks = member._callbacks
+    real_poll, real_owned = callbacks.poll, callbacks.owned_now
+    hold = threading.Event()
+    inside: list[frozenset[int]] = []  # whose requests each revocation ran inside
+
+    def step_poll(consumer: object, timeout_s: float | None = None) -> None:
+        if timeout_s is None and hold.is_set():  # the owner thread's own step: held back
+            time.sleep(0.01)
+            return
+        real_poll(consumer, timeout_s)
+
+    def owned_now(consumer: object) -> frozenset[TopicPartition]:
+        # The release commit's ownership check polls until the revocation is delivered.
+        deadline = time.monotonic() + 60
+        while hold.is_set() and stream.metrics.revocations == 0:
+            assert time.monotonic() < deadline, "no revocation was delivered"
+            real_poll(consumer, 0.1)
+        hold.clear()
+        return real_owned(consumer)
+
+    real_revoke = stream._barrier.revoke
+
+    def revoke(*args: object, **kwargs: object) -> object:
+        inside.append(member.waiting_callers())
+        return real_revoke(*args, **kwargs)  # type: ignore[arg-type]
+
+    callbacks.poll = step_poll  # type: ignore[method-assign]
+    stream._barrier.revoke = revoke  # type: ignore[method-assign]
+    hold.set()
+    newcomer = GroupMember(
+        {**options.member_config(), "session.timeout.ms": "6000"}, [topic]
+    ).start()
+    try:
+        callbacks.owned_now = owned_now  # type: ignore[method-assign]
+        stream.stop()  # what SIGTERM runs
+        assert inside[0] == frozenset({threading.get_ident()})
+        assert stream.metrics.barrier_timeouts == 0
+        assert stream.metrics.failed_commits == 0
+        partitions = [TopicPartition(topic, p) for p in (0, 1)]
+        # The newcomer resumes exactly where the table ends.
+        assert committed(bootstrap_servers, topic, group, partitions) == {
+            tp: 10 for tp in partitions
+        }
+    finally:
+        hold.clear()
+        newcomer.close()
