@@ -1,4 +1,4 @@
-"""A member stopped with SIGTERM or killed with SIGKILL while records flow."""
+"""A member killed with SIGKILL while records flow: the survivor takes over."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import logging
 import signal
 from collections import Counter
 from pathlib import Path
-
-import pytest
 
 from support.broker import unique, wait_until
 from support.members import Member, member_spec
@@ -30,10 +28,14 @@ def sink_ids(spark, path: Path) -> list[int]:
         return []
 
 
-@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_survivor_takes_over_with_nothing_lost(
-    spark, bootstrap_servers: str, make_topic, tmp_path: Path, how: signal.Signals
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
 ) -> None:
+    """A member writing Spark's parquet file sink is killed (SIGKILL: no leave, no commit)
+    while records flow; the survivor, a query in this session, takes its partitions over
+    once its session times out. At most the killed member's uncommitted batch is read
+    twice. (SIGTERM of Spark members: the rolling restart and the Spark crash points.)"""
+    how = signal.SIGKILL
     # Records flow until the survivor has read some produced after the kill, however long the
     # two drivers take to start (a fixed amount ran out on a busy machine before the victim
     # had been seen to keep going beside the survivor).

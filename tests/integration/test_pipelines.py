@@ -53,9 +53,14 @@ def at_log_end(servers: str, topic: str, group: str) -> bool:
     )
 
 
-def test_two_runs_with_new_records_between_read_every_record_once(
+def test_two_runs_then_a_full_refresh_read_every_record_once(
     pipeline: PipelineRun, bootstrap_servers: str
 ) -> None:
+    """Two runs with new records between read each record once and commit the group to the
+    log end. A full refresh then empties the streaming table and gives every flow a new
+    checkpoint: the group starts over at startingOffsets, so the table holds everything
+    again, once; the delta-group sink keeps its table, which decides where its flow
+    resumes: the new records once, the old ones not again."""
     topic = pipeline.env["ORDERS_TOPIC"]
     produce_ids(bootstrap_servers, topic, range(600), PARTITIONS)
     ran(pipeline)
@@ -71,25 +76,11 @@ def test_two_runs_with_new_records_between_read_every_record_once(
     assert described.exit_code == 0, described.output
     assert f"group {GROUP}" in described.output and topic in described.output
 
-
-def test_a_full_refresh_reads_the_table_again_and_the_sink_writes_nothing_twice(
-    pipeline: PipelineRun, bootstrap_servers: str
-) -> None:
-    topic = pipeline.env["ORDERS_TOPIC"]
-    produce_ids(bootstrap_servers, topic, range(500), PARTITIONS)
-    ran(pipeline)
-    # The streaming table is emptied and its flow gets a new checkpoint: the group starts
-    # over at startingOffsets, so the table holds everything again, once.
-    ran(pipeline, "--full-refresh", "orders_raw")
-    assert "fully refreshed" in pipeline.last_log()
-    once_each(pipeline.streaming_table(), 500)
-    once_each(pipeline.delta_table(), 500)
-    # Every flow gets a new checkpoint; the sink keeps its table, which decides where its
-    # flow resumes: the new records once, the old ones not again.
-    produce_ids(bootstrap_servers, topic, range(500, 700), PARTITIONS)
+    produce_ids(bootstrap_servers, topic, range(1000, 1200), PARTITIONS)
     ran(pipeline, "--full-refresh-all")
-    once_each(pipeline.streaming_table(), 700)
-    once_each(pipeline.delta_table(), 700)
+    assert "fully refreshed" in pipeline.last_log()  # group.refresh: read again from the start
+    once_each(pipeline.streaming_table(), 1200)
+    once_each(pipeline.delta_table(), 1200)
 
 
 def test_a_run_stopped_with_sigterm_after_a_sink_commit_loses_and_duplicates_nothing(
