@@ -8,11 +8,11 @@ must be one of :data:`SOURCE_OPTIONS`. See ``docs/options.md`` for the user-faci
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal, cast, get_args
 
+from spark_groups import option_values as values
 from spark_groups.errors import OptionError
 from spark_groups.kafka.client import validate_config
 from spark_groups.kafka.watermarks import END_OFFSET_MODES, EndOffsetsMode
@@ -214,82 +214,6 @@ class SourceOptions:
         return config
 
 
-def _bool(name: str, raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in ("true", "false"):
-        return value == "true"
-    raise OptionError(name, f"expected true or false, got {raw!r}")
-
-
-def _positive_int(name: str, raw: str) -> int:
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise OptionError(name, f"expected a whole number, got {raw!r}") from None
-    if value <= 0:
-        raise OptionError(name, f"must be greater than 0, got {value}")
-    return value
-
-
-def _optional_positive_int(name: str, ours: Mapping[str, str]) -> int | None:
-    """``name`` as a whole number greater than 0, None when it is not given."""
-    raw = ours.get(name)
-    return None if raw is None else _positive_int(name, raw)
-
-
-def _non_negative_int(name: str, raw: str) -> int:
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise OptionError(name, f"expected a whole number, got {raw!r}") from None
-    if value < 0:
-        raise OptionError(name, f"must be 0 or more, got {value}")
-    return value
-
-
-#: Spark's time units (``Utils.timeStringAsMs``) in milliseconds.
-_DURATION_UNITS_MS: dict[str, float] = {
-    "us": 0.001,
-    "ms": 1,
-    "s": 1000,
-    "m": 60_000,
-    "min": 60_000,
-    "h": 3_600_000,
-    "d": 86_400_000,
-}
-
-
-def _duration_ms(option: str, raw: str) -> int:
-    """A duration the way Spark writes them (``15m``, ``30s``, ``500ms``; a bare number is
-    milliseconds) in whole milliseconds."""
-    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
-    if match is None or match.group(2) not in ("", *_DURATION_UNITS_MS):
-        raise OptionError(
-            option,
-            f"expected a duration such as 15m, 30s or 500ms (a number and a unit), got {raw!r}",
-        )
-    number, unit = int(match.group(1)), match.group(2) or "ms"
-    return int(number * _DURATION_UNITS_MS[unit])
-
-
-def _pattern(raw: str) -> str:
-    try:
-        re.compile(raw)
-    except re.error as exc:
-        raise OptionError("subscribePattern", f"not a valid regular expression: {exc}") from None
-    return raw
-
-
-def _topics(raw: str) -> tuple[str, ...]:
-    topics = tuple(t.strip() for t in raw.split(",") if t.strip())
-    if not topics:
-        raise OptionError("subscribe", "needs at least one topic name")
-    bad = [t for t in topics if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", t)]
-    if bad:
-        raise OptionError("subscribe", f"not a valid Kafka topic name: {bad[0]!r}")
-    return topics
-
-
 def _unknown(key: str) -> OptionError:
     guesses = difflib.get_close_matches(key, list(_LOWER_NAMES), n=1)
     hint = f"; did you mean '{_LOWER_NAMES[guesses[0]]}'?" if guesses else ""
@@ -352,24 +276,30 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         )
     strategy = cast(
         AssignmentStrategy,
-        _choice("partition.assignment.strategy", ours, "cooperative-sticky", ASSIGNMENT_STRATEGIES),
+        values.choice(
+            "partition.assignment.strategy", ours, "cooperative-sticky", ASSIGNMENT_STRATEGIES
+        ),
     )
     protocol, remote_assignor = _group_protocol(ours, kafka)
-    end_mode = cast(EndOffsetsMode, _choice("endOffsets", ours, "auto", END_OFFSET_MODES))
+    end_mode = cast(EndOffsetsMode, values.choice("endOffsets", ours, "auto", END_OFFSET_MODES))
 
     def number(name: str) -> int:
-        return _positive_int(name, ours.get(name, SOURCE_OPTIONS[name] or ""))
+        return values.positive_int(name, ours.get(name, SOURCE_OPTIONS[name] or ""))
 
-    guarantee = _choice("deliveryGuarantee", ours, "at-least-once", DELIVERY_GUARANTEES)
+    guarantee = values.choice("deliveryGuarantee", ours, "at-least-once", DELIVERY_GUARANTEES)
     max_per_trigger, min_per_trigger = (
         ours.get("maxOffsetsPerTrigger"),
         ours.get("minOffsetsPerTrigger"),
     )
     max_records = (
-        None if max_per_trigger is None else _positive_int("maxOffsetsPerTrigger", max_per_trigger)
+        None
+        if max_per_trigger is None
+        else values.positive_int("maxOffsetsPerTrigger", max_per_trigger)
     )
     min_records = (
-        None if min_per_trigger is None else _positive_int("minOffsetsPerTrigger", min_per_trigger)
+        None
+        if min_per_trigger is None
+        else values.positive_int("minOffsetsPerTrigger", min_per_trigger)
     )
     if max_records is not None and min_records is not None and min_records > max_records:
         raise OptionError(
@@ -378,15 +308,15 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "reach it; lower it or raise maxOffsetsPerTrigger",
         )
     storage = storage_options_of(options)
-    ledger_path = _path("offsets.table", ours)
-    history = _path("rebalances.table", ours)
+    ledger_path = values.path("offsets.table", ours)
+    history = values.path("rebalances.table", ours)
     if history is None and ledger_path is not None:
         history = history_path(ledger_path)
-    sink_path = _path("sink.table", ours)
-    checkpoint = _path("checkpointLocation", ours)
+    sink_path = values.path("sink.table", ours)
+    checkpoint = values.path("checkpointLocation", ours)
     if checkpoint is not None:
         check_location(checkpoint, storage, option="checkpointLocation")
-    flow = _path(FLOW_CHECKPOINTS_OPTION, ours)
+    flow = values.path(FLOW_CHECKPOINTS_OPTION, ours)
     if flow is not None:
         if checkpoint is not None:
             raise OptionError(
@@ -402,8 +332,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         check_commit_safety(history, storage, named_by, prefix=STORAGE_PREFIX)
     return SourceOptions(
         group_id=group_id,
-        topics=_topics(ours["subscribe"]) if has_topics else (),
-        pattern=_pattern(ours["subscribePattern"]) if has_pattern else None,
+        topics=values.topics(ours["subscribe"]) if has_topics else (),
+        pattern=values.pattern(ours["subscribePattern"]) if has_pattern else None,
         group_instance_id=ours.get("group.instance.id", "").strip() or None,
         assignment_strategy=strategy,
         group_protocol=protocol,
@@ -417,21 +347,23 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         starting_offsets=parse_starting(ours),
         max_offsets_per_trigger=max_records,
         min_offsets_per_trigger=min_records,
-        max_trigger_delay_ms=_duration_ms("maxTriggerDelay", ours.get("maxTriggerDelay", "15m")),
-        retention_ms=_duration_ms("offsets.retention", ours.get("offsets.retention", "30d")),
-        include_headers=_bool("includeHeaders", ours.get("includeHeaders", "false")),
-        fail_on_data_loss=_bool("failOnDataLoss", ours.get("failOnDataLoss", "true")),
+        max_trigger_delay_ms=values.duration_ms(
+            "maxTriggerDelay", ours.get("maxTriggerDelay", "15m")
+        ),
+        retention_ms=values.duration_ms("offsets.retention", ours.get("offsets.retention", "30d")),
+        include_headers=values.boolean("includeHeaders", ours.get("includeHeaders", "false")),
+        fail_on_data_loss=values.boolean("failOnDataLoss", ours.get("failOnDataLoss", "true")),
         poll_timeout_ms=number("kafkaConsumer.pollTimeoutMs"),
         end_offsets_mode=end_mode,
         broker_timeout_ms=number("brokerTimeoutMs"),
         join_timeout_ms=(None if ours.get("joinTimeoutMs") is None else number("joinTimeoutMs")),
         arrow_batch_rows=number("arrowBatchRows"),
-        records_per_task=_non_negative_int(
+        records_per_task=values.non_negative_int(
             "recordsPerTask", ours.get("recordsPerTask", str(DEFAULT_RECORDS_PER_TASK))
         ),
-        min_partitions=_optional_positive_int("minPartitions", ours),
-        max_records_per_partition=_optional_positive_int("maxRecordsPerPartition", ours),
-        read_path=cast(ReadPath, _choice("readPath", ours, "auto", READ_PATHS)),
+        min_partitions=values.optional_positive_int("minPartitions", ours),
+        max_records_per_partition=values.optional_positive_int("maxRecordsPerPartition", ours),
+        read_path=cast(ReadPath, values.choice("readPath", ours, "auto", READ_PATHS)),
         kafka=kafka,
         storage_options=storage,
     )
@@ -457,29 +389,14 @@ def history_path(ledger_path: str) -> str:
     return ledger_path.rstrip("/") + "_rebalances"
 
 
-def _path(option: str, ours: Mapping[str, str]) -> str | None:
-    """The table or checkpoint path of ``option`` as delta-rs and pyarrow take it (None when
-    not given); a :class:`~spark_groups.errors.StoragePathError` when neither can."""
-    given = ours.get(option, "").strip()
-    return resolve(given, option) if given else None
-
-
-def _choice(option: str, ours: Mapping[str, str], default: str, choices: tuple[str, ...]) -> str:
-    """The value of ``option`` spelled as in ``choices`` (matched ignoring case), ``default``
-    when it is not given; an :class:`OptionError` naming ``option`` for anything else."""
-    given = ours.get(option, default).strip()
-    for choice in choices:
-        if given.lower() == choice.lower():
-            return choice
-    raise OptionError(option, f"unknown value {given!r}; use one of {', '.join(choices)}")
-
-
 def _group_protocol(
     ours: Mapping[str, str], kafka: Mapping[str, str]
 ) -> tuple[GroupProtocol, str | None]:
     """``group.protocol`` and ``group.remote.assignor``, checked against the settings that only
     one of the two protocols takes."""
-    protocol = cast(GroupProtocol, _choice("group.protocol", ours, "classic", GROUP_PROTOCOLS))
+    protocol = cast(
+        GroupProtocol, values.choice("group.protocol", ours, "classic", GROUP_PROTOCOLS)
+    )
     assignor = ours.get("group.remote.assignor", "").strip() or None
     if protocol == "classic":
         if assignor is not None:

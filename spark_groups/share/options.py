@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from spark_groups import option_values as values
 from spark_groups.errors import OptionError
 from spark_groups.offsets import Pipeline
-from spark_groups.options import _bool, _path, _positive_int, _topics
 from spark_groups.secrets import is_secret
 from spark_groups.storage.files import check_location
 from spark_groups.storage.object_stores import STORAGE_PREFIX, storage_options_of
@@ -119,7 +119,7 @@ def parse_share_options(options: Mapping[str, str]) -> ShareOptions:
         raise OptionError("group.id", "is required: the share group this query reads")
     if "subscribe" not in ours:
         raise OptionError("subscribe", "is required: the topics the share group reads")
-    sink_path = _path("sink.table", ours)
+    sink_path = values.path("sink.table", ours)
     if sink_path is None:
         raise OptionError(
             "sink.table",
@@ -128,10 +128,10 @@ def parse_share_options(options: Mapping[str, str]) -> ShareOptions:
             "commits",
         )
     storage = storage_options_of(options)
-    checkpoint = _path("checkpointLocation", ours)
+    checkpoint = values.path("checkpointLocation", ours)
     if checkpoint is not None:
         check_location(checkpoint, storage, option="checkpointLocation")
-    dead_letters = _path("deadLetter.table", ours)
+    dead_letters = values.path("deadLetter.table", ours)
     if dead_letters is not None:
         check_location(dead_letters, storage, option="deadLetter.table")
         if dead_letters.rstrip("/") == sink_path.rstrip("/"):
@@ -141,18 +141,18 @@ def parse_share_options(options: Mapping[str, str]) -> ShareOptions:
             )  # fmt: skip
 
     def number(name: str) -> int:
-        return _positive_int(name, ours.get(name, SHARE_OPTIONS[name] or ""))
+        return values.positive_int(name, ours.get(name, SHARE_OPTIONS[name] or ""))
 
     return ShareOptions(
         group_id=group_id,
-        topics=_topics(ours["subscribe"]),
+        topics=values.topics(ours["subscribe"]),
         sink_path=sink_path,
         checkpoint=checkpoint,
         tasks=number("tasks"),
         max_records_per_task=number("maxRecordsPerTask"),
         poll_budget_ms=number("pollBudgetMs"),
         lock_margin_ms=number("lockMarginMs"),
-        include_headers=_bool("includeHeaders", ours.get("includeHeaders", "false")),
+        include_headers=values.boolean("includeHeaders", ours.get("includeHeaders", "false")),
         dead_letter_path=dead_letters,
         kafka=kafka,
         storage_options=storage,

@@ -1,0 +1,108 @@
+"""One option's value, parsed: each parser names the option in its :class:`OptionError` and
+says what it expected. Shared by the ``kafka-group`` and ``kafka-share`` sources' options."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from spark_groups.errors import OptionError
+from spark_groups.storage.paths import resolve
+
+
+def boolean(name: str, raw: str) -> bool:
+    """``true`` or ``false`` (any case)."""
+    value = raw.strip().lower()
+    if value in ("true", "false"):
+        return value == "true"
+    raise OptionError(name, f"expected true or false, got {raw!r}")
+
+
+def positive_int(name: str, raw: str) -> int:
+    """A whole number greater than 0."""
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise OptionError(name, f"expected a whole number, got {raw!r}") from None
+    if value <= 0:
+        raise OptionError(name, f"must be greater than 0, got {value}")
+    return value
+
+
+def optional_positive_int(name: str, ours: Mapping[str, str]) -> int | None:
+    """``name`` as a whole number greater than 0, None when it is not given."""
+    raw = ours.get(name)
+    return None if raw is None else positive_int(name, raw)
+
+
+def non_negative_int(name: str, raw: str) -> int:
+    """A whole number, 0 or more."""
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise OptionError(name, f"expected a whole number, got {raw!r}") from None
+    if value < 0:
+        raise OptionError(name, f"must be 0 or more, got {value}")
+    return value
+
+
+#: Spark's time units (``Utils.timeStringAsMs``) in milliseconds.
+_DURATION_UNITS_MS: dict[str, float] = {
+    "us": 0.001,
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
+
+
+def duration_ms(option: str, raw: str) -> int:
+    """A duration the way Spark writes them (``15m``, ``30s``, ``500ms``; a bare number is
+    milliseconds) in whole milliseconds."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
+    if match is None or match.group(2) not in ("", *_DURATION_UNITS_MS):
+        raise OptionError(
+            option,
+            f"expected a duration such as 15m, 30s or 500ms (a number and a unit), got {raw!r}",
+        )
+    number, unit = int(match.group(1)), match.group(2) or "ms"
+    return int(number * _DURATION_UNITS_MS[unit])
+
+
+def pattern(raw: str) -> str:
+    """``subscribePattern``: a regular expression Python compiles."""
+    try:
+        re.compile(raw)
+    except re.error as exc:
+        raise OptionError("subscribePattern", f"not a valid regular expression: {exc}") from None
+    return raw
+
+
+def topics(raw: str) -> tuple[str, ...]:
+    """``subscribe``: comma-separated Kafka topic names, at least one."""
+    topics = tuple(t.strip() for t in raw.split(",") if t.strip())
+    if not topics:
+        raise OptionError("subscribe", "needs at least one topic name")
+    bad = [t for t in topics if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", t)]
+    if bad:
+        raise OptionError("subscribe", f"not a valid Kafka topic name: {bad[0]!r}")
+    return topics
+
+
+def path(option: str, ours: Mapping[str, str]) -> str | None:
+    """The table or checkpoint path of ``option`` as delta-rs and pyarrow take it (None when
+    not given); a :class:`~spark_groups.errors.StoragePathError` when neither can."""
+    given = ours.get(option, "").strip()
+    return resolve(given, option) if given else None
+
+
+def choice(option: str, ours: Mapping[str, str], default: str, choices: tuple[str, ...]) -> str:
+    """The value of ``option`` spelled as in ``choices`` (matched ignoring case), ``default``
+    when it is not given; an :class:`OptionError` naming ``option`` for anything else."""
+    given = ours.get(option, default).strip()
+    for choice in choices:
+        if given.lower() == choice.lower():
+            return choice
+    raise OptionError(option, f"unknown value {given!r}; use one of {', '.join(choices)}")
