@@ -72,8 +72,8 @@ QUICK = Config(records=300_000, rounds=1, plan_rounds=5, ledger_batches=1000,
                growth_records=50_000, growth_max_bytes=50_000_000)  # fmt: skip
 
 #: For the smoke test: everything runs, nothing is big.
-TINY = Config(records=20_000, rounds=1, strategies=("range",), scale_partitions=4,
-              plan_rounds=2, ledger_batches=20, growth_records=4000, growth_max_bytes=4_000_000,
+TINY = Config(records=5_000, rounds=1, strategies=("range",), scale_partitions=4,
+              plan_rounds=2, ledger_batches=20, growth_records=2000, growth_max_bytes=4_000_000,
               growth_partitions=(4,), growth_sizes=(100, 1000), warmup=False)  # fmt: skip
 
 
