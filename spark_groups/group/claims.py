@@ -200,7 +200,7 @@ class Claims:
             return
         with self.books.lock:
             known = self.books.partitions.committed_offsets()
-        self._commit(member, offsets, known, "revoked while released", retry_stale=False)
+        self._commit(member, offsets, known, "revoked while released")
 
     def _commit_unfenced(
         self,
@@ -252,12 +252,10 @@ class Claims:
         offsets: dict[TopicPartition, int],
         known: dict[TopicPartition, int],
         why: str,
-        *,
-        retry_stale: bool = True,
     ) -> None:
         """Step 2c: the released positions to Kafka, then the ledger. A commit refused
-        because a rebalance moved on is made again under the new generation (not with
-        ``retry_stale`` False: on the owner thread, where the generation cannot move)."""
+        because a rebalance moved on is made again under the new generation (not on the
+        owner thread, where the generation cannot move meanwhile)."""
         if not offsets:
             log.info("%s: the sink's table holds nothing past the group's commits", why)
             return
@@ -273,8 +271,7 @@ class Claims:
                     break
                 except StaleGenerationError as exc:  # a rebalance moved on: once more under
                     if not (  # the new generation, for the partitions still owned
-                        retry_stale
-                        and exc.transient
+                        exc.transient
                         and self.committer.await_new_generation(member, exc.generation, deadline)
                     ):
                         raise

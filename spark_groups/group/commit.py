@@ -290,8 +290,10 @@ class BatchCommitter:
 
     def await_new_generation(self, member: GroupMember, refused: int, deadline: float) -> bool:
         """Wait until ``member`` has a generation other than ``refused``; False when the
-        member ended, the stream stopped or ``deadline`` passed first. Never on the member's
-        owner thread (the generation moves on there only)."""
+        member ended, the stream stopped or ``deadline`` passed first, or at once on the
+        member's owner thread (the generation moves on there only)."""
+        if member.on_owner_thread():
+            return False
         while member.generation == refused:
             if member.closed or self.books.stopped or time.monotonic() >= deadline:
                 return False

@@ -105,6 +105,19 @@ def concurrent_optimizes(table: Path) -> list[int]:
     ]
 
 
+def into_delta_group(spark: Any, opts: dict, checkpoint: Path, table: Path) -> Any:
+    """A kafka-group -> delta-group AvailableNow query into ``table`` in delta-spark's own
+    session (this one), started."""
+    return (
+        ids_source(spark, opts, checkpoint)
+        .writeStream.format("delta-group")
+        .option("group.id", opts["group.id"])
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(str(table))
+    )
+
+
 def test_delta_spark_reads_the_ledger_the_rebalance_history_and_the_sink_table(
     spark, bootstrap_servers: str, make_topic, tmp_path: Path
 ) -> None:
@@ -116,14 +129,7 @@ def test_delta_spark_reads_the_ledger_the_rebalance_history_and_the_sink_table(
     # compact and vacuum files to delete, on every Spark line.
     checkpoint = tmp_path / "cp"
     opts = group_options(bootstrap_servers, topic, group, str(ledger), recordsPerTask="0")
-    query = (
-        ids_source(spark, opts, checkpoint)
-        .writeStream.format("delta-group")
-        .option("group.id", group)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start(str(table))
-    )
+    query = into_delta_group(spark, opts, checkpoint, table)
     assert query.awaitTermination(300), "the AvailableNow query did not end in 300 s"
     assert query.exception() is None
     assert len(list(table.glob("*.parquet"))) >= 3
@@ -290,14 +296,7 @@ def test_a_table_created_by_delta_spark_is_accepted_or_refused_naming_the_featur
     # kafka-group -> delta-group in delta-spark's own session, as a user would run it.
     group, checkpoint = unique("g"), tmp_path / "cp"
     opts = group_options(bootstrap_servers, topic, group, str(tmp_path / "ledger"))
-    query = (
-        ids_source(spark, opts, checkpoint)
-        .writeStream.format("delta-group")
-        .option("group.id", group)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start(str(table))
-    )
+    query = into_delta_group(spark, opts, checkpoint, table)
     try:
         ended, failure = query.awaitTermination(240), ""
     except Exception as error:  # StreamingQueryException: the sink's error, by name

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from revocation_support import RevocationInsideRequest
 from test_stream import make_stream
 
 from spark_groups.errors import OptionError
@@ -276,55 +276,22 @@ def test_a_revocation_inside_sparks_own_commit_is_committed_in_its_place(
     produce_ids(bootstrap_servers, topic, range(50 * 2), 2)
     stream = make_stream(streams, bootstrap_servers, topic, group, tmp_path / "ledger")
     in_flight = stream.latest_offset(BatchOffset.initial().to_json(), None)  # batch 0
-    member = stream.ensure_started()
-    callbacks = member._callbacks
-    real_poll, real_owned = callbacks.poll, callbacks.owned_now
-    hold = threading.Event()
-    interrupted: list[frozenset[int]] = []  # whose requests each revocation ran inside
-
-    def step_poll(consumer: Any, timeout_s: float | None = None) -> None:
-        if timeout_s is None and hold.is_set():  # the owner thread's own step: held back
-            time.sleep(0.01)
-            return
-        real_poll(consumer, timeout_s)
-
-    def owned_now(consumer: Any) -> frozenset[TopicPartition]:
-        # The commit request's ownership check: polls until the revocation queued meanwhile
-        # is delivered here, inside the request.
-        deadline = time.monotonic() + 60
-        while hold.is_set() and stream.metrics.revocations == 0:
-            assert time.monotonic() < deadline, "no revocation was delivered"
-            real_poll(consumer, 0.1)
-        hold.clear()
-        return real_owned(consumer)
-
-    real_revoke = stream._barrier.revoke
-
-    def revoke(*args: Any, **kwargs: Any) -> Any:
-        interrupted.append(member.waiting_callers())
-        return real_revoke(*args, **kwargs)
-
-    callbacks.poll = step_poll  # type: ignore[method-assign]
-    stream._barrier.revoke = revoke  # type: ignore[method-assign]
-    hold.set()
-    newcomer = newcomer_of(bootstrap_servers, topic, group)
-    try:
-        callbacks.owned_now = owned_now  # type: ignore[method-assign]
-        stream.latest_offset(in_flight, None)  # Spark finished batch 0: the safe point
-        callbacks.owned_now = real_owned  # type: ignore[method-assign]
-        assert interrupted == [frozenset({threading.get_ident()})]
-        wait_until(lambda: bool(newcomer.assignment), what="the newcomer never got a partition")
-        moved = newcomer.assignment
-        assert len(moved) == 1
-        # The newcomer resumes where batch 0 ended; each range was committed once.
-        assert newcomer.committed(moved) == {tp: 50 for tp in moved}
-        stream._committer.behind.wait()  # the safe point's ledger append lands behind it
-        assert ledger_ranges(OffsetLedger(str(tmp_path / "ledger"), group)) == [
-            (0, 50, 0),
-            (1, 50, 0),
-        ]
-        assert stream.metrics.failed_commits == 0
-        assert stream.metrics.barrier_timeouts == 0
-    finally:
-        hold.clear()
-        newcomer.close()
+    with RevocationInsideRequest(stream) as revocation:
+        newcomer = newcomer_of(bootstrap_servers, topic, group)
+        try:
+            stream.latest_offset(in_flight, None)  # Spark finished batch 0: the safe point
+            assert revocation.inside == [frozenset({threading.get_ident()})]
+            wait_until(lambda: bool(newcomer.assignment), what="the newcomer never got a partition")
+            moved = newcomer.assignment
+            assert len(moved) == 1
+            # The newcomer resumes where batch 0 ended; each range was committed once.
+            assert newcomer.committed(moved) == {tp: 50 for tp in moved}
+            stream._committer.behind.wait()  # the safe point's ledger append lands behind it
+            assert ledger_ranges(OffsetLedger(str(tmp_path / "ledger"), group)) == [
+                (0, 50, 0),
+                (1, 50, 0),
+            ]
+            assert stream.metrics.failed_commits == 0
+            assert stream.metrics.barrier_timeouts == 0
+        finally:
+            newcomer.close()

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from revocation_support import RevocationInsideRequest
 
 from spark_groups import crash_points
 from spark_groups.errors import SinkClaimError
@@ -337,50 +338,19 @@ def test_a_revocation_inside_a_stops_release_commit_commits_the_released_positio
         SCHEMA,
     )
     assert not landed.fenced
-    member = stream.ensure_started()
-    callbacks = member._callbacks
-    real_poll, real_owned = callbacks.poll, callbacks.owned_now
-    hold = threading.Event()
-    inside: list[frozenset[int]] = []  # whose requests each revocation ran inside
-
-    def step_poll(consumer: object, timeout_s: float | None = None) -> None:
-        if timeout_s is None and hold.is_set():  # the owner thread's own step: held back
-            time.sleep(0.01)
-            return
-        real_poll(consumer, timeout_s)
-
-    def owned_now(consumer: object) -> frozenset[TopicPartition]:
-        # The release commit's ownership check polls until the revocation is delivered.
-        deadline = time.monotonic() + 60
-        while hold.is_set() and stream.metrics.revocations == 0:
-            assert time.monotonic() < deadline, "no revocation was delivered"
-            real_poll(consumer, 0.1)
-        hold.clear()
-        return real_owned(consumer)
-
-    real_revoke = stream._barrier.revoke
-
-    def revoke(*args: object, **kwargs: object) -> object:
-        inside.append(member.waiting_callers())
-        return real_revoke(*args, **kwargs)  # type: ignore[arg-type]
-
-    callbacks.poll = step_poll  # type: ignore[method-assign]
-    stream._barrier.revoke = revoke  # type: ignore[method-assign]
-    hold.set()
-    newcomer = GroupMember(
-        {**options.member_config(), "session.timeout.ms": "6000"}, [topic]
-    ).start()
-    try:
-        callbacks.owned_now = owned_now  # type: ignore[method-assign]
-        stream.stop()  # what SIGTERM runs
-        assert inside[0] == frozenset({threading.get_ident()})
-        assert stream.metrics.barrier_timeouts == 0
-        assert stream.metrics.failed_commits == 0
-        partitions = [TopicPartition(topic, p) for p in (0, 1)]
-        # The newcomer resumes exactly where the table ends.
-        assert committed(bootstrap_servers, topic, group, partitions) == {
-            tp: 10 for tp in partitions
-        }
-    finally:
-        hold.clear()
-        newcomer.close()
+    with RevocationInsideRequest(stream) as revocation:
+        newcomer = GroupMember(
+            {**options.member_config(), "session.timeout.ms": "6000"}, [topic]
+        ).start()
+        try:
+            stream.stop()  # what SIGTERM runs
+            assert revocation.inside[0] == frozenset({threading.get_ident()})
+            assert stream.metrics.barrier_timeouts == 0
+            assert stream.metrics.failed_commits == 0
+            partitions = [TopicPartition(topic, p) for p in (0, 1)]
+            # The newcomer resumes exactly where the table ends.
+            assert committed(bootstrap_servers, topic, group, partitions) == {
+                tp: 10 for tp in partitions
+            }
+        finally:
+            newcomer.close()

@@ -139,6 +139,9 @@ class Member:
         self.commits.append(dict(offsets))
         return frozenset(offsets)
 
+    def on_owner_thread(self) -> bool:
+        return False  # the commit path runs on Spark's thread here
+
 
 def committer(tmp_path: Path, *, ledger: bool = True) -> tuple[BatchCommitter, Bookkeeping]:
     options = parse_options(

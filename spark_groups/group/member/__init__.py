@@ -228,6 +228,11 @@ class GroupMember:
         """Owner thread only: run queued requests for up to ``seconds`` (from callbacks)."""
         self._owner.serve(seconds)
 
+    def on_owner_thread(self) -> bool:
+        """True when the calling thread is the member's owner thread (where the assignment
+        and the generation change, so waiting there for them to change never ends)."""
+        return self._owner.on_owner_thread()
+
     def waiting_callers(self) -> frozenset[int]:
         """Owner thread only: the threads whose calls (:meth:`call`, :meth:`commit`, ...)
         are running on the owner thread now. A rebalance callback runs inside one when the
