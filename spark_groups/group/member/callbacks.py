@@ -206,10 +206,16 @@ class Callbacks:
         """Tell the listener (``on_revoked``, unless the member is leaving), then drop
         ``partitions`` from the assignment; librdkafka unassigns them after this returns."""
         revoked = _to_ours(partitions)
-        self._refresh_identity(consumer)  # a cooperative revocation comes with a new generation
+        closing = self._closing()
+        if not closing:
+            # A cooperative revocation comes with a new generation. Not while closing: close()
+            # runs this callback as the client shuts down, and asking librdkafka for the group
+            # metadata then once never returned, holding the GIL (every thread of the process
+            # stopped); a leaving member's identity is of no further use.
+            self._refresh_identity(consumer)
         log.info("revoking %d partitions: %s", len(revoked), partitions_text(revoked))
         try:
-            if not self._closing() and revoked:
+            if not closing and revoked:
                 self._listener.on_revoked(revoked, self._serve)
         finally:
             self.assignment = self.assignment - revoked
