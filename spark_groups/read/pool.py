@@ -4,7 +4,12 @@ Spark's executor Python workers are forked from ``pyspark.daemon`` and reused be
 so consumers are kept between tasks, per worker process and configuration. They only ever
 assign partitions at explicit offsets: they never join a group, never commit and never store
 offsets. A consumer inherited through ``fork()`` is never used, closed or freed (its
-librdkafka threads do not exist in the child). The pool holds the consumers of both read paths,
+librdkafka threads do not exist in the child). Beyond that, librdkafka is not fork-safe: a
+child forked while one of the parent's librdkafka threads held a lock of the C library (glibc's
+``getaddrinfo()`` lock, while resolving a broker's address) waits on it forever in its own
+clients. PySpark forks its workers from ``pyspark.daemon``, which holds no Kafka client; code
+that forks a process holding one (``multiprocessing`` with the fork start method in a UDF)
+should start its children with ``spawn`` instead. The pool holds the consumers of both read paths,
 apart: confluent-kafka's for the Python path, :class:`~spark_groups.read.native.NativeConsumer`
 for the native one.
 """

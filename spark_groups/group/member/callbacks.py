@@ -209,9 +209,10 @@ class Callbacks:
         closing = self._closing()
         if not closing:
             # A cooperative revocation comes with a new generation. Not while closing: close()
-            # runs this callback as the client shuts down, and asking librdkafka for the group
-            # metadata then once never returned, holding the GIL (every thread of the process
-            # stopped); a leaving member's identity is of no further use.
+            # runs this callback as the client shuts down, when a request to the group's
+            # handler may never be answered (librdkafka issue 4041: rebalance_protocol() from
+            # this callback; the group metadata here once froze a whole test process, the
+            # GIL held). A leaving member's identity is of no further use.
             self._refresh_identity(consumer)
         log.info("revoking %d partitions: %s", len(revoked), partitions_text(revoked))
         try:
