@@ -38,6 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
 HEAVY = (
     "tests/chaos/",
     "tests/crash/",
+    "tests/integration/test_bench_smoke.py",  # the bench harness: simulated member processes
     "tests/integration/test_cluster.py",
     "tests/integration/test_member_kill.py",
     "tests/integration/test_mixed_group.py",

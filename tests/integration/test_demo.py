@@ -12,6 +12,8 @@ from spark_groups.spark.compat import SPARK_VERSION
 from spark_groups.tools.cli import main
 from spark_groups.tools.timeline import timeline
 
+from support.pipelines import port_held
+
 pytestmark = pytest.mark.integration
 
 
@@ -45,8 +47,10 @@ def test_demo_lands_every_order_and_history_shows_who_read_them(
 @pytest.mark.skipif(SPARK_VERSION < "4.1", reason="Spark Declarative Pipelines came with Spark 4.1")
 def test_the_pipeline_demo_lands_every_order_once_in_both_tables() -> None:
     """docs/pipelines.md's one command (``spark-groups pipeline-demo``): the example
-    pipeline, run twice by spark-pipelines on the embedded broker."""
-    result = CliRunner().invoke(main, ["pipeline-demo"])
+    pipeline, run twice by spark-pipelines on the embedded broker (on port 15002, taken in
+    turns with the pipeline tests of the test processes beside this one)."""
+    with port_held(timeout_s=900):
+        result = CliRunner().invoke(main, ["pipeline-demo"])
     assert result.exit_code == 0, result.output
     assert "orders_raw" in result.output and ": 4000 rows" in result.output
     assert "4000 rows, 4000 distinct Kafka positions" in result.output
