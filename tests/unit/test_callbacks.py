@@ -183,6 +183,32 @@ def test_leaving_or_an_empty_revocation_does_not_ask_the_listener() -> None:
     assert member.callbacks.assignment == frozenset()
 
 
+class ClosingConsumer(StandInConsumer):
+    """A consumer inside ``close()``: librdkafka may never answer a request to the group's
+    handler there (``memberid()``, ``consumer_group_metadata()``), and confluent-kafka holds
+    the GIL while it waits; here such a call fails the test instead of freezing it."""
+
+    def memberid(self) -> str:
+        raise AssertionError("memberid() asked inside close()")
+
+    def consumer_group_metadata(self) -> bytes:
+        raise AssertionError("consumer_group_metadata() asked inside close()")
+
+
+def test_a_leaving_member_asks_the_client_for_no_identity_and_tells_the_listener_nothing() -> None:
+    """close() delivers the rebalance callbacks of a rebalance still under way: an assignment
+    too (seen when another member joined as one stopped)."""
+    member, consumer = Member(), StandInConsumer(generation=2)
+    member.callbacks.on_assign(consumer, kafka(T0))
+    member.closing = True
+    leaving = ClosingConsumer(generation=3)
+    member.callbacks.on_assign(leaving, kafka(T1))
+    member.callbacks.on_revoke(leaving, kafka(T0, T1))
+    assert leaving.done == [("assign", [T1]), ("pause", [T1])]  # librdkafka's request answered
+    assert member.listener.calls == [("assigned", {T0}, 2)]
+    assert (member.callbacks.generation, member.callbacks.assignment) == (2, frozenset())
+
+
 def test_lost_partitions_are_dropped_before_the_listener_hears_of_them() -> None:
     member, consumer = Member(), StandInConsumer()
     member.callbacks.on_assign(consumer, kafka(T0, T1))

@@ -88,7 +88,8 @@ class Callbacks:
     """librdkafka's callbacks and poll events for one member (see the module documentation).
 
     ``serve`` runs other threads' requests for some seconds (handed to ``on_revoked``);
-    ``closing`` says whether the member is leaving (its revocation then skips the listener);
+    ``closing`` says whether the member is leaving (its assignments and revocations then skip
+    the listener, and the member's identity is not read again: :meth:`_refresh_identity`);
     ``fail`` stops the member with a failure, for ``error_cb``, which cannot raise.
 
     State, read from any thread: ``assignment`` (the partitions owned now), ``generation``
@@ -177,7 +178,8 @@ class Callbacks:
             log.debug("group member: %s", error.str())
 
     def on_assign(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
-        """Assign and pause ``partitions``, then tell the listener (``on_assigned``)."""
+        """Assign and pause ``partitions``, then tell the listener (``on_assigned``, unless the
+        member is leaving)."""
         cooperative = self._cooperative
         if cooperative:
             consumer.incremental_assign(partitions)
@@ -187,18 +189,21 @@ class Callbacks:
             consumer.pause(partitions)
         added = _to_ours(partitions)
         self.assignment = (self.assignment | added) if cooperative else added
-        self._refresh_identity(consumer)
+        closing = self._closing()
+        self._refresh_identity(consumer, closing)
         self.rebalances += 1
         log.info(
-            "assigned %d partitions (generation %d, member %s): %s; now own %d",
+            "assigned %d partitions (generation %d, member %s): %s; now own %d%s",
             len(added),
             self.generation,
             self.member_id,
             partitions_text(added),
             len(self.assignment),
+            " while leaving the group" if closing else "",
         )
         try:
-            self._listener.on_assigned(added, self.generation)
+            if not closing:  # a leaving member reads nothing more
+                self._listener.on_assigned(added, self.generation)
         finally:
             self.first_assignment.set()
 
@@ -207,13 +212,7 @@ class Callbacks:
         ``partitions`` from the assignment; librdkafka unassigns them after this returns."""
         revoked = _to_ours(partitions)
         closing = self._closing()
-        if not closing:
-            # A cooperative revocation comes with a new generation. Not while closing: close()
-            # runs this callback as the client shuts down, when a request to the group's
-            # handler may never be answered (librdkafka issue 4041: rebalance_protocol() from
-            # this callback; the group metadata here once froze a whole test process, the
-            # GIL held). A leaving member's identity is of no further use.
-            self._refresh_identity(consumer)
+        self._refresh_identity(consumer, closing)  # a cooperative revocation: a new generation
         log.info("revoking %d partitions: %s", len(revoked), partitions_text(revoked))
         try:
             if not closing and revoked:
@@ -246,7 +245,16 @@ class Callbacks:
 
         return run
 
-    def _refresh_identity(self, consumer: Consumer) -> None:
+    def _refresh_identity(self, consumer: Consumer, closing: bool) -> None:
+        """Read the member id and generation from the client, unless the member is leaving:
+        close() runs the rebalance callbacks as the client shuts down, when a request to the
+        group's handler may never be answered (librdkafka issue 4041, rebalance_protocol()
+        there), and confluent-kafka holds the GIL through ``memberid()`` and
+        ``consumer_group_metadata()``: an assignment delivered inside close() once froze every
+        thread of a test process this way. A leaving member's identity is of no further use.
+        """
+        if closing:
+            return
         try:
             self.member_id = consumer.memberid() or ""
             self.generation = parse_generation(consumer.consumer_group_metadata())
