@@ -37,8 +37,8 @@ from typing import Any
 
 from spark_groups import crash_points
 from spark_groups.kafka.share_client import settle
+from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.share.attempts import TaskAttempt, committed_attempts
-from spark_groups.share.offset_sets import PartitionOffsets
 from spark_groups.storage.snapshots import LatestSnapshot
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ import pyarrow as pa
 from spark_groups.deadletter import DEAD_LETTER_COLUMNS, ERROR_COLUMN
 from spark_groups.errors import OptionError
 from spark_groups.offsets import TopicPartition
-from spark_groups.share.offset_sets import PartitionOffsets
+from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.share.recent import RecentOffsets
 from spark_groups.storage import delta
 

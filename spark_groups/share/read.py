@@ -29,11 +29,11 @@ from spark_groups import crash_points
 from spark_groups.errors import SparkGroupsError
 from spark_groups.kafka.share_client import acknowledge
 from spark_groups.offsets import TopicPartition
+from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.read.schema import arrow_schema
 from spark_groups.share import consumers, dead_letters
 from spark_groups.share.acks import COMMIT_TIMEOUT_S, Acquired
 from spark_groups.share.attempts import TaskAttempt, note_read
-from spark_groups.share.offset_sets import PartitionOffsets
 
 log = logging.getLogger(__name__)
 

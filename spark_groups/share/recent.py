@@ -5,7 +5,7 @@ A share group delivers a record again when its lock ran out or it was released, 
 after an earlier delivery of it reached the table (its acknowledgement was lost with a
 killed task, or came after the lock). Each share commit of the sink lists the offsets it
 wrote in its commit info (:data:`COMMIT_OFFSETS_KEY`, a
-:class:`~spark_groups.share.offset_sets.PartitionOffsets`); :class:`RecentOffsets` keeps
+:class:`~spark_groups.offsets.offset_sets.PartitionOffsets`); :class:`RecentOffsets` keeps
 those of the newest ``window`` commits of the table and answers which of a batch's offsets
 are already there. Its cost is the window's, never the table's: a redelivery comes at the
 group's next fetch after the lock, while the table's writers keep committing, and a window
@@ -19,8 +19,8 @@ import json
 from collections import deque
 from typing import Any, Protocol
 
+from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.share.attempts import committed_attempts
-from spark_groups.share.offset_sets import PartitionOffsets
 
 
 class Snapshot(Protocol):

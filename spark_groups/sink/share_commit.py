@@ -42,8 +42,8 @@ import pyarrow as pa
 from spark_groups import crash_points
 from spark_groups.errors import SinkError
 from spark_groups.offsets import TopicPartition
+from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.share.attempts import COMMIT_INFO_KEY, TaskAttempt, commit_info
-from spark_groups.share.offset_sets import PartitionOffsets
 from spark_groups.share.recent import RecentOffsets, commit_offsets_info
 from spark_groups.sink.attempt import SEARCHED_COMMITS
 from spark_groups.sink.plan import BatchPlan

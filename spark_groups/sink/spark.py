@@ -50,8 +50,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCom
 
 from spark_groups.errors import SinkError, SparkGroupsError
 from spark_groups.offsets import TopicPartition
+from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.share.attempts import TaskAttempt, take_read_note
-from spark_groups.share.offset_sets import PartitionOffsets
 from spark_groups.sink.autocompact import compact_if_due
 from spark_groups.sink.commit import DeltaSink
 from spark_groups.sink.options import SinkOptions, parse_sink_options

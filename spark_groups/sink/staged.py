@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 
 from spark_groups.errors import SinkError
 from spark_groups.offsets import TopicPartition
-from spark_groups.share.offset_sets import PartitionOffsets
+from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.table import SinkTable
 from spark_groups.sink.writer import DataFile, remove_files, rewrite_keeping, rewrite_without

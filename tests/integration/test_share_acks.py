@@ -19,9 +19,9 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from spark_groups.offsets import TopicPartition
+from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.share.acks import Acknowledger, Acquired, CommitWatch, Outcome
 from spark_groups.share.attempts import TaskAttempt, commit_info
-from spark_groups.share.offset_sets import PartitionOffsets
 
 from support.broker import produce_ids, wait_until
 from support.share import poll_until, share_consumer, share_group

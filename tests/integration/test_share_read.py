@@ -12,10 +12,10 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from spark_groups import crash_points
 from spark_groups.errors import SparkGroupsError
 from spark_groups.offsets import TopicPartition
+from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.share import consumers, dead_letters
 from spark_groups.share.acks import Outcome
 from spark_groups.share.attempts import TaskAttempt, commit_info
-from spark_groups.share.offset_sets import PartitionOffsets
 from spark_groups.share.read import DELIVERY_COUNT, ShareTask, read_share_task
 from spark_groups.share.recent import commit_offsets_info
 

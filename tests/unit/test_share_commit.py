@@ -13,8 +13,8 @@ from deltalake import DeltaTable
 
 from spark_groups.errors import SinkError
 from spark_groups.offsets import TopicPartition
+from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.share.attempts import TaskAttempt, committed_attempts
-from spark_groups.share.offset_sets import PartitionOffsets
 from spark_groups.share.recent import COMMIT_OFFSETS_KEY
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.share_commit import DUPLICATES_KEY, ShareCommit, ShareTaskOutput

@@ -6,7 +6,7 @@ import json
 import random
 
 from spark_groups.offsets import TopicPartition
-from spark_groups.share.offset_sets import OffsetSet, PartitionOffsets
+from spark_groups.offsets.offset_sets import OffsetSet, PartitionOffsets
 
 
 def test_offsets_become_the_fewest_ranges_whatever_their_order() -> None:
