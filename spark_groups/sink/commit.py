@@ -54,8 +54,6 @@ source API, and everything is tested without a JVM.
 from __future__ import annotations
 
 import logging
-import random
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -69,6 +67,7 @@ from spark_groups.sink.attempt import COMMIT_INFO_KEYS, CommitAttempt, CommitUnk
 from spark_groups.sink.claims import claims_of
 from spark_groups.sink.decision import BatchDecision, decide_batch
 from spark_groups.sink.plan import BatchPlan
+from spark_groups.sink.retry import MAX_COMMIT_ATTEMPTS, wait_to_decide_again
 from spark_groups.sink.staged import StagedFiles
 from spark_groups.sink.table import (
     APP_ID_PREFIX,
@@ -94,9 +93,6 @@ __all__ = [
     "app_id",
     "committed_positions",
 ]
-
-#: How many times a commit is decided and tried again after concurrent commits.
-MAX_COMMIT_ATTEMPTS = 10
 
 
 @dataclass(frozen=True)
@@ -342,9 +338,9 @@ class DeltaSink:
             raise
 
     def _wait_to_retry(self, plan: BatchPlan, staged: StagedFiles, attempt: int) -> None:
-        """Step 5, after a conflict: wait a random moment (growing with ``attempt``) before
-        deciding again, or give up after :data:`MAX_COMMIT_ATTEMPTS`, deleting the files."""
-        if attempt >= MAX_COMMIT_ATTEMPTS:
+        """Step 5, after a conflict: wait before deciding again (``spark_groups.sink.retry``),
+        or give up after :data:`MAX_COMMIT_ATTEMPTS`, deleting the files."""
+        if not wait_to_decide_again(attempt, self.path, f"batch {plan.batch_id}"):
             staged.remove()
             last = self._committer.last_error
             raise SinkError(
@@ -353,15 +349,6 @@ class DeltaSink:
                 + (f" or on errors (the last: {last})" if last else "")
                 + "; nothing committed"
             )
-        delay = random.uniform(0.0, min(1.0, 0.02 * 2**attempt))
-        log.info(
-            "sink %s: batch %d met a concurrent commit (attempt %d); deciding again in %.0f ms",
-            self.path,
-            plan.batch_id,
-            attempt,
-            delay * 1000,
-        )
-        time.sleep(delay)
 
     def _clean_up(
         self,

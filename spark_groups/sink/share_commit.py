@@ -20,7 +20,8 @@ instead (``spark_groups.share.recent``) and leaves those out of a new batch.
    and one Delta transaction id per partition the batch read, set one higher than the
    snapshot's: a concurrent share commit that read the same partitions after the snapshot
    makes delta-rs refuse this one (a conflict), and the decision is made again from 2, so
-   two writers never both add one record. At most :data:`MAX_COMMIT_ATTEMPTS` times.
+   two writers never both add one record. At most
+   :data:`~spark_groups.sink.retry.MAX_COMMIT_ATTEMPTS` times.
 6. **Clean up**: delete the files the commit does not reference (rewritten, left out).
 
 The readers' acknowledgers ACCEPT the records of every attempt the commit names, those left
@@ -29,10 +30,9 @@ out as already there included (``spark_groups.share.acks``): the table holds the
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
-import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -47,6 +47,7 @@ from spark_groups.share.attempts import COMMIT_INFO_KEY, TaskAttempt, commit_inf
 from spark_groups.share.recent import RecentOffsets, commit_offsets_info
 from spark_groups.sink.attempt import SEARCHED_COMMITS
 from spark_groups.sink.plan import BatchPlan
+from spark_groups.sink.retry import wait_to_decide_again
 from spark_groups.sink.staged import StagedFiles
 from spark_groups.sink.table import SinkTable, append_files
 from spark_groups.sink.writer import DataFile, check_schema
@@ -62,8 +63,6 @@ log = logging.getLogger(__name__)
 SHARE_APP_ID_PREFIX = "spark_groups.share"
 #: The commit info key counting the records a share commit left out as already there.
 DUPLICATES_KEY = "spark_groups.share.duplicates"
-#: How many times a share batch is decided and tried again after concurrent commits.
-MAX_COMMIT_ATTEMPTS = 10
 #: The windows of recent commits, one per table, kept by the commit process.
 _RECENT: dict[str, RecentOffsets] = {}
 
@@ -128,7 +127,7 @@ class ShareCommit:
             staged.remove()
             raise
         recent = _RECENT.setdefault(self.table.uri, RecentOffsets())
-        for attempt in range(1, MAX_COMMIT_ATTEMPTS + 1):
+        for attempt in itertools.count(1):
             snapshot = self.table.open(schema, partition_by, self.table.latest())  # 2
             recent.refresh(snapshot)
             first = attempts[0] if attempts else None
@@ -160,15 +159,13 @@ class ShareCommit:
                     else "",
                 )
                 return ShareCommitResult(plan.batch_id, version, written, duplicates, attempt)
-            delay = random.uniform(0.0, min(1.0, 0.02 * 2**attempt))
-            log.info("sink %s: share batch %d met a concurrent commit; again in %.0f ms",
-                     self.table.path, plan.batch_id, delay * 1000)  # fmt: skip
-            time.sleep(delay)
+            if not wait_to_decide_again(attempt, self.table.path, f"share batch {plan.batch_id}"):
+                break
         staged.remove()
         raise SinkError(
             f"sink {self.table.path}: share batch {plan.batch_id} met concurrent commits "
-            f"{MAX_COMMIT_ATTEMPTS} times; nothing committed (its records come back when "
-            "their locks run out)"
+            f"{attempt} times; nothing committed (its records come back when their locks run "
+            "out)"
         )
 
     def _keep(
