@@ -11,7 +11,8 @@ clients. PySpark forks its workers from ``pyspark.daemon``, which holds no Kafka
 that forks a process holding one (``multiprocessing`` with the fork start method in a UDF)
 should start its children with ``spawn`` instead. The pool holds the consumers of both read paths,
 apart: confluent-kafka's for the Python path, :class:`~spark_groups.read.native.NativeConsumer`
-for the native one.
+for the native one; and the ``kafka-share`` source's share consumers
+(``spark_groups.share.consumers``), by their subscription, under the same rules.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from spark_groups.kafka.client import KafkaError, KafkaException, create_consumer
 from spark_groups.kafka.config import bootstrap_servers_of, layered
@@ -56,7 +57,7 @@ READER_REQUIRED: dict[str, str] = {
 }
 
 #: Idle consumers kept per configuration and process.
-_MAX_IDLE_PER_CONFIG = 4
+MAX_IDLE = 4
 
 
 def reader_config(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
@@ -64,8 +65,14 @@ def reader_config(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
     return layered(READER_DEFAULTS, consumer_config, READER_REQUIRED)
 
 
-#: A pooled consumer's key: the process that created it, its read path, its configuration.
+#: A pooled consumer's key: the process that created it, what it is (its read path, or a
+#: share consumer and its topics), its configuration.
 PoolKey = tuple[int, str, tuple[tuple[str, str], ...]]
+
+
+def pool_key(kind: str, config: Mapping[str, Any]) -> PoolKey:
+    """The key of this process's consumers of ``kind`` made with ``config``."""
+    return (os.getpid(), kind, tuple(sorted((k, str(v)) for k, v in config.items())))
 
 
 @dataclass(eq=False)
@@ -93,12 +100,13 @@ class PooledConsumer:
         log.debug("kafka client error: %s", err.name())
 
 
-_POOL: dict[PoolKey, list[PooledConsumer]] = {}
+#: Idle entries (a :class:`PooledConsumer`, or any object with a ``key`` and a ``consumer``).
+_POOL: dict[PoolKey, list[Any]] = {}
 _POOL_LOCK = threading.Lock()
 # Consumers inherited through fork(). Their librdkafka threads do not exist in this process:
 # closing or freeing one deadlocks, so they are kept (and given an extra reference, so not even
 # interpreter shutdown frees them) and never touched again.
-_ABANDONED: list[PooledConsumer] = []
+_ABANDONED: list[Any] = []
 
 
 def abandon(entries: list[Any]) -> None:
@@ -121,18 +129,36 @@ if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def checkout(config: dict[str, str], path: str = "python") -> PooledConsumer:
-    """An idle consumer of this process for ``config`` (a :func:`reader_config`), or a new one:
-    a confluent-kafka one for ``path`` ``"python"``, a native one for ``"native"``."""
-    pid = os.getpid()
-    key = (pid, path, tuple(sorted((k, str(v)) for k, v in config.items())))
+def take(key: PoolKey) -> Any | None:
+    """An idle entry of this process under ``key`` (None: none is idle)."""
     with _POOL_LOCK:
-        foreign = [k for k in _POOL if k[0] != pid]
+        foreign = [k for k in _POOL if k[0] != key[0]]
         for k in foreign:  # fork without register_at_fork handlers: same treatment
             abandon(_POOL.pop(k))
         idle = _POOL.get(key)
-        if idle:
-            return idle.pop()
+        return idle.pop() if idle else None
+
+
+def keep(entry: Any) -> bool:
+    """Keep ``entry`` idle under its ``key`` for the next task; False when it is another
+    process's or :data:`MAX_IDLE` are idle already (the caller closes it)."""
+    if entry.key[0] != os.getpid():  # pragma: no cover - resumed after a fork
+        return False
+    with _POOL_LOCK:
+        idle = _POOL.setdefault(entry.key, [])
+        if len(idle) < MAX_IDLE:
+            idle.append(entry)
+            return True
+    return False
+
+
+def checkout(config: dict[str, str], path: str = "python") -> PooledConsumer:
+    """An idle consumer of this process for ``config`` (a :func:`reader_config`), or a new one:
+    a confluent-kafka one for ``path`` ``"python"``, a native one for ``"native"``."""
+    key = pool_key(path, config)
+    found = take(key)
+    if found is not None:
+        return cast(PooledConsumer, found)
     entry = PooledConsumer(key=key, log=LibrdkafkaLog(config))
     if path == "native":
         from spark_groups.read import native
@@ -154,17 +180,13 @@ def checkin(entry: PooledConsumer) -> None:
         close_quietly(entry)
         return
     entry.last_error = None
-    with _POOL_LOCK:
-        idle = _POOL.setdefault(entry.key, [])
-        if len(idle) < _MAX_IDLE_PER_CONFIG:
-            idle.append(entry)
-            return
-    close_quietly(entry)
+    if not keep(entry):
+        close_quietly(entry)
 
 
-def close_quietly(entry: PooledConsumer) -> None:
+def close_quietly(entry: Any) -> None:
     """Close ``entry``'s consumer (in the process that created it only), logging a failure."""
-    if entry.pid != os.getpid():  # pragma: no cover - never close a consumer from another process
+    if entry.key[0] != os.getpid():  # pragma: no cover - never close another process's consumer
         return
     try:
         entry.consumer.close()

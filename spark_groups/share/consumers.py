@@ -1,36 +1,32 @@
-"""Share consumers of an executor's Python worker: a pool per configuration, and the one
+"""Share consumers of an executor's Python worker, and the one
 :class:`~spark_groups.share.acks.Acknowledger` per sink table that settles their records.
 
 A reading task takes an idle consumer (:func:`checkout`), polls it, and hands it with what it
 acquired to the table's acknowledger (:func:`acknowledger`); the acknowledger gives it back
 (:func:`checkin`) once its records are settled, so a consumer is never polled while records
 of its last poll wait (explicit acknowledgement requires that). Spark reuses its Python
-workers, so consumers and acknowledgers outlive the task that made them. As on the read
-path (``spark_groups.read.pool``), a consumer inherited through ``fork()`` is never touched.
+workers, so consumers and acknowledgers outlive the task that made them. Idle consumers wait
+in the read path's pool (``spark_groups.read.pool``: per process and configuration, emptied
+in a forked child, whose inherited consumers are never touched).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from spark_groups.kafka.config import layered
 from spark_groups.kafka.share_client import create_share_consumer
-from spark_groups.read.pool import abandon
+from spark_groups.read import pool
 from spark_groups.share.acks import Acknowledger, Acquired, CommitWatch, Outcome
 
 log = logging.getLogger(__name__)
 
 #: Settings the share reading depends on; they override the caller's configuration.
 SHARE_REQUIRED: dict[str, str] = {"share.acknowledgement.mode": "explicit"}
-#: Idle consumers kept per configuration and process.
-MAX_IDLE = 4
-
-_Key = tuple[int, str]
 
 
 class PooledShareConsumer:
@@ -45,7 +41,7 @@ class PooledShareConsumer:
     consumer's next poll returns is counted from the first such exposure.
     """
 
-    def __init__(self, key: _Key, consumer: Any) -> None:
+    def __init__(self, key: pool.PoolKey, consumer: Any) -> None:
         """Wrap ``consumer`` (made in process ``key[0]``)."""
         self.key = key
         self.consumer = consumer
@@ -58,7 +54,6 @@ class PooledShareConsumer:
             self.exposed_since = at
 
 
-_IDLE: dict[_Key, list[PooledShareConsumer]] = {}
 _ACKNOWLEDGERS: dict[tuple[int, str], Acknowledger] = {}
 _LOCK = threading.Lock()
 
@@ -72,28 +67,18 @@ def checkout(config: Mapping[str, Any], topics: list[str]) -> PooledShareConsume
     """An idle share consumer of this process for ``config`` subscribed to ``topics``, or a
     new one."""
     full = share_config(config)
-    pid = os.getpid()
-    key = (pid, json.dumps({"config": full, "topics": sorted(topics)}, sort_keys=True))
-    with _LOCK:
-        for k in [k for k in _IDLE if k[0] != pid]:
-            abandon(_IDLE.pop(k))
-        idle = _IDLE.get(key)
-        if idle:
-            return idle.pop()
+    key = pool.pool_key(f"share {','.join(sorted(topics))}", full)
+    found = pool.take(key)
+    if found is not None:
+        return cast(PooledShareConsumer, found)
     return PooledShareConsumer(key, create_share_consumer(full, topics))
 
 
 def checkin(entry: PooledShareConsumer) -> None:
     """Keep ``entry`` for the next task (its records are settled), or close it when enough
     are idle."""
-    if entry.key[0] != os.getpid():  # pragma: no cover - resumed after a fork
-        return
-    with _LOCK:
-        idle = _IDLE.setdefault(entry.key, [])
-        if len(idle) < MAX_IDLE:
-            idle.append(entry)
-            return
-    close_quietly(entry)
+    if not pool.keep(entry):
+        close_quietly(entry)
 
 
 def close_quietly(entry: PooledShareConsumer) -> None:
