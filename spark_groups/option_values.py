@@ -1,13 +1,93 @@
-"""One option's value, parsed: each parser names the option in its :class:`OptionError` and
-says what it expected. Shared by the ``kafka-group`` and ``kafka-share`` sources' options."""
+"""A source's options, parsed: :class:`OptionTable` splits a source's option map by its
+table of options, and each parser names the option in its :class:`OptionError` and says
+what it expected. Shared by the ``kafka-group`` and ``kafka-share`` sources' options."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from spark_groups.errors import OptionError
+from spark_groups.storage.object_stores import STORAGE_PREFIX
 from spark_groups.storage.paths import resolve
+
+KAFKA_PREFIX = "kafka."
+
+
+@dataclass(frozen=True)
+class OptionTable:
+    """The options of the source ``source``: each documented name with its default
+    (``defaults``; None: none), the keys it refuses with the reason (``refused``, lower-cased:
+    ``OptionError(key, reason)``), and what an unknown key is told (``unknown``, formatted
+    with the ``key`` and a did-you-mean ``hint``)."""
+
+    source: str
+    defaults: Mapping[str, str | None]
+    refused: Mapping[str, str]
+    unknown: str
+
+    def split(self, options: Mapping[str, str]) -> GivenOptions:
+        """``options`` as given (keys in any case, as Spark lower-cases them; values as
+        text); ``storage.*`` ones are left to ``storage_options_of``. Raises
+        :class:`OptionError` naming the first key that is ``path`` (a source takes none),
+        refused or unknown."""
+        names = {name.lower(): name for name in self.defaults}
+        ours: dict[str, str] = {}
+        kafka: dict[str, str] = {}
+        for key, value in options.items():
+            lower = key.lower()
+            if lower == "path":  # Spark may pass load()'s argument
+                raise OptionError("path", f"the {self.source} source takes no path; use subscribe")
+            if lower in self.refused:
+                raise OptionError(key, self.refused[lower])
+            if lower.startswith(KAFKA_PREFIX):
+                kafka[lower[len(KAFKA_PREFIX) :]] = str(value)
+            elif lower.startswith(STORAGE_PREFIX) and len(lower) > len(STORAGE_PREFIX):
+                continue
+            elif lower in names:
+                ours[names[lower]] = str(value)
+            else:
+                guesses = difflib.get_close_matches(key, list(names), n=1)
+                hint = f"; did you mean '{names[guesses[0]]}'?" if guesses else ""
+                raise OptionError(key, self.unknown.format(key=key, hint=hint))
+        return GivenOptions(self, ours, kafka)
+
+
+@dataclass(frozen=True)
+class GivenOptions:
+    """A source's options as given: its own under their documented names (``ours``), the
+    ``kafka.*`` ones without the prefix (``kafka``). Each method parses one of ``ours``, or
+    the table's default when it was not given."""
+
+    table: OptionTable
+    ours: dict[str, str]
+    kafka: dict[str, str]
+
+    def raw(self, name: str) -> str:
+        return self.ours.get(name, self.table.defaults[name] or "")
+
+    def boolean(self, name: str) -> bool:
+        return boolean(name, self.raw(name))
+
+    def positive_int(self, name: str) -> int:
+        return positive_int(name, self.raw(name))
+
+    def optional_positive_int(self, name: str) -> int | None:
+        return optional_positive_int(name, self.ours)
+
+    def non_negative_int(self, name: str) -> int:
+        return non_negative_int(name, self.raw(name))
+
+    def duration_ms(self, name: str) -> int:
+        return duration_ms(name, self.raw(name))
+
+    def choice(self, name: str, choices: tuple[str, ...]) -> str:
+        return choice(name, self.ours, self.table.defaults[name] or "", choices)
+
+    def path(self, name: str) -> str | None:
+        return path(name, self.ours)
 
 
 def boolean(name: str, raw: str) -> bool:

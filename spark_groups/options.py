@@ -7,7 +7,6 @@ must be one of :data:`SOURCE_OPTIONS`. See ``docs/options.md`` for the user-faci
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal, cast, get_args
@@ -30,8 +29,6 @@ from spark_groups.storage.object_stores import (
     storage_options_of,
 )
 from spark_groups.storage.paths import resolve
-
-KAFKA_PREFIX = "kafka."
 
 #: The classic protocol's client-side assignors.
 AssignmentStrategy = Literal["cooperative-sticky", "range", "roundrobin"]
@@ -108,7 +105,12 @@ UNSUPPORTED_SPARK_OPTIONS: dict[str, str] = {
     ),
 }
 
-_LOWER_NAMES = {name.lower(): name for name in SOURCE_OPTIONS}
+TABLE = values.OptionTable(
+    "kafka-group",
+    SOURCE_OPTIONS,
+    {key: "not supported: " + why for key, why in UNSUPPORTED_SPARK_OPTIONS.items()},
+    "unknown option (Kafka client settings need the 'kafka.' prefix, e.g. kafka.{key}){hint}",
+)
 
 
 @dataclass(frozen=True)
@@ -214,37 +216,13 @@ class SourceOptions:
         return config
 
 
-def _unknown(key: str) -> OptionError:
-    guesses = difflib.get_close_matches(key, list(_LOWER_NAMES), n=1)
-    hint = f"; did you mean '{_LOWER_NAMES[guesses[0]]}'?" if guesses else ""
-    return OptionError(
-        key,
-        f"unknown option (Kafka client settings need the 'kafka.' prefix, e.g. kafka.{key}){hint}",
-    )
-
-
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Validate the options given to ``spark.readStream.format("kafka-group")``.
 
     Raises :class:`OptionError` naming the first option at fault.
     """
-    ours: dict[str, str] = {}
-    kafka: dict[str, str] = {}
-    for key, value in options.items():
-        lower = key.lower()
-        if lower == "path":  # Spark may pass load()'s argument; this source takes none.
-            raise OptionError("path", "the kafka-group source takes no path; use subscribe")
-        if lower in UNSUPPORTED_SPARK_OPTIONS:
-            raise OptionError(key, "not supported: " + UNSUPPORTED_SPARK_OPTIONS[lower])
-        if lower.startswith(KAFKA_PREFIX):
-            kafka[lower[len(KAFKA_PREFIX) :]] = str(value)
-        elif lower.startswith(STORAGE_PREFIX) and len(lower) > len(STORAGE_PREFIX):
-            continue  # read below by storage_options_of
-        elif lower in _LOWER_NAMES:
-            ours[_LOWER_NAMES[lower]] = str(value)
-        else:
-            raise _unknown(key)
-
+    given = TABLE.split(options)
+    ours, kafka = given.ours, given.kafka
     for name in (
         "group.id",
         "group.instance.id",
@@ -253,12 +231,12 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         "group.remote.assignor",
     ):
         if name in kafka:
-            given = kafka.pop(name)
-            if name in ours and ours[name] != given:
+            value = kafka.pop(name)
+            if name in ours and ours[name] != value:
                 raise OptionError(
                     name, f"given twice with different values ({name} and kafka.{name})"
                 )
-            ours[name] = given
+            ours[name] = value
 
     if not kafka.get("bootstrap.servers", "").strip():
         raise OptionError("kafka.bootstrap.servers", "is required (host:port[,host:port...])")
@@ -275,32 +253,13 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             + (" (both were given)" if has_topics else " (neither was given)"),
         )
     strategy = cast(
-        AssignmentStrategy,
-        values.choice(
-            "partition.assignment.strategy", ours, "cooperative-sticky", ASSIGNMENT_STRATEGIES
-        ),
+        AssignmentStrategy, given.choice("partition.assignment.strategy", ASSIGNMENT_STRATEGIES)
     )
-    protocol, remote_assignor = _group_protocol(ours, kafka)
-    end_mode = cast(EndOffsetsMode, values.choice("endOffsets", ours, "auto", END_OFFSET_MODES))
-
-    def number(name: str) -> int:
-        return values.positive_int(name, ours.get(name, SOURCE_OPTIONS[name] or ""))
-
-    guarantee = values.choice("deliveryGuarantee", ours, "at-least-once", DELIVERY_GUARANTEES)
-    max_per_trigger, min_per_trigger = (
-        ours.get("maxOffsetsPerTrigger"),
-        ours.get("minOffsetsPerTrigger"),
-    )
-    max_records = (
-        None
-        if max_per_trigger is None
-        else values.positive_int("maxOffsetsPerTrigger", max_per_trigger)
-    )
-    min_records = (
-        None
-        if min_per_trigger is None
-        else values.positive_int("minOffsetsPerTrigger", min_per_trigger)
-    )
+    protocol, remote_assignor = _group_protocol(given)
+    end_mode = cast(EndOffsetsMode, given.choice("endOffsets", END_OFFSET_MODES))
+    guarantee = given.choice("deliveryGuarantee", DELIVERY_GUARANTEES)
+    max_records = given.optional_positive_int("maxOffsetsPerTrigger")
+    min_records = given.optional_positive_int("minOffsetsPerTrigger")
     if max_records is not None and min_records is not None and min_records > max_records:
         raise OptionError(
             "minOffsetsPerTrigger",
@@ -308,15 +267,15 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "reach it; lower it or raise maxOffsetsPerTrigger",
         )
     storage = storage_options_of(options)
-    ledger_path = values.path("offsets.table", ours)
-    history = values.path("rebalances.table", ours)
+    ledger_path = given.path("offsets.table")
+    history = given.path("rebalances.table")
     if history is None and ledger_path is not None:
         history = history_path(ledger_path)
-    sink_path = values.path("sink.table", ours)
-    checkpoint = values.path("checkpointLocation", ours)
+    sink_path = given.path("sink.table")
+    checkpoint = given.path("checkpointLocation")
     if checkpoint is not None:
         check_location(checkpoint, storage, option="checkpointLocation")
-    flow = values.path(FLOW_CHECKPOINTS_OPTION, ours)
+    flow = given.path(FLOW_CHECKPOINTS_OPTION)
     if flow is not None:
         if checkpoint is not None:
             raise OptionError(
@@ -347,23 +306,19 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         starting_offsets=parse_starting(ours),
         max_offsets_per_trigger=max_records,
         min_offsets_per_trigger=min_records,
-        max_trigger_delay_ms=values.duration_ms(
-            "maxTriggerDelay", ours.get("maxTriggerDelay", "15m")
-        ),
-        retention_ms=values.duration_ms("offsets.retention", ours.get("offsets.retention", "30d")),
-        include_headers=values.boolean("includeHeaders", ours.get("includeHeaders", "false")),
-        fail_on_data_loss=values.boolean("failOnDataLoss", ours.get("failOnDataLoss", "true")),
-        poll_timeout_ms=number("kafkaConsumer.pollTimeoutMs"),
+        max_trigger_delay_ms=given.duration_ms("maxTriggerDelay"),
+        retention_ms=given.duration_ms("offsets.retention"),
+        include_headers=given.boolean("includeHeaders"),
+        fail_on_data_loss=given.boolean("failOnDataLoss"),
+        poll_timeout_ms=given.positive_int("kafkaConsumer.pollTimeoutMs"),
         end_offsets_mode=end_mode,
-        broker_timeout_ms=number("brokerTimeoutMs"),
-        join_timeout_ms=(None if ours.get("joinTimeoutMs") is None else number("joinTimeoutMs")),
-        arrow_batch_rows=number("arrowBatchRows"),
-        records_per_task=values.non_negative_int(
-            "recordsPerTask", ours.get("recordsPerTask", str(DEFAULT_RECORDS_PER_TASK))
-        ),
-        min_partitions=values.optional_positive_int("minPartitions", ours),
-        max_records_per_partition=values.optional_positive_int("maxRecordsPerPartition", ours),
-        read_path=cast(ReadPath, values.choice("readPath", ours, "auto", READ_PATHS)),
+        broker_timeout_ms=given.positive_int("brokerTimeoutMs"),
+        join_timeout_ms=given.optional_positive_int("joinTimeoutMs"),
+        arrow_batch_rows=given.positive_int("arrowBatchRows"),
+        records_per_task=given.non_negative_int("recordsPerTask"),
+        min_partitions=given.optional_positive_int("minPartitions"),
+        max_records_per_partition=given.optional_positive_int("maxRecordsPerPartition"),
+        read_path=cast(ReadPath, given.choice("readPath", READ_PATHS)),
         kafka=kafka,
         storage_options=storage,
     )
@@ -389,14 +344,11 @@ def history_path(ledger_path: str) -> str:
     return ledger_path.rstrip("/") + "_rebalances"
 
 
-def _group_protocol(
-    ours: Mapping[str, str], kafka: Mapping[str, str]
-) -> tuple[GroupProtocol, str | None]:
+def _group_protocol(given: values.GivenOptions) -> tuple[GroupProtocol, str | None]:
     """``group.protocol`` and ``group.remote.assignor``, checked against the settings that only
     one of the two protocols takes."""
-    protocol = cast(
-        GroupProtocol, values.choice("group.protocol", ours, "classic", GROUP_PROTOCOLS)
-    )
+    ours, kafka = given.ours, given.kafka
+    protocol = cast(GroupProtocol, given.choice("group.protocol", GROUP_PROTOCOLS))
     assignor = ours.get("group.remote.assignor", "").strip() or None
     if protocol == "classic":
         if assignor is not None:

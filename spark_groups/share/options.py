@@ -29,9 +29,8 @@ from spark_groups.errors import OptionError
 from spark_groups.offsets import Pipeline
 from spark_groups.secrets import is_secret
 from spark_groups.storage.files import check_location
-from spark_groups.storage.object_stores import STORAGE_PREFIX, storage_options_of
+from spark_groups.storage.object_stores import storage_options_of
 
-KAFKA_PREFIX = "kafka."
 #: Options of the source (besides ``kafka.*`` and ``storage.*``), with their defaults.
 SHARE_OPTIONS: dict[str, str | None] = {
     "group.id": None,
@@ -50,7 +49,13 @@ REFUSED_KAFKA = {
     "share.acknowledgement.mode": "the source acknowledges explicitly, once the table has them",
     "enable.auto.commit": "a share consumer commits acknowledgements, not offsets",
 }
-_LOWER = {name.lower(): name for name in SHARE_OPTIONS}
+TABLE = values.OptionTable(
+    "kafka-share",
+    SHARE_OPTIONS,
+    {values.KAFKA_PREFIX + key: f"set by the source: {why}" for key, why in REFUSED_KAFKA.items()},
+    "unknown option of the kafka-share source (Kafka client settings need the 'kafka.' "
+    "prefix: kafka.{key})",
+)
 
 
 @dataclass(frozen=True)
@@ -91,27 +96,10 @@ class ShareOptions:
 def parse_share_options(options: Mapping[str, str]) -> ShareOptions:
     """Validate the options given to ``spark.readStream.format("kafka-share")``; an
     :class:`~spark_groups.errors.OptionError` names the first one at fault."""
-    ours: dict[str, str] = {}
-    kafka: dict[str, str] = {}
-    for key, value in options.items():
-        lower = key.lower()
-        if lower.startswith(KAFKA_PREFIX):
-            name = lower[len(KAFKA_PREFIX) :]
-            if name in REFUSED_KAFKA:
-                raise OptionError(key, f"set by the source: {REFUSED_KAFKA[name]}")
-            if name == "group.id":
-                ours.setdefault("group.id", str(value))
-                continue
-            kafka[name] = str(value)
-        elif lower.startswith(STORAGE_PREFIX) and len(lower) > len(STORAGE_PREFIX):
-            continue
-        elif lower in _LOWER:
-            ours[_LOWER[lower]] = str(value)
-        elif lower == "path":
-            raise OptionError("path", "the kafka-share source takes no path; use subscribe")
-        else:
-            raise OptionError(key, "unknown option of the kafka-share source (Kafka client "
-                              f"settings need the 'kafka.' prefix: kafka.{key})")  # fmt: skip
+    given = TABLE.split(options)
+    ours, kafka = given.ours, given.kafka
+    if "group.id" in kafka:  # group.id wins
+        ours.setdefault("group.id", kafka.pop("group.id"))
     if not kafka.get("bootstrap.servers", "").strip():
         raise OptionError("kafka.bootstrap.servers", "is required (host:port[,host:port...])")
     group_id = ours.get("group.id", "").strip()
@@ -119,7 +107,7 @@ def parse_share_options(options: Mapping[str, str]) -> ShareOptions:
         raise OptionError("group.id", "is required: the share group this query reads")
     if "subscribe" not in ours:
         raise OptionError("subscribe", "is required: the topics the share group reads")
-    sink_path = values.path("sink.table", ours)
+    sink_path = given.path("sink.table")
     if sink_path is None:
         raise OptionError(
             "sink.table",
@@ -128,10 +116,10 @@ def parse_share_options(options: Mapping[str, str]) -> ShareOptions:
             "commits",
         )
     storage = storage_options_of(options)
-    checkpoint = values.path("checkpointLocation", ours)
+    checkpoint = given.path("checkpointLocation")
     if checkpoint is not None:
         check_location(checkpoint, storage, option="checkpointLocation")
-    dead_letters = values.path("deadLetter.table", ours)
+    dead_letters = given.path("deadLetter.table")
     if dead_letters is not None:
         check_location(dead_letters, storage, option="deadLetter.table")
         if dead_letters.rstrip("/") == sink_path.rstrip("/"):
@@ -139,20 +127,16 @@ def parse_share_options(options: Mapping[str, str]) -> ShareOptions:
                 "deadLetter.table", "is the sink's table: give the dead letters a table of "
                 "their own (they have the dead-letter columns, not the query's)",
             )  # fmt: skip
-
-    def number(name: str) -> int:
-        return values.positive_int(name, ours.get(name, SHARE_OPTIONS[name] or ""))
-
     return ShareOptions(
         group_id=group_id,
         topics=values.topics(ours["subscribe"]),
         sink_path=sink_path,
         checkpoint=checkpoint,
-        tasks=number("tasks"),
-        max_records_per_task=number("maxRecordsPerTask"),
-        poll_budget_ms=number("pollBudgetMs"),
-        lock_margin_ms=number("lockMarginMs"),
-        include_headers=values.boolean("includeHeaders", ours.get("includeHeaders", "false")),
+        tasks=given.positive_int("tasks"),
+        max_records_per_task=given.positive_int("maxRecordsPerTask"),
+        poll_budget_ms=given.positive_int("pollBudgetMs"),
+        lock_margin_ms=given.positive_int("lockMarginMs"),
+        include_headers=given.boolean("includeHeaders"),
         dead_letter_path=dead_letters,
         kafka=kafka,
         storage_options=storage,
