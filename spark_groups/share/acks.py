@@ -39,7 +39,7 @@ from spark_groups import crash_points
 from spark_groups.kafka.share_client import settle
 from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.share.attempts import TaskAttempt, committed_attempts
-from spark_groups.storage.snapshots import LatestSnapshot
+from spark_groups.storage.snapshots import LatestSnapshot, commits_after
 
 log = logging.getLogger(__name__)
 
@@ -93,13 +93,11 @@ class CommitWatch:
     def new_commits(self) -> list[dict[str, Any]]:
         """The infos of the commits since the last call, oldest first."""
         with self._snapshot.latest() as table:
-            if table is None or table.version() <= self._seen:
+            if table is None:
                 return []
-            newest = table.version()
-            history = table.history(newest - self._seen)
-        infos = [c for c in history if c.get("version", -1) > self._seen]
-        self._seen = newest
-        return sorted(infos, key=lambda c: c.get("version", -1))
+            infos = commits_after(table, self._seen)
+            self._seen = max(self._seen, table.version())
+        return infos
 
 
 class Acknowledger:

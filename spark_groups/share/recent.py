@@ -17,24 +17,10 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from typing import Any, Protocol
 
 from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.share.attempts import committed_attempts
-
-
-class Snapshot(Protocol):
-    """What :class:`RecentOffsets` reads of a Delta table snapshot (a ``deltalake``
-    ``DeltaTable``)."""
-
-    def version(self) -> int:
-        """The snapshot's version."""
-        ...
-
-    def history(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """The infos of the newest ``limit`` commits, newest first."""
-        ...
-
+from spark_groups.storage.snapshots import Snapshot, commits_after
 
 #: The key of a share commit's info that lists the offsets it wrote.
 COMMIT_OFFSETS_KEY = "spark_groups.share.offsets"
@@ -65,12 +51,9 @@ class RecentOffsets:
         newest = table.version()
         if newest <= self._seen:
             return
-        count = min(newest - self._seen, self.window)
-        for info in sorted(table.history(count), key=lambda c: c.get("version", -1)):
-            version = info.get("version", -1)
+        for info in commits_after(table, self._seen, self.window):
+            version = info["version"]
             text = info.get(COMMIT_OFFSETS_KEY)
-            if version <= self._seen:
-                continue
             if isinstance(text, str):
                 self._commits.append((version, PartitionOffsets.from_json(json.loads(text))))
             named = committed_attempts(info)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeVar
 
@@ -27,7 +27,7 @@ from spark_groups.sink.claims import claim_app_id
 from spark_groups.sink.decision import BatchDecision
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.table import SinkTable, app_id, append_files, referenced, versions
-from spark_groups.storage.files import Location, location
+from spark_groups.storage.files import location
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -181,14 +181,9 @@ class CommitAttempt:
         info = self.info(plan, decision)
         try:
             if snapshot is not None:
-                where = location(self.table.uri, self.table.storage_options)
-                first = snapshot.version() + 1
-                for version in range(first, first + SEARCHED_COMMITS):
-                    carries = _carries(where, version, info)
-                    if carries is None:
-                        break
-                    if carries:
-                        return version
+                found = version_after(self.table, snapshot, info, COMMIT_INFO_KEYS)
+                if found is not None:
+                    return found
             table = self.table.load()
             if table is None:
                 return None
@@ -200,18 +195,24 @@ class CommitAttempt:
         return None
 
 
-def _carries(where: Location, version: int, info: Mapping[str, str]) -> bool | None:
-    """Whether the commit ``version`` of the table at ``where`` carries ``info`` (None: no
-    such commit)."""
-    try:
-        text = where.read_text(where.child(f"_delta_log/{version:020d}.json"))
-    except FileNotFoundError:
-        return None
-    for line in text.splitlines():
-        if line.startswith('{"commitInfo"'):
-            commit = json.loads(line)["commitInfo"]
-            return all(commit.get(k) == info.get(k) for k in COMMIT_INFO_KEYS)
-    return False
+def version_after(
+    table: SinkTable, snapshot: DeltaTable, info: Mapping[str, str], keys: Iterable[str]
+) -> int | None:
+    """The version of the first commit after ``snapshot`` whose commit info has ``info``'s
+    values under ``keys``, among the next :data:`SEARCHED_COMMITS`; None when not there.
+    Their log entries are read in order, ``snapshot`` untouched (it may be kept for later)."""
+    where = location(table.uri, table.storage_options)
+    first = snapshot.version() + 1
+    for version in range(first, first + SEARCHED_COMMITS):
+        try:
+            text = where.read_text(where.child(f"_delta_log/{version:020d}.json"))
+        except FileNotFoundError:
+            return None
+        line = next((x for x in text.splitlines() if x.startswith('{"commitInfo"')), "")
+        commit = json.loads(line)["commitInfo"] if line else {}
+        if commit and all(commit.get(k) == info[k] for k in keys):
+            return version
+    return None
 
 
 def txns_text(group_id: str, txns: Mapping[TopicPartition, int]) -> str:

@@ -45,13 +45,12 @@ from spark_groups.offsets import TopicPartition
 from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.share.attempts import COMMIT_INFO_KEY, TaskAttempt, commit_info
 from spark_groups.share.recent import RecentOffsets, commit_offsets_info
-from spark_groups.sink.attempt import SEARCHED_COMMITS
+from spark_groups.sink.attempt import SEARCHED_COMMITS, version_after
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.retry import wait_to_decide_again
 from spark_groups.sink.staged import StagedFiles
 from spark_groups.sink.table import SinkTable, append_files
 from spark_groups.sink.writer import DataFile, check_schema
-from spark_groups.storage.files import location
 from spark_groups.storage.transactions import transaction_versions
 
 if TYPE_CHECKING:
@@ -147,7 +146,7 @@ class ShareCommit:
             if self._attempt(snapshot, plan, read, keep, partition_by, info):  # 5
                 crash_points.reached("sink.committed")
                 staged.remove(keep={f.path for f in keep})  # 6
-                version = self._version_of(snapshot, info)
+                version = version_after(self.table, snapshot, info, [COMMIT_INFO_KEY])
                 log.info(
                     "sink %s: share batch %d committed: %d record(s) of %d task attempt(s)%s",
                     self.table.path,
@@ -242,23 +241,6 @@ class ShareCommit:
             **commit_offsets_info(written),
             "userMetadata": json.dumps({"group": self.group_id, "share": True}),
         }
-
-    def _version_of(self, snapshot: DeltaTable, info: dict[str, str]) -> int | None:
-        """The version of the commit just made on ``snapshot`` with ``info`` (one of the
-        next few; None when not found there)."""
-        where = location(self.table.uri, self.table.storage_options)
-        first = snapshot.version() + 1
-        for version in range(first, first + SEARCHED_COMMITS):
-            try:
-                text = where.read_text(where.child(f"_delta_log/{version:020d}.json"))
-            except FileNotFoundError:
-                return None
-            for line in text.splitlines():
-                if line.startswith('{"commitInfo"'):
-                    found = json.loads(line)["commitInfo"].get(COMMIT_INFO_KEY)
-                    if found == info[COMMIT_INFO_KEY]:
-                        return version
-        return None
 
 
 def _referenced(snapshot: DeltaTable, staged: StagedFiles) -> set[str]:

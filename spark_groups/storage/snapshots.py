@@ -15,7 +15,7 @@ and modification time, one ``stat``, or one ``HEAD`` on an object store); when t
 gone or differs it loads the table anew. It loads anew after any error too.
 
 One object serves one thread at a time: :meth:`LatestSnapshot.latest` holds a lock while the
-caller reads the table.
+caller reads the table. :func:`commits_after` gives a reader the commits it has not seen.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spark_groups.storage.delta import open_table
 from spark_groups.storage.files import location, table_uri
@@ -73,3 +73,26 @@ class LatestSnapshot:
         where = self._where
         info = where.fs.get_file_info(where.child(f"_delta_log/{version:020d}.json"))
         return None if info.size is None else (info.size, info.mtime_ns)
+
+
+class Snapshot(Protocol):
+    """What :func:`commits_after` reads of a snapshot (a ``deltalake`` ``DeltaTable``)."""
+
+    def version(self) -> int:
+        """The snapshot's version."""
+        ...
+
+    def history(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The infos of the newest ``limit`` commits, newest first."""
+        ...
+
+
+def commits_after(table: Snapshot, version: int, limit: int | None = None) -> list[dict[str, Any]]:
+    """The infos of the snapshot ``table``'s commits after ``version`` (of its newest ``limit``
+    at most), oldest first."""
+    newest = table.version()
+    if newest <= version:
+        return []
+    count = newest - version if limit is None else min(newest - version, limit)
+    infos = [c for c in table.history(count) if c.get("version", -1) > version]
+    return sorted(infos, key=lambda c: c.get("version", -1))
