@@ -153,8 +153,8 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """Executor side: poll, hand the records to the acknowledger, yield them."""
-        from spark_groups.share.attempts import TaskAttempt
         from spark_groups.share.read import read_share_task
+        from spark_groups.spark.task_context import TaskAttempt
         from spark_groups.spark.worker_logging import log_to_stderr
 
         log_to_stderr()

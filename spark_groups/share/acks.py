@@ -6,7 +6,7 @@ reading task hands its consumer and what it acquired (:class:`Acquired`) to the
 :class:`Acknowledger` of its worker process, whose thread follows the sink table's commits
 (:class:`CommitWatch`) and settles each one:
 
-1. **Accepted**: a commit names the task attempt (:mod:`spark_groups.share.attempts`): its
+1. **Accepted**: a commit names the task attempt (``spark_groups.sink.share_info``): its
    output is in the table, so every record it acquired is ACCEPTed, also those the query
    filtered out and those the sink left out as already there.
 2. **Released**: a commit of the same run and batch does not name it (a retried or a
@@ -38,7 +38,8 @@ from typing import Any
 from spark_groups import crash_points
 from spark_groups.kafka.share_client import settle
 from spark_groups.offsets.offset_sets import PartitionOffsets
-from spark_groups.share.attempts import TaskAttempt, committed_attempts
+from spark_groups.sink.share_info import committed_attempts
+from spark_groups.spark.task_context import TaskAttempt
 from spark_groups.storage.snapshots import LatestSnapshot, commits_after
 
 log = logging.getLogger(__name__)

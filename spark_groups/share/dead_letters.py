@@ -9,7 +9,7 @@ record that crashes its task, or a batch that kept failing), so with the source 
 1. **Split** the poll's records: those whose delivery count reached the limit.
 2. **Leave out** those the sink's table has already: an earlier delivery's batch committed
    them and their ACCEPT was lost or came after the lock (the table's recent share commits
-   say so, as the sink checks a redelivered record, ``spark_groups.share.recent``).
+   say so, as the sink checks a redelivered record, ``spark_groups.sink.share_info``).
 3. **Write** the rest to the dead-letter table: one delta-rs append from the task (the table
    is made by the driver when the query starts, :func:`ensure_table`), with the columns of
    ``spark_groups.deadletter`` plus ``deliveryCount`` and ``group``.
@@ -38,7 +38,7 @@ from spark_groups.deadletter import DEAD_LETTER_COLUMNS, ERROR_COLUMN
 from spark_groups.errors import OptionError
 from spark_groups.offsets import TopicPartition
 from spark_groups.offsets.offset_sets import PartitionOffsets
-from spark_groups.share.recent import RecentOffsets
+from spark_groups.sink.share_info import RecentOffsets
 from spark_groups.storage import delta
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.read.schema import arrow_schema
 from spark_groups.share import consumers, dead_letters
 from spark_groups.share.acks import COMMIT_TIMEOUT_S, Acquired
-from spark_groups.share.attempts import TaskAttempt, note_read
+from spark_groups.spark.task_context import TaskAttempt, note_read
 
 log = logging.getLogger(__name__)
 

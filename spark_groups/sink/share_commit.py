@@ -5,7 +5,7 @@ lock ran out or it was released: after a task was killed between its write and i
 acknowledgement, after a batch slower than the lock, after a driver died. So the table
 cannot fence a partition by "up to where it is complete" as for a consumer group
 (``spark_groups.sink.commit``); it remembers *which* offsets its recent share commits wrote
-instead (``spark_groups.share.recent``) and leaves those out of a new batch.
+instead (``spark_groups.sink.share_info``) and leaves those out of a new batch.
 
 :meth:`ShareCommit.commit`, in order:
 
@@ -16,7 +16,7 @@ instead (``spark_groups.share.recent``) and leaves those out of a new batch.
 4. **Decide**: the batch's offsets the window's commits wrote already are left out; a file
    holding any of them is rewritten without them (``StagedFiles.without``).
 5. **Commit** the kept files, the commit info (which task attempts it holds,
-   ``spark_groups.share.attempts``; which offsets it wrote, ``spark_groups.share.recent``)
+   ``spark_groups.sink.share_info``; which offsets it wrote)
    and one Delta transaction id per partition the batch read, set one higher than the
    snapshot's: a concurrent share commit that read the same partitions after the snapshot
    makes delta-rs refuse this one (a conflict), and the decision is made again from 2, so
@@ -43,14 +43,19 @@ from spark_groups import crash_points
 from spark_groups.errors import SinkError
 from spark_groups.offsets import TopicPartition
 from spark_groups.offsets.offset_sets import PartitionOffsets
-from spark_groups.share.attempts import COMMIT_INFO_KEY, TaskAttempt, commit_info
-from spark_groups.share.recent import RecentOffsets, commit_offsets_info
 from spark_groups.sink.attempt import SEARCHED_COMMITS, version_after
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.retry import wait_to_decide_again
+from spark_groups.sink.share_info import (
+    COMMIT_INFO_KEY,
+    RecentOffsets,
+    commit_info,
+    commit_offsets_info,
+)
 from spark_groups.sink.staged import StagedFiles
 from spark_groups.sink.table import SinkTable, append_files
 from spark_groups.sink.writer import DataFile, check_schema
+from spark_groups.spark.task_context import TaskAttempt
 from spark_groups.storage.transactions import transaction_versions
 
 if TYPE_CHECKING:

@@ -51,7 +51,6 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCom
 from spark_groups.errors import SinkError, SparkGroupsError
 from spark_groups.offsets import TopicPartition
 from spark_groups.offsets.offset_sets import PartitionOffsets
-from spark_groups.share.attempts import TaskAttempt, take_read_note
 from spark_groups.sink.autocompact import compact_if_due
 from spark_groups.sink.commit import DeltaSink
 from spark_groups.sink.options import SinkOptions, parse_sink_options
@@ -70,7 +69,7 @@ from spark_groups.sink.writer import (
 )
 from spark_groups.spark import SINK_FORMAT, planner_accumulators
 from spark_groups.spark.compat import ARROW_STREAM_WRITER, arrow_schema
-from spark_groups.spark.task_context import BATCH_ID_PROPERTY
+from spark_groups.spark.task_context import BATCH_ID_PROPERTY, TaskAttempt, take_read_note
 from spark_groups.spark.worker_logging import log_to_stderr
 from spark_groups.storage.checkpoint import check_readable
 from spark_groups.storage.delta import bound_allocator

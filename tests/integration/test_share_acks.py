@@ -21,7 +21,8 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from spark_groups.offsets import TopicPartition
 from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.share.acks import Acknowledger, Acquired, CommitWatch, Outcome
-from spark_groups.share.attempts import TaskAttempt, commit_info
+from spark_groups.sink.share_info import commit_info
+from spark_groups.spark.task_context import TaskAttempt
 
 from support.broker import produce_ids, wait_until
 from support.share import poll_until, share_consumer, share_group

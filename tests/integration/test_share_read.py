@@ -15,9 +15,9 @@ from spark_groups.offsets import TopicPartition
 from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.share import consumers, dead_letters
 from spark_groups.share.acks import Outcome
-from spark_groups.share.attempts import TaskAttempt, commit_info
 from spark_groups.share.read import DELIVERY_COUNT, ShareTask, read_share_task
-from spark_groups.share.recent import commit_offsets_info
+from spark_groups.sink.share_info import commit_info, commit_offsets_info
+from spark_groups.spark.task_context import TaskAttempt
 
 from support.broker import produce_ids, wait_until
 from support.share import poll_until, share_consumer, share_group

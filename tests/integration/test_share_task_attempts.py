@@ -1,7 +1,7 @@
 """The Spark fact the kafka-share design stands on: a task's reader and writer agree on its name.
 
 A Python stream reader and a Python stream writer of one query record the
-:class:`~spark_groups.share.attempts.TaskAttempt` each sees in its task; the sink's
+:class:`~spark_groups.spark.task_context.TaskAttempt` each sees in its task; the sink's
 commit-side check then finds, per task, the reader's name in the writer's message
 (docs/share-groups.md, "Which attempt's output is in the table").
 """
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from spark_groups.share.attempts import TaskAttempt
+from spark_groups.spark.task_context import TaskAttempt
 
 
 def test_a_tasks_reader_and_writer_see_the_same_attempt(spark: Any, tmp_path: Path) -> None:

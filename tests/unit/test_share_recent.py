@@ -10,7 +10,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from spark_groups.offsets import TopicPartition
 from spark_groups.offsets.offset_sets import OffsetSet, PartitionOffsets
-from spark_groups.share.recent import RecentOffsets, commit_offsets_info
+from spark_groups.sink.share_info import RecentOffsets, commit_offsets_info
 
 P0, P1 = TopicPartition("q", 0), TopicPartition("q", 1)
 

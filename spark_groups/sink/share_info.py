@@ -1,13 +1,15 @@
-"""The offsets the sink's recent share commits wrote: what a redelivered record is checked
-against before it lands a second time.
+"""What a share commit of the sink says of itself in its commit info, and what the table's
+recent share commits wrote: what a redelivered record is checked against before it lands a
+second time.
 
+Each share commit lists the task attempts whose files it holds (:data:`COMMIT_INFO_KEY`,
+which the readers' acknowledgers look for) and the offsets it wrote
+(:data:`COMMIT_OFFSETS_KEY`, a :class:`~spark_groups.offsets.offset_sets.PartitionOffsets`).
 A share group delivers a record again when its lock ran out or it was released, possibly
 after an earlier delivery of it reached the table (its acknowledgement was lost with a
-killed task, or came after the lock). Each share commit of the sink lists the offsets it
-wrote in its commit info (:data:`COMMIT_OFFSETS_KEY`, a
-:class:`~spark_groups.offsets.offset_sets.PartitionOffsets`); :class:`RecentOffsets` keeps
-those of the newest ``window`` commits of the table and answers which of a batch's offsets
-are already there. Its cost is the window's, never the table's: a redelivery comes at the
+killed task, or came after the lock). :class:`RecentOffsets` keeps the offsets of the
+newest ``window`` commits of the table and answers which of a batch's offsets are already
+there. Its cost is the window's, never the table's: a redelivery comes at the
 group's next fetch after the lock, while the table's writers keep committing, and a window
 counted in commits (not in time) does not move while the query is down, so a record
 committed just before a crash is still found when it comes back after the restart.
@@ -17,15 +19,42 @@ from __future__ import annotations
 
 import json
 from collections import deque
+from collections.abc import Iterable, Mapping
 
 from spark_groups.offsets.offset_sets import PartitionOffsets
-from spark_groups.share.attempts import committed_attempts
+from spark_groups.spark.task_context import TaskAttempt
 from spark_groups.storage.snapshots import Snapshot, commits_after
 
+#: The key of a share commit's info that lists the task attempts it committed:
+#: ``{"run": run id, "batch": batch id, "attempts": [task attempt id, ...]}``.
+COMMIT_INFO_KEY = "spark_groups.share.attempts"
 #: The key of a share commit's info that lists the offsets it wrote.
 COMMIT_OFFSETS_KEY = "spark_groups.share.offsets"
 #: How many of the table's newest commits are searched, by default.
 DEFAULT_WINDOW = 1000
+
+
+def commit_info(attempts: Iterable[TaskAttempt]) -> dict[str, str]:
+    """The sink commit's info entry naming ``attempts`` (all of one run and batch)."""
+    attempts = sorted(set(attempts))
+    if not attempts:
+        return {}
+    runs = {(a.run_id, a.batch_id) for a in attempts}
+    if len(runs) != 1:
+        raise ValueError(f"one commit holds one run's batch, not {sorted(runs)}")
+    ((run_id, batch_id),) = runs
+    value = {"run": run_id, "batch": batch_id, "attempts": [a.attempt_id for a in attempts]}
+    return {COMMIT_INFO_KEY: json.dumps(value, separators=(",", ":"))}
+
+
+def committed_attempts(info: Mapping[str, object]) -> tuple[str, int, frozenset[int]] | None:
+    """From one commit's info: its run id, batch id and committed task attempt ids; None
+    for a commit that is not a share batch's."""
+    text = info.get(COMMIT_INFO_KEY)
+    if not isinstance(text, str):
+        return None
+    value = json.loads(text)
+    return str(value["run"]), int(value["batch"]), frozenset(int(a) for a in value["attempts"])
 
 
 def commit_offsets_info(offsets: PartitionOffsets) -> dict[str, str]:
