@@ -1,6 +1,6 @@
 """What the sink writes of a batch, decided from the batch's plan and the table's versions.
 
-No table, no clock: :class:`~spark_groups.sink.commit.DeltaSink` reads the table's
+No table, no clock: :class:`~spark_groups.sink.group_commit.DeltaSink` reads the table's
 transaction version of every partition (one snapshot) and asks :func:`decide_batch`, which
 takes the batch's files and a function that cuts them (the only I/O, the caller's), and
 answers with the :class:`BatchDecision` to commit, or refuses a gap. :func:`decide` is the

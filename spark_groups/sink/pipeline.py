@@ -21,10 +21,10 @@ recorded it) the sink's own options are required.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from spark_groups.errors import OptionError, PipelineMismatchError, SinkError
-from spark_groups.offsets import Pipeline
+from spark_groups.offsets import BatchOffset, Pipeline
 from spark_groups.sink.options import SinkOptions
 from spark_groups.sink.plan import pipeline_of
 from spark_groups.storage.checkpoint import newest_entry, offset_log_path
@@ -34,11 +34,10 @@ from spark_groups.storage.object_stores import STORAGE_PREFIX, check_commit_safe
 @dataclass(frozen=True)
 class SinkTarget:
     """The table (``path``, resolved) and the consumer group (``group_id``) a batch is
-    written for; ``share``: the group is a share group (a ``kafka-share`` source)."""
+    written for."""
 
     path: str
     group_id: str
-    share: bool = False
 
 
 def same_table(a: str, b: str) -> bool:
@@ -102,13 +101,13 @@ def check_shared(options: SinkOptions, pipeline: Pipeline, batch: int) -> None:
             raise PipelineMismatchError(option, mine[key], option, value, batch)
 
 
-def target_for_next_batch(options: SinkOptions) -> SinkTarget:
-    """Step 1: the target of the batch about to run, from the newest entry of the offset log
-    in the sink's ``checkpointLocation``. Raises :class:`~spark_groups.errors.SinkError` when
-    that entry holds no ``kafka-group`` offset."""
+def target_for_next_batch(options: SinkOptions) -> tuple[SinkTarget, list[BatchOffset]]:
+    """Step 1: the target of the batch about to run, and its sources' offsets, from the
+    newest entry of the offset log in the sink's ``checkpointLocation``. Raises
+    :class:`~spark_groups.errors.SinkError` when that entry holds no ``kafka-group`` offset."""
     entry = newest_entry(options.checkpoint, options.storage_options)
     if entry is None:  # nothing logged yet: the sink's own options
-        return target_of(options, None, -1)
+        return target_of(options, None, -1), []
     batch_id, offsets = entry
     if not offsets:
         raise SinkError(
@@ -118,8 +117,9 @@ def target_for_next_batch(options: SinkOptions) -> SinkTarget:
             "land once). Write other queries with format('delta') (delta-spark) or "
             "foreachBatch; nothing was written"
         )
-    target = target_of(options, pipeline_of([o.pipeline for o in offsets], batch_id), batch_id)
-    return replace(target, share=any(o.share for o in offsets))
+    return target_of(
+        options, pipeline_of([o.pipeline for o in offsets], batch_id), batch_id
+    ), offsets
 
 
 def check_target(written: SinkTarget, planned: SinkTarget, batch: int) -> None:

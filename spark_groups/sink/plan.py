@@ -35,16 +35,16 @@ class BatchPlan:
     and the :class:`~spark_groups.offsets.Handover` of each range that starts where another
     consumer of the group committed (``outside``), the claim token each partition was
     read under (``claims``, ``spark_groups.sink.claims``), and the group and table of the
-    source that planned it (``pipeline``; None in offsets that do not record them). A
-    ``kafka-share`` batch (``share``) has no ranges: its records are whatever the share
-    group handed its tasks."""
+    source that planned it (``pipeline``; None in offsets that do not record them), and the
+    sources' offsets as logged (``offsets``, by which ``spark_groups.sink.strategy`` chooses
+    the batch's commit; a ``kafka-share`` batch has no ranges)."""
 
     batch_id: int
     ranges: Mapping[TopicPartition, OffsetRange] = field(default_factory=dict)
     outside: Mapping[TopicPartition, Handover] = field(default_factory=dict)
     claims: Mapping[TopicPartition, int] = field(default_factory=dict)
     pipeline: Pipeline | None = None
-    share: bool = False
+    offsets: tuple[BatchOffset, ...] = field(default=(), compare=False)
 
     @classmethod
     def of(
@@ -54,7 +54,7 @@ class BatchPlan:
         outside: list[Handover] | tuple[Handover, ...] = (),
         claims: Mapping[TopicPartition, int] | None = None,
         pipeline: Pipeline | None = None,
-        share: bool = False,
+        offsets: tuple[BatchOffset, ...] = (),
     ) -> BatchPlan:
         """A plan from a list of ranges (one per partition), handovers and claims."""
         by_tp: dict[TopicPartition, OffsetRange] = {}
@@ -64,7 +64,7 @@ class BatchPlan:
             by_tp[r.topic_partition] = r
         handed = {h.topic_partition: h for h in outside}
         kept = {tp: t for tp, t in (claims or {}).items() if tp in by_tp}
-        return cls(batch_id, by_tp, handed, kept, pipeline, share)
+        return cls(batch_id, by_tp, handed, kept, pipeline, offsets)
 
 
 def parse_offset_log(
@@ -82,8 +82,7 @@ def parse_offset_log(
     outside: list[Handover] = []
     claims: dict[TopicPartition, int] = {}
     pipelines: list[Pipeline | None] = []
-    kinds: set[bool] = set()
-    found = False
+    logged: list[BatchOffset] = []
     for line in lines[2:]:
         value = kafka_group_offset(line)
         if value is None:
@@ -92,27 +91,26 @@ def parse_offset_log(
             offset = BatchOffset.from_json(value)
         except SparkGroupsError as exc:
             raise SinkError(f"{where}: unreadable kafka-group offset: {exc}") from exc
-        found = True
+        logged.append(offset)
         pipelines.append(offset.pipeline)
-        kinds.add(offset.share)
         if as_read is not None:
             offset = as_read(offset) or offset
         ranges.extend(offset.ranges)
         outside.extend(offset.outside)
         claims.update(offset.claim_map())
-    if not found:
+    if not logged:
         raise SinkError(
             f"{where}: batch {batch_id} has no kafka-group source offset: the delta-group "
             "sink only takes queries that read a kafka-group source"
         )
     pipeline = pipeline_of(pipelines, batch_id)
-    if len(kinds) > 1:
+    if len({o.share for o in logged}) > 1:
         raise SinkError(
             f"{where}: batch {batch_id} reads a kafka-share and a kafka-group source: a "
             "delta-group sink writes one of them per query (a share group's records carry no "
             "offset ranges to fence with); write each through a query of its own"
         )
-    return BatchPlan.of(batch_id, ranges, outside, claims, pipeline, share=True in kinds)
+    return BatchPlan.of(batch_id, ranges, outside, claims, pipeline, tuple(logged))
 
 
 def pipeline_of(pipelines: list[Pipeline | None], batch: int) -> Pipeline | None:

@@ -4,7 +4,7 @@ A share group hands out records, not offset ranges, and delivers a record again 
 lock ran out or it was released: after a task was killed between its write and its
 acknowledgement, after a batch slower than the lock, after a driver died. So the table
 cannot fence a partition by "up to where it is complete" as for a consumer group
-(``spark_groups.sink.commit``); it remembers *which* offsets its recent share commits wrote
+(``spark_groups.sink.group_commit``); it remembers *which* offsets its recent share commits wrote
 instead (``spark_groups.sink.share_info``) and leaves those out of a new batch.
 
 :meth:`ShareCommit.commit`, in order:
@@ -26,6 +26,8 @@ instead (``spark_groups.sink.share_info``) and leaves those out of a new batch.
 
 The readers' acknowledgers ACCEPT the records of every attempt the commit names, those left
 out as already there included (``spark_groups.share.acks``): the table holds them.
+:class:`ShareStrategy` is this commit as ``spark_groups.sink.strategy`` chooses it, with what
+each task adds to its files: its attempt and the offsets of its rows (read by that very task).
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
@@ -44,6 +46,7 @@ from spark_groups.errors import SinkError
 from spark_groups.offsets import TopicPartition
 from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.sink.attempt import SEARCHED_COMMITS, version_after
+from spark_groups.sink.group_commit import DeltaSink
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.retry import wait_to_decide_again
 from spark_groups.sink.share_info import (
@@ -54,8 +57,8 @@ from spark_groups.sink.share_info import (
 )
 from spark_groups.sink.staged import StagedFiles
 from spark_groups.sink.table import SinkTable, append_files
-from spark_groups.sink.writer import DataFile, check_schema
-from spark_groups.spark.task_context import TaskAttempt
+from spark_groups.sink.writer import DataFile, TaskFileWriter, check_schema
+from spark_groups.spark.task_context import TaskAttempt, take_read_note
 from spark_groups.storage.transactions import transaction_versions
 
 if TYPE_CHECKING:
@@ -246,6 +249,72 @@ class ShareCommit:
             **commit_offsets_info(written),
             "userMetadata": json.dumps({"group": self.group_id, "share": True}),
         }
+
+
+class ShareStrategy:
+    """A ``kafka-share`` batch (``spark_groups.sink.strategy``): each task notes its attempt
+    and the offsets of its rows, and :meth:`ShareCommit.commit` commits them."""
+
+    source = "kafka-share"
+
+    def write_task(
+        self, writer: TaskFileWriter, batches: Iterator[pa.RecordBatch]
+    ) -> tuple[list[DataFile], ShareTaskOutput]:
+        """Executor side: the task's files and its :class:`ShareTaskOutput`. Raises
+        :class:`~spark_groups.errors.SinkError` outside a streaming batch's task, and (its
+        files deleted) when no reader of this task attempt ran: a shuffle stands between."""
+        attempt = TaskAttempt.current()
+        if attempt is None:
+            raise SinkError(
+                "kafka-share: this write runs outside a streaming batch's task (no batch id or "
+                "run id in the TaskContext); write a share group's records with writeStream only"
+            )
+        noted: list[pa.RecordBatch] = []
+        files = writer.write(_noting_kafka_columns(batches, noted))
+        acquired = take_read_note(attempt)
+        if acquired is None:
+            writer.discard()
+            raise SinkError(
+                f"kafka-share: the rows of {attempt} were not read by the same task: a "
+                "shuffle (repartition, join, aggregation, ...) stands between the kafka-share "
+                "source and the delta-group sink. A share group's records may be acknowledged "
+                "only by the consumer that read them, once they are in the table, so the sink "
+                "must write them in the task that read them: keep the query to row-by-row "
+                "transformations (select, filter, withColumn, UDFs)"
+            )
+        offsets = PartitionOffsets.of(
+            (TopicPartition(t, p), o)
+            for b in noted
+            for t, p, o in zip(
+                b.column("topic").to_pylist(),
+                b.column("partition").to_pylist(),
+                b.column("offset").to_pylist(),
+                strict=True,
+            )
+        )
+        return files, ShareTaskOutput(attempt, offsets, tuple(files), acquired)
+
+    def commit(
+        self,
+        sink: DeltaSink,
+        plan: BatchPlan,
+        files: list[DataFile],
+        notes: list[Any],
+        schema: pa.Schema,
+    ) -> int | None:
+        """Driver side: :meth:`ShareCommit.commit` of the tasks' notes (each a
+        :class:`ShareTaskOutput`, holding its files); the table version (None: nothing new)."""
+        committer = ShareCommit(sink.table, sink.group_id, sink.member, sink.compression)
+        return committer.commit(plan, cast(list[ShareTaskOutput], notes), schema).version
+
+
+def _noting_kafka_columns(
+    batches: Iterator[pa.RecordBatch], into: list[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """``batches``, keeping the topic, partition and offset columns of each in ``into``."""
+    for batch in batches:
+        into.append(batch.select(["topic", "partition", "offset"]))
+        yield batch
 
 
 def _referenced(snapshot: DeltaTable, staged: StagedFiles) -> set[str]:

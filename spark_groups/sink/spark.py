@@ -19,14 +19,17 @@ Where each piece runs (Spark's Python data source API):
   :class:`~spark_groups.errors.SinkError`, one whose checkpoint this Python cannot read
   (on S3 without ``storage.*`` options that reach it) with an
   :class:`~spark_groups.errors.OptionError` on ``checkpointLocation``.
+  The batch's commit strategy (a group or a share commit, ``spark_groups.sink.strategy``)
+  is chosen there too, from the batch's source offsets.
 * ``DeltaGroupStreamWriter.write()``: on executors, one call per task: a table on the
   local disk is refused first when the query runs on a cluster
   (``spark_groups.sink.placement``); then the task's rows are written as Parquet files,
   one per value of the partition columns (``spark_groups.sink.writer``); a :class:`SinkTaskMessage`
-  describing them goes back to the driver.
+  describing them (and what the strategy adds) goes back to the driver.
 * ``commit()`` / ``abort()``: in a Python worker on the driver (``python_streaming_sink_runner``)
-  once all tasks finished (or one failed): the batch's plan is read from the checkpoint and
-  :class:`~spark_groups.sink.DeltaSink` makes the one Delta commit, or deletes the files.
+  once all tasks finished (or one failed): the batch's plan is read from the checkpoint, the
+  strategy checked against it, and the strategy makes the one Delta commit; or the files are
+  deleted.
 
 A Python data sink is the natural place for this, rather than a ``foreachBatch`` helper: the
 files are written by the tasks that computed the rows (no ``collect``, no second job), the
@@ -49,27 +52,23 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
 
 from spark_groups.errors import SinkError, SparkGroupsError
-from spark_groups.offsets import TopicPartition
-from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.sink.autocompact import compact_if_due
-from spark_groups.sink.commit import DeltaSink
+from spark_groups.sink.group_commit import DeltaSink
 from spark_groups.sink.options import SinkOptions, parse_sink_options
 from spark_groups.sink.pipeline import SinkTarget, check_target, target_for_next_batch, target_of
 from spark_groups.sink.placement import check_table_reachable
-from spark_groups.sink.plan import BatchPlan, read_batch_plan
-from spark_groups.sink.share_commit import ShareCommit, ShareTaskOutput
-from spark_groups.sink.table import SinkTable
+from spark_groups.sink.plan import read_batch_plan
+from spark_groups.sink.strategy import CommitStrategy, strategy_for
 from spark_groups.sink.writer import (
     NULL_PARTITION,
     DataFile,
     TaskFileWriter,
     check_schema,
     partition_value,
-    remove_files,
 )
 from spark_groups.spark import SINK_FORMAT, planner_accumulators
 from spark_groups.spark.compat import ARROW_STREAM_WRITER, arrow_schema
-from spark_groups.spark.task_context import BATCH_ID_PROPERTY, TaskAttempt, take_read_note
+from spark_groups.spark.task_context import BATCH_ID_PROPERTY
 from spark_groups.spark.worker_logging import log_to_stderr
 from spark_groups.storage.checkpoint import check_readable
 from spark_groups.storage.delta import bound_allocator
@@ -83,18 +82,13 @@ MASTER_PROPERTY = "spark.master"
 
 
 class SinkTaskMessage(WriterCommitMessage):
-    """What one task wrote: its data files (picklable, sent to the driver); in a
-    ``kafka-share`` batch also the task attempt and the offsets of its rows (``share``)."""
+    """What one task wrote: its data files (picklable, sent to the driver) and what the
+    batch's commit strategy adds to them (``note``; None: nothing)."""
 
-    def __init__(
-        self,
-        files: Sequence[DataFile],
-        task: int | None = None,
-        share: ShareTaskOutput | None = None,
-    ) -> None:
+    def __init__(self, files: Sequence[DataFile], task: int | None = None, note: Any = None):
         self.files = list(files)
         self.task = task
-        self.share = share
+        self.note = note
 
     def __repr__(self) -> str:
         return f"SinkTaskMessage(task={self.task}, files={len(self.files)})"
@@ -143,11 +137,13 @@ class DeltaGroupStreamWriter(_WriterBase):
         target: SinkTarget,
         schema: pa.Schema,
         partition_by: tuple[str, ...],
+        strategy: CommitStrategy,
     ) -> None:
         self.options = options
         self.target = target
         self.schema = schema
         self.partition_by = partition_by
+        self.strategy = strategy
 
     def _sink(self) -> DeltaSink:
         o = self.options
@@ -187,41 +183,8 @@ class DeltaGroupStreamWriter(_WriterBase):
             prefix=prefix,
             storage_options=self.options.storage_options,
         )
-        attempt = _share_attempt() if self.target.share else None
-        noted: list[pa.RecordBatch] = []
-        if attempt is not None:
-            iterator = _noting_kafka_columns(iterator, noted)
-        files = writer.write(iterator)
-        share = None if attempt is None else self._share_output(attempt, noted, files)
-        return SinkTaskMessage(files, context.partitionId() if context is not None else None, share)
-
-    def _share_output(
-        self, attempt: TaskAttempt, noted: list[pa.RecordBatch], files: list[DataFile]
-    ) -> ShareTaskOutput:
-        """What a task of a ``kafka-share`` batch wrote (after its rows are all written)."""
-        acquired = take_read_note(attempt)
-        if acquired is None:
-            remove_files(table_uri(self.target.path), [f.path for f in files],
-                         self.options.storage_options)  # fmt: skip
-            raise SinkError(
-                f"kafka-share: the rows of {attempt} were not read by the same task: a "
-                "shuffle (repartition, join, aggregation, ...) stands between the kafka-share "
-                "source and the delta-group sink. A share group's records may be acknowledged "
-                "only by the consumer that read them, once they are in the table, so the sink "
-                "must write them in the task that read them: keep the query to row-by-row "
-                "transformations (select, filter, withColumn, UDFs)"
-            )
-        offsets = PartitionOffsets.of(
-            (TopicPartition(t, p), o)
-            for b in noted
-            for t, p, o in zip(
-                b.column("topic").to_pylist(),
-                b.column("partition").to_pylist(),
-                b.column("offset").to_pylist(),
-                strict=True,
-            )
-        )
-        return ShareTaskOutput(attempt, offsets, tuple(files), acquired)
+        files, note = self.strategy.write_task(writer, iterator)
+        return SinkTaskMessage(files, context.partitionId() if context is not None else None, note)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver side: one Delta commit for the batch (see ``spark_groups.sink``)."""
@@ -229,37 +192,26 @@ class DeltaGroupStreamWriter(_WriterBase):
         bound_allocator()  # the sink's commit process: delta-rs loads here
         files = _files_of(messages)
         log.debug("sink %s: committing batch %d: %d file(s)", self.target.path, batchId, len(files))
+        sink = self._sink()
         try:
             options = self.options
             plan = read_batch_plan(
                 options.checkpoint, batchId, options.storage_options, self.target.group_id
             )
             check_target(self.target, target_of(options, plan.pipeline, batchId), batchId)
+            planned = strategy_for(plan.offsets)
+            if planned.source != self.strategy.source:
+                raise SinkError(
+                    f"sink {self.target.path}: batch {batchId} was planned by a "
+                    f"{planned.source} source but its tasks wrote as for a "
+                    f"{self.strategy.source} source; nothing was committed"
+                )
         except SparkGroupsError:
-            self._sink().abort(files)
+            sink.abort(files)
             raise
-        if plan.share:
-            version = self._commit_share(plan, messages)
-        else:
-            version = self._sink().commit(plan, files, self.schema).version
+        notes = [m.note for m in messages if isinstance(m, SinkTaskMessage)]
+        version = self.strategy.commit(sink, plan, files, notes, self.schema)
         compact_if_due(self.options, self.target.path, version)
-
-    def _commit_share(
-        self, plan: BatchPlan, messages: list[WriterCommitMessage | None]
-    ) -> int | None:
-        """A ``kafka-share`` batch's commit (``spark_groups.sink.share_commit``)."""
-        outputs = [m.share for m in messages if isinstance(m, SinkTaskMessage) and m.share]
-        if len(outputs) != sum(isinstance(m, SinkTaskMessage) for m in messages):
-            self._sink().abort(_files_of(messages))
-            raise SinkError(
-                f"sink {self.target.path}: batch {plan.batch_id} was planned by a kafka-share "
-                "source but some of its tasks wrote as for a kafka-group source; nothing was "
-                "committed"
-            )
-        o = self.options
-        table = SinkTable(self.target.path, o.storage_options, self.partition_by, o.merge_schema)
-        committer = ShareCommit(table, self.target.group_id, o.member, o.compression)
-        return committer.commit(plan, outputs, self.schema).version
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver side: a task failed; delete the files the others wrote."""
@@ -272,26 +224,6 @@ class DeltaGroupStreamWriter(_WriterBase):
             len(files),
         )
         self._sink().abort(files)
-
-
-def _share_attempt() -> TaskAttempt:
-    """This task's attempt, in a ``kafka-share`` batch."""
-    attempt = TaskAttempt.current()
-    if attempt is None:
-        raise SinkError(
-            "kafka-share: this write runs outside a streaming batch's task (no batch id or "
-            "run id in the TaskContext); write a share group's records with writeStream only"
-        )
-    return attempt
-
-
-def _noting_kafka_columns(
-    batches: Iterator[pa.RecordBatch], into: list[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    """``batches``, keeping the topic, partition and offset columns of each in ``into``."""
-    for batch in batches:
-        into.append(batch.select(["topic", "partition", "offset"]))
-        yield batch
 
 
 def _files_of(messages: list[WriterCommitMessage | None]) -> list[DataFile]:
@@ -332,7 +264,8 @@ class DeltaGroupDataSource(DataSource):
         # The commit reads the batch's plan there: fail now, before any task writes, if this
         # Python cannot (on S3: no storage.* options that reach it).
         check_readable(o.checkpoint, o.storage_options)
-        target = target_for_next_batch(o)  # the table and group, from the batch's source
+        # The table, the group and the commit strategy, from the batch's source offsets.
+        target, offsets = target_for_next_batch(o)
         partition_by = o.partition_by
         if partition_by is None:
             existing = DeltaSink(
@@ -340,7 +273,7 @@ class DeltaGroupDataSource(DataSource):
             ).table_partition_columns()
             partition_by = existing or ()
         check_schema(arrow, partition_by)
-        return DeltaGroupStreamWriter(o, target, arrow, tuple(partition_by))
+        return DeltaGroupStreamWriter(o, target, arrow, tuple(partition_by), strategy_for(offsets))
 
 
 # ---------------------------------------------------------------------- reading back

@@ -39,7 +39,7 @@ from spark_groups.kafka.client import KafkaTopicPartition as TopicPartition
 from spark_groups.kafka.logs import with_logger
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition as TP
-from spark_groups.sink.commit import committed_positions
+from spark_groups.sink.group_commit import committed_positions
 from spark_groups.storage.delta import open_table, query
 from spark_groups.tools.checkout import checkout_root
 from spark_groups.tools.embedded import EmbeddedBroker

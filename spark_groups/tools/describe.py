@@ -162,7 +162,7 @@ def describe_group(
         ends = resolver.end_offsets(partitions)
     in_sink: dict[TopicPartition, int] = {}
     if sink_path:
-        from spark_groups.sink.commit import committed_positions
+        from spark_groups.sink.group_commit import committed_positions
 
         in_sink = committed_positions(sink_path, group, partitions, storage_options)
     rows = [

@@ -26,7 +26,7 @@ from spark_groups.offsets import BatchOffset, OffsetRange, Pipeline, TopicPartit
 from spark_groups.options import parse_options
 from spark_groups.sink import claims
 from spark_groups.sink.arbiter import DeltaArbiter
-from spark_groups.sink.commit import DeltaSink
+from spark_groups.sink.group_commit import DeltaSink
 from spark_groups.sink.options import SinkOptions, parse_sink_options
 from spark_groups.sink.pipeline import SinkTarget, check_target, target_of
 from spark_groups.sink.plan import parse_offset_log

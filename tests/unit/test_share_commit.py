@@ -37,7 +37,7 @@ def committer(table: Path) -> ShareCommit:
 
 
 def share_plan(batch: int) -> BatchPlan:
-    return BatchPlan(batch, share=True)
+    return BatchPlan(batch)
 
 
 def test_records_delivered_again_land_once_and_the_commit_names_every_attempt(

@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 from spark_groups import crash_points
 from spark_groups.offsets import OffsetRange, TopicPartition
 from spark_groups.sink import claims
-from spark_groups.sink.commit import DeltaSink
+from spark_groups.sink.group_commit import DeltaSink
 from spark_groups.sink.plan import BatchPlan
 
 from sink_support import SCHEMA, TOPIC, offsets_in, parquet_files, rows, write_task

@@ -19,7 +19,7 @@ from deltalake.exceptions import CommitFailedError
 from spark_groups.errors import MaintenanceError, MaintenanceRunningError, OptionError
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
-from spark_groups.sink.commit import app_id
+from spark_groups.sink.group_commit import app_id
 from spark_groups.sink.maintenance import (
     _set_lease,
     lease_id,

@@ -43,7 +43,7 @@ from spark_groups.options import parse_options
 from spark_groups.read.reader import read_ranges
 from spark_groups.sink.arbiter import for_source
 from spark_groups.sink.autocompact import compact_if_due
-from spark_groups.sink.commit import DeltaSink
+from spark_groups.sink.group_commit import DeltaSink
 from spark_groups.sink.options import SinkOptions
 from spark_groups.sink.plan import read_batch_plan
 from spark_groups.sink.writer import TaskFileWriter

@@ -1,4 +1,5 @@
-"""The exactly-once Delta sink, driver side: one Delta commit per batch, fenced per partition.
+"""A ``kafka-group`` batch's commit, driver side: one Delta commit per batch, fenced per
+partition (a ``kafka-share`` batch's is ``spark_groups.sink.share_commit``).
 
 A ``delta-group`` batch arrives here as the files its tasks wrote (``spark_groups.sink.writer``,
 each holding rows of the Kafka partitions its task read, with their offsets) and the batch's
@@ -32,7 +33,7 @@ committing, each partition of the batch is compared with that version ``v``:
 made on that same snapshot. delta-rs fails a commit whose transaction ids were set by any
 commit after the snapshot (``CommitFailedError``, "concurrent transaction"), and rebases it
 over commits that touched other partitions. On a failure the whole decision is made again
-on a fresh snapshot (up to :data:`MAX_COMMIT_ATTEMPTS` times), so two writers can never both
+on a fresh snapshot (``spark_groups.sink.retry``), so two writers can never both
 commit the same offsets of a partition.
 
 **Files.** Every file is checked (exists, has the size its task reported) before the
@@ -46,6 +47,7 @@ its retries; the parts are ``spark_groups.sink.staged`` (the batch's files: chec
 deleted), ``spark_groups.sink.table`` (opening the table; the transaction versions),
 ``spark_groups.sink.decision`` (each partition against the versions) and
 ``spark_groups.sink.attempt`` (one Delta commit on one snapshot, and reading it back).
+:class:`GroupStrategy` is this commit as ``spark_groups.sink.strategy`` chooses it.
 
 Nothing here imports Spark: ``spark_groups.sink.spark`` adapts it to Spark's Python data
 source API, and everything is tested without a JVM.
@@ -54,9 +56,9 @@ source API, and everything is tested without a JVM.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -67,7 +69,7 @@ from spark_groups.sink.attempt import COMMIT_INFO_KEYS, CommitAttempt, CommitUnk
 from spark_groups.sink.claims import claims_of
 from spark_groups.sink.decision import BatchDecision, decide_batch
 from spark_groups.sink.plan import BatchPlan
-from spark_groups.sink.retry import MAX_COMMIT_ATTEMPTS, wait_to_decide_again
+from spark_groups.sink.retry import wait_to_decide_again
 from spark_groups.sink.staged import StagedFiles
 from spark_groups.sink.table import (
     APP_ID_PREFIX,
@@ -77,7 +79,7 @@ from spark_groups.sink.table import (
     referenced,
     versions,
 )
-from spark_groups.sink.writer import DataFile, check_schema, remove_files
+from spark_groups.sink.writer import DataFile, TaskFileWriter, check_schema, remove_files
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -87,7 +89,6 @@ log = logging.getLogger(__name__)
 __all__ = [
     "APP_ID_PREFIX",
     "COMMIT_INFO_KEYS",
-    "MAX_COMMIT_ATTEMPTS",
     "CommitResult",
     "DeltaSink",
     "app_id",
@@ -146,9 +147,9 @@ class DeltaSink:
         self.fail_on_gap = fail_on_gap
         self.member = member
         self.compression = compression
-        self._table = SinkTable(path, self.storage_options, self.partition_by, merge_schema)
-        self._committer = CommitAttempt(self._table, group_id, member)
-        self.uri = self._table.uri
+        self.table = SinkTable(path, self.storage_options, self.partition_by, merge_schema)
+        self._committer = CommitAttempt(self.table, group_id, member)
+        self.uri = self.table.uri
 
     def __repr__(self) -> str:
         return f"DeltaSink(path={self.path!r}, group_id={self.group_id!r})"
@@ -157,7 +158,7 @@ class DeltaSink:
 
     def table_partition_columns(self) -> tuple[str, ...] | None:
         """The existing table's partition columns, or None when there is no table yet."""
-        return self._table.partition_columns()
+        return self.table.partition_columns()
 
     def positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The table's next offset per partition for this group (see
@@ -176,7 +177,7 @@ class DeltaSink:
         if not paths:
             return
         try:
-            committed = referenced(self._table.load(), paths)
+            committed = referenced(self.table.load(), paths)
         except Exception as exc:
             log.warning(
                 "sink %s: cannot read the table to tell whether the aborted batch landed (%s); "
@@ -217,7 +218,7 @@ class DeltaSink:
            claim again, when the batch read it under one), on that snapshot. A concurrent
            commit of the same partitions or claims (a conflict), or an error after which the
            commit is certainly not in the table: wait a moment and go back to 2, at most
-           :data:`MAX_COMMIT_ATTEMPTS` times.
+           :data:`~spark_groups.sink.retry.MAX_COMMIT_ATTEMPTS` times.
         6. **Clean up**: find the commit's table version, delete the files it does not
            reference (dropped, cut, rewritten), return what went in.
 
@@ -228,7 +229,7 @@ class DeltaSink:
         when a commit failed and the table cannot be read to tell whether it landed.
         """
         crash_points.reached("sink.files_written")
-        staged = StagedFiles(self._table, files, self.compression)
+        staged = StagedFiles(self.table, files, self.compression)
         loaded, partition_by = self._check(plan, staged, schema)  # 1
         attempt = 0
         while True:
@@ -254,8 +255,8 @@ class DeltaSink:
         :class:`~spark_groups.errors.SinkError` the files are deleted."""
         try:
             staged.check(plan)
-            loaded = self._table.latest()
-            partition_by = self._table.partition_by_for(staged.files, loaded)
+            loaded = self.table.latest()
+            partition_by = self.table.partition_by_for(staged.files, loaded)
             check_schema(schema, partition_by)
         except SinkError:
             self.abort(staged.files)
@@ -274,7 +275,7 @@ class DeltaSink:
         and the batch decided against it. Any error deletes the files and is raised as a
         :class:`~spark_groups.errors.SinkError`."""
         try:
-            snapshot = self._table.open(schema, partition_by, loaded)
+            snapshot = self.table.open(schema, partition_by, loaded)
             decision = decide_batch(
                 plan,
                 versions(snapshot, self.group_id, plan.ranges, self.storage_options),
@@ -339,7 +340,7 @@ class DeltaSink:
 
     def _wait_to_retry(self, plan: BatchPlan, staged: StagedFiles, attempt: int) -> None:
         """Step 5, after a conflict: wait before deciding again (``spark_groups.sink.retry``),
-        or give up after :data:`MAX_COMMIT_ATTEMPTS`, deleting the files."""
+        or give up, deleting the files."""
         if not wait_to_decide_again(attempt, self.path, f"batch {plan.batch_id}"):
             staged.remove()
             last = self._committer.last_error
@@ -383,6 +384,30 @@ class DeltaSink:
             files=len(decision.keep),
             attempts=attempt,
         )
+
+
+class GroupStrategy:
+    """A ``kafka-group`` batch (``spark_groups.sink.strategy``): its tasks add nothing to
+    their files, and :meth:`DeltaSink.commit` commits them against the plan's ranges."""
+
+    source = "kafka-group"
+
+    def write_task(
+        self, writer: TaskFileWriter, batches: Iterator[pa.RecordBatch]
+    ) -> tuple[list[DataFile], None]:
+        """Executor side: the task's files (:meth:`TaskFileWriter.write`), nothing else."""
+        return writer.write(batches), None
+
+    def commit(
+        self,
+        sink: DeltaSink,
+        plan: BatchPlan,
+        files: list[DataFile],
+        notes: list[Any],
+        schema: pa.Schema,
+    ) -> int | None:
+        """Driver side: :meth:`DeltaSink.commit`; the table version (None: nothing new)."""
+        return sink.commit(plan, files, schema).version
 
 
 def _ranges_text(ranges: Mapping[TopicPartition, OffsetRange]) -> str:
