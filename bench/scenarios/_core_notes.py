@@ -12,6 +12,8 @@ from spark_groups.read.tasks import DEFAULT_RECORDS_PER_TASK, pack_ranges
 
 #: The reader process's RSS target (MB), section 3's.
 RSS_TARGET_MB = 150
+#: Where the reader process's memory is taken apart step by step (a link from the section).
+MEMORY_STEPS = "[history.md](history.md#the-reader-processs-memory-step-by-step)"
 
 
 def ms(seconds: float) -> str:
@@ -113,12 +115,13 @@ def scale_notes(sc: dict[str, Any], led: dict[str, Any]) -> list[str]:
     total = cumtime(profile, "latest_offset")
     notes = []
     if total:
-        ends = cumtime(profile, "_end_offsets")
+        ends = cumtime(profile, "end_offsets")
         commit = cumtime(profile, "commit_durable")
         notes.append(
-            f"- Driver time: asking the log ends (`_end_offsets`, one ListOffsets request per "
-            f"broker) is {ends / total:.0%} of `latest_offset`; committing the previous batch "
-            f"(ledger + Kafka) is {commit / total:.0%}; the rest is planning and bookkeeping."
+            f"- Driver time: asking the log ends (`end_offsets`, ListOffsets) is "
+            f"{ends / total:.0%} of `latest_offset`; committing the previous batch "
+            f"(ledger + Kafka) is {commit / total:.0%}; the rest is planning and bookkeeping "
+            "(cProfile of the batches: `stream_profiled` in the saved results)."
         )
     nl, st = sc.get("stream_no_ledger"), sc["stream"]
     if nl:
@@ -126,15 +129,15 @@ def scale_notes(sc: dict[str, Any], led: dict[str, Any]) -> list[str]:
             f"- Memory: the same member without `offsets.table` takes {nl['rss_mb']:.0f} MB; "
             f"the Delta ledger adds {st['rss_mb'] - nl['rss_mb']:.0f} MB, almost all at its "
             "first commit (delta-rs' library, runtime and table snapshot; without DataFusion "
-            "it is about as much: the reader-memory section), independent of the "
-            "partition count. The imports alone (pyspark, pyarrow, deltalake) take "
+            f"it is about as much: {MEMORY_STEPS}), independent of the partition count. The "
+            "imports alone (pyspark, pyarrow, deltalake) take "
             f"{st['imports_rss_mb']:.0f} MB."
         )
         if st["rss_mb"] >= RSS_TARGET_MB:
             memory += (
                 " The RSS target is missed by what a Delta writer in this process needs (step "
-                "by step in the reader-memory section); keeping the ledger's writer out of the "
-                "reader process would mean a second process or the JVM."
+                f"by step in {MEMORY_STEPS}); keeping the ledger's writer out of the reader "
+                "process would mean a second process or the JVM."
             )
         notes.append(memory)
     notes.append(

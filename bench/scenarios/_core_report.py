@@ -37,10 +37,8 @@ def render(results: dict[str, Any]) -> str:
         + ", ".join(f"{k} {v}" for k, v in results.get("section_s", {}).items())
         + ".",
         "",
-        "| machine | |",
-        "| --- | --- |",
+        "Machine: " + "; ".join(f"{k} {v}" for k, v in results["machine"].items()) + ".",
     ]
-    lines += [f"| {k} | {v} |" for k, v in results["machine"].items()]
     mb = t["size"] / 1e6
     lines += [
         "",
@@ -77,8 +75,9 @@ def render(results: dict[str, Any]) -> str:
         f"({noop / plain:.2f}x).",
         "",
         "Where the time goes. The executor read path alone (`read_range` over the same "
-        f"partitions in one process, no Spark) runs at {rr / plain:.2f}x the plain loop; its "
-        f"profile is below ({notes.read_path_words(results['machine'])}). A Python data source "
+        f"partitions in one process, no Spark) runs at {rr / plain:.2f}x the plain loop ("
+        f"{notes.read_path_words(results['machine'])}; its profile: `read_range_profile` in "
+        "the saved results). A Python data source "
         "that does no Kafka work at all (one prebuilt Arrow batch of the same schema, yielded "
         f"again and again) reaches {rate(ceil)} records/s = {ceil / plain:.2f}x the plain loop: "
         "that is Spark's own cost of taking Arrow batches from a Python worker into the JVM "
@@ -89,13 +88,7 @@ def render(results: dict[str, Any]) -> str:
         + notes.cpu_budget(runs, int(results["machine"].get("cores", 1)))
         + f" The warm time excludes the first batch's group join "
         f"({runs['noop']['excluded_s']:.1f} s); the CPU column covers the whole query, start-up "
-        "included.",
-        "",
-        "```",
-        *notes.profile_head(t.get("read_range_profile", ""), 14),
-        "```",
-        "",
-        "Rows counted: "
+        "included. Rows counted: "
         + ", ".join(f"{n} {runs[n]['rows']:,}" for n in runs)
         + f"; the delta-group table holds {runs['delta-group']['written']:,} rows (produced "
         f"{t['records']:,}).",
@@ -186,12 +179,6 @@ def render(results: dict[str, Any]) -> str:
         f"| ledger commit p95 (ms) | {ms(led['ledger_p95_s'])} | {ms(led['kafka_p95_s'])} | | |",
         "",
         *notes.scale_notes(sc, led),
-        "Profile of the driver's batches (endOffsets=auto, cumulative time):",
-        "",
-        "```",
-        *notes.profile_head(sc["stream_profiled"].get("profile", "")),
-        "```",
-        "",
         "## 4. Cost growth",
         "",
         "Throughput (as in section 1) and driver time per batch (as in section 3) by partition "

@@ -59,13 +59,15 @@ def summarize(records: int, results: dict[str, list[dict[str, Any]]]) -> dict[st
 
 
 def render(results: dict[str, Any]) -> str:
-    """The markdown section: the command, date, load, and the tables."""
+    """The markdown section: the command, date, load, and the tables (the tuning trials
+    that chose :data:`.whole_run.SPARK_TUNED`, and ``--note`` lines, stay in the results: what the
+    figures say is written after the section's end marker)."""
     s = results["summary"]
     cfg = results["config"]
     base, tuned = s.get("spark-kafka", {}), s.get("spark-kafka-tuned", {})
     loads = results["load"]
     lines = [
-        "## Whole runs (issue 26)",
+        "## Whole runs",
         "",
         f"`{results['command']}` ({results['date']}; {results['machine']['broker']}; "
         f"{cfg['rounds']} rounds, {cfg['warm_runs']} warm run(s) per cold one; took "
@@ -112,16 +114,15 @@ def render(results: dict[str, Any]) -> str:
     ]
     floor = s.get("python-floor", {})
     if floor:
-        lines += [
-            "",
-            "The Python streaming source floor (no Kafka, the rows prebuilt) against Spark's "
+        lines[-1] += (
+            " The Python streaming source floor (no Kafka, the rows prebuilt) against Spark's "
             "kafka source at its defaults: cold "
             f"{_ratio(floor.get('cold_best'), base.get('cold_best'))}, warm "
             f"{_ratio(floor.get('warm_best'), base.get('warm_best'))}; no source on Spark's "
             "Python data source API can pass it. kafka-group is "
             f"{_ratio(kg.get('cold_best'), floor.get('cold_best'))} (cold) and "
-            f"{_ratio(kg.get('warm_best'), floor.get('warm_best'))} (warm) of the floor.",
-        ]
+            f"{_ratio(kg.get('warm_best'), floor.get('warm_best'))} (warm) of the floor."
+        )
     lines += [
         "",
         "CPU seconds per million records (median of the runs) by process: driver JVM / Python "
@@ -169,34 +170,7 @@ def render(results: dict[str, Any]) -> str:
     ]
     lines += [
         "",
-        "kafka-group's reader process log (median): " + "; ".join(marks) + ".",
-        "",
-        f"Spark's kafka source tuned: `{json.dumps(results['spark_tuned'])}`.",
+        "kafka-group's reader process log (median): " + "; ".join(marks) + ". Spark's kafka "
+        f"source tuned: `{json.dumps(results['spark_tuned'])}`.",
     ]
-    for i, trial in enumerate(results.get("tuning", [])):
-        lines += [
-            "",
-            f"Tuning trial {i + 1} (`bench/whole_run.py` at commit f0fc54c): "
-            f"`{trial['command']}` ({trial['method']}; "
-            f"{trial['records']:,} records; load average {_load(trial['uptime'][0])} before, "
-            f"{_load(trial['uptime'][1])} after). Whole-run rec/s, warm:",
-            "",
-            "| options | median | best | runs |",
-            "| --- | ---: | ---: | --- |",
-        ]
-        for name, rates in trial["rates"].items():
-            options = trial["candidates"][name]
-            shown = ", ".join(f"`{k}={v}`" for k, v in options.items()) or "(defaults)"
-            lines.append(
-                f"| {shown} | {statistics.median(rates):,.0f} | {max(rates):,.0f} | "
-                + ", ".join(f"{r / 1000:.0f}k" for r in rates)
-                + " |"
-            )
-    if results.get("notes"):
-        lines += ["", *results["notes"]]
     return "\n".join(lines)
-
-
-def _load(uptime: str) -> str:
-    """The load averages of an ``uptime`` line."""
-    return uptime.split("average:")[-1].strip()

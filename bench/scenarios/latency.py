@@ -108,7 +108,7 @@ def render(results: dict[str, Any]) -> str:
     sides = results["sides"]
     rates = sorted({r for s in sides.values() for r in s}, key=int)
     lines = [
-        "## Latency: produced -> visible in the table (issue 44)",
+        "## Latency: produced -> visible in the table",
         "",
         f"Command: `{results['command']}`. Run on {results['when']} (load average before: "
         f"{results['load_before']}). One Apache Kafka broker with Kafka's default group "
@@ -122,16 +122,15 @@ def render(results: dict[str, Any]) -> str:
         "`triggerExecution`). Batches: commits (or batches) that ended in the counted "
         "window; spacing: their median distance.",
     ]
+    lines += ["", "| pipeline | records/s | p50 | p95 | p99 | max | batches | spacing |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for rate in rates:
-        lines += ["", f"At {int(rate):,} records/s:", "",
-                  "| pipeline | p50 | p95 | p99 | max | batches | spacing |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
         for name, by_rate in sides.items():
             if rate in by_rate:
                 lat = by_rate[rate]["latency"]
                 lost = f" ({lat['missing']:,} never visible)" if lat["missing"] else ""
                 cells = " | ".join(_ms(lat[q]) for q in ("p50", "p95", "p99", "max"))
-                lines.append(f"| {name}{lost} | {cells} | {lat['batches']} | "
+                lines.append(f"| {name}{lost} | {int(rate):,} | {cells} | {lat['batches']} | "
                              f"{_ms(lat['spacing_ms'])} |")  # fmt: skip
     keys = ["latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets",
             "triggerExecution"]  # fmt: skip
@@ -149,13 +148,17 @@ def render(results: dict[str, Any]) -> str:
              for r, p, most in GOALS if str(r) in ours]  # fmt: skip
     if goals:
         lines += ["", "Goals (kafka-group -> `delta-group`): " + "; ".join(goals) + "."]
+    compactions = []
     for rate, found in ours.items():
         spacing = found["latency"]["spacing_ms"]  # 0: fewer than two batches in the window
         if (c := found.get("compaction")) and c["commits"] and spacing:
             hourly_s = c["seconds"] / c["commits"] * 3600_000 / spacing
-            lines += ["", f"Compaction at {int(rate):,} records/s: the run left "
-                      f"{c['files_before']:,} data files from {c['commits']} commits; the "
-                      f"sink's `optimize` (what `compactEvery` runs) made them "
-                      f"{c['files_after']:,} in {c['seconds']:.1f} s: about "
-                      f"{hourly_s / 60:.1f} min of compaction an hour at this rate."]  # fmt: skip
+            compactions.append(
+                f"at {int(rate):,} records/s the run left {c['files_before']:,} data files from "
+                f"{c['commits']} commits, and the sink's `optimize` (what `compactEvery` runs) "
+                f"made them {c['files_after']:,} in {c['seconds']:.1f} s: about "
+                f"{hourly_s / 60:.1f} min of compaction an hour at this rate"
+            )
+    if compactions:
+        lines += ["", "Compaction: " + "; ".join(compactions) + "."]
     return "\n".join(lines)

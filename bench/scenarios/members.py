@@ -129,7 +129,7 @@ def render(results: dict[str, Any]) -> str:
     """The docs/benchmarks.md section."""
     a = results["args"]
     lines = [
-        "## Members per table (issue 45)",
+        "## Members per table",
         "",
         f"`{results['command']}`, {results['when']}, load average {results['load_before']} "
         f"before, {results['machine']['cores']} cores. {a['partitions']} partitions, "
@@ -139,7 +139,7 @@ def render(results: dict[str, Any]) -> str:
         "per batch (p50). *Retried*: batches whose commit met a concurrent commit of the same "
         "ids / commits that failed, were not in the table and were tried again. "
         "*Checkpointing*: the commits whose version is a multiple of 100 (delta-rs writes the "
-        "checkpoint in that call).",
+        "checkpoint in that call)." + (f" Note: {results['note']}" if results.get("note") else ""),
         "",
         "| store | members | batches/s (per member) | member CPU | commit p50 | p99 | "
         "checkpointing | retried | failed | join to first batch, max | cores busy | "

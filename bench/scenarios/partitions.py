@@ -140,7 +140,7 @@ def _once(group: SimGroup, sent: int, topics: list[str]) -> dict[str, int]:
 def render(results: dict[str, Any]) -> str:
     """The docs/benchmarks.md section."""
     lines = [
-        "## Many partitions (issue 45)",
+        "## Many partitions",
         "",
         f"`{results['command']}`, {results['when']}, load average {results['load_before']} "
         f"before. {results['args']['topics']} topics, one record per partition per "

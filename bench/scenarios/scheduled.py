@@ -174,7 +174,7 @@ def render(results: dict[str, Any]) -> str:
 
     base = summary["spark-kafka"].get("median_to_end_s")
     lines = [
-        "## Scheduled runs: AvailableNow, one run after the other (issue 25)",
+        "## Scheduled runs: AvailableNow, one run after the other",
         "",
         f"`{results['command']}`, {results['when']}, load average {results['load_before']} before "
         f"and {results['load_after']} after, on {machine['cores']} cores ({machine['CPU']}). "

@@ -158,7 +158,7 @@ def render(results: dict[str, Any]) -> str:
     t, lat = results["throughput"], results["latency"]
     group = t["kafka-group"]["rate"]
     lines = [
-        "## Share groups: kafka-share against kafka-group on one partition (issue 46)",
+        "## Share groups: kafka-share against kafka-group on one partition",
         "",
         f"Command: `{results['command']}`. Run on {results['when']} ({_machine(results)}). "
         f"{results['records']:,} records x {results['size']} B on one partition, read into "

@@ -96,7 +96,7 @@ def render(results: dict[str, Any]) -> str:
     transfer = best["discard-arrow"] - best["noop"]
     sink = best["delta-group"] - best["noop"]
     lines = [
-        "## The delta-group sink's cost, piece by piece (issue 34)",
+        "## The delta-group sink's cost, piece by piece",
         "",
         f"Command: `{results['command']}`. Run on {results['when']}. In one warm `local[2]` "
         f"session on its own Apache Kafka broker: {results['records']:,} records x "

@@ -141,7 +141,7 @@ def render(results: dict[str, Any]) -> str:
     spark_split = best[names[3]]["rate"]
     speedup = split / unsplit
     lines = [
-        "## Split ranges: one partition, one task or two (issue 34)",
+        "## Split ranges: one partition, one task or two",
         "",
         f"Command: `{results['command']}`. Run on {results['when']}; load average before and "
         f"after: {results['load_before']} / {results['load_after']}. {results['records']:,} "
