@@ -1,6 +1,7 @@
 """A source's options, parsed: :class:`OptionTable` splits a source's option map by its
-table of options, and each parser names the option in its :class:`OptionError` and says
-what it expected. Shared by the ``kafka-group`` and ``kafka-share`` sources' options."""
+table of options, and each parser of :class:`GivenOptions` names the option in its
+:class:`OptionError` and says what it expected. Shared by the ``kafka-group`` and
+``kafka-share`` sources' options."""
 
 from __future__ import annotations
 
@@ -58,72 +59,67 @@ class OptionTable:
 @dataclass(frozen=True)
 class GivenOptions:
     """A source's options as given: its own under their documented names (``ours``), the
-    ``kafka.*`` ones without the prefix (``kafka``). Each method parses one of ``ours``, or
-    the table's default when it was not given."""
+    ``kafka.*`` ones without the prefix (``kafka``). Each method parses one of ``ours`` (the
+    table's default when it was not given) and names it in its :class:`OptionError`."""
 
     table: OptionTable
     ours: dict[str, str]
     kafka: dict[str, str]
 
     def raw(self, name: str) -> str:
+        """The value of ``name`` as given, else its default ("" without one)."""
         return self.ours.get(name, self.table.defaults[name] or "")
 
     def boolean(self, name: str) -> bool:
-        return boolean(name, self.raw(name))
+        """``true`` or ``false`` (any case)."""
+        raw = self.raw(name)
+        value = raw.strip().lower()
+        if value in ("true", "false"):
+            return value == "true"
+        raise OptionError(name, f"expected true or false, got {raw!r}")
 
-    def positive_int(self, name: str) -> int:
-        return positive_int(name, self.raw(name))
+    def whole_number(self, name: str, least: int = 1) -> int:
+        """A whole number, ``least`` or more (by default: greater than 0)."""
+        raw = self.raw(name)
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise OptionError(name, f"expected a whole number, got {raw!r}") from None
+        if value < least:
+            bound = "greater than 0" if least == 1 else f"{least} or more"
+            raise OptionError(name, f"must be {bound}, got {value}")
+        return value
 
-    def optional_positive_int(self, name: str) -> int | None:
-        return optional_positive_int(name, self.ours)
-
-    def non_negative_int(self, name: str) -> int:
-        return non_negative_int(name, self.raw(name))
+    def optional_whole_number(self, name: str) -> int | None:
+        """A whole number greater than 0, None when it is not given."""
+        return self.whole_number(name) if name in self.ours else None
 
     def duration_ms(self, name: str) -> int:
-        return duration_ms(name, self.raw(name))
+        """A duration the way Spark writes them (``15m``, ``30s``, ``500ms``; a bare number
+        is milliseconds) in whole milliseconds."""
+        raw = self.raw(name)
+        match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
+        if match is None or match.group(2) not in ("", *_DURATION_UNITS_MS):
+            raise OptionError(
+                name,
+                f"expected a duration such as 15m, 30s or 500ms (a number and a unit), got {raw!r}",
+            )
+        number, unit = int(match.group(1)), match.group(2) or "ms"
+        return int(number * _DURATION_UNITS_MS[unit])
 
     def choice(self, name: str, choices: tuple[str, ...]) -> str:
-        return choice(name, self.ours, self.table.defaults[name] or "", choices)
+        """The value spelled as in ``choices`` (matched ignoring case)."""
+        given = self.raw(name).strip()
+        for choice in choices:
+            if given.lower() == choice.lower():
+                return choice
+        raise OptionError(name, f"unknown value {given!r}; use one of {', '.join(choices)}")
 
     def path(self, name: str) -> str | None:
-        return path(name, self.ours)
-
-
-def boolean(name: str, raw: str) -> bool:
-    """``true`` or ``false`` (any case)."""
-    value = raw.strip().lower()
-    if value in ("true", "false"):
-        return value == "true"
-    raise OptionError(name, f"expected true or false, got {raw!r}")
-
-
-def positive_int(name: str, raw: str) -> int:
-    """A whole number greater than 0."""
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise OptionError(name, f"expected a whole number, got {raw!r}") from None
-    if value <= 0:
-        raise OptionError(name, f"must be greater than 0, got {value}")
-    return value
-
-
-def optional_positive_int(name: str, ours: Mapping[str, str]) -> int | None:
-    """``name`` as a whole number greater than 0, None when it is not given."""
-    raw = ours.get(name)
-    return None if raw is None else positive_int(name, raw)
-
-
-def non_negative_int(name: str, raw: str) -> int:
-    """A whole number, 0 or more."""
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise OptionError(name, f"expected a whole number, got {raw!r}") from None
-    if value < 0:
-        raise OptionError(name, f"must be 0 or more, got {value}")
-    return value
+        """A table or checkpoint path as delta-rs and pyarrow take it (None when not given);
+        a :class:`~spark_groups.errors.StoragePathError` when neither can."""
+        given = self.ours.get(name, "").strip()
+        return resolve(given, name) if given else None
 
 
 #: Spark's time units (``Utils.timeStringAsMs``) in milliseconds.
@@ -136,19 +132,6 @@ _DURATION_UNITS_MS: dict[str, float] = {
     "h": 3_600_000,
     "d": 86_400_000,
 }
-
-
-def duration_ms(option: str, raw: str) -> int:
-    """A duration the way Spark writes them (``15m``, ``30s``, ``500ms``; a bare number is
-    milliseconds) in whole milliseconds."""
-    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
-    if match is None or match.group(2) not in ("", *_DURATION_UNITS_MS):
-        raise OptionError(
-            option,
-            f"expected a duration such as 15m, 30s or 500ms (a number and a unit), got {raw!r}",
-        )
-    number, unit = int(match.group(1)), match.group(2) or "ms"
-    return int(number * _DURATION_UNITS_MS[unit])
 
 
 def pattern(raw: str) -> str:
@@ -169,20 +152,3 @@ def topics(raw: str) -> tuple[str, ...]:
     if bad:
         raise OptionError("subscribe", f"not a valid Kafka topic name: {bad[0]!r}")
     return topics
-
-
-def path(option: str, ours: Mapping[str, str]) -> str | None:
-    """The table or checkpoint path of ``option`` as delta-rs and pyarrow take it (None when
-    not given); a :class:`~spark_groups.errors.StoragePathError` when neither can."""
-    given = ours.get(option, "").strip()
-    return resolve(given, option) if given else None
-
-
-def choice(option: str, ours: Mapping[str, str], default: str, choices: tuple[str, ...]) -> str:
-    """The value of ``option`` spelled as in ``choices`` (matched ignoring case), ``default``
-    when it is not given; an :class:`OptionError` naming ``option`` for anything else."""
-    given = ours.get(option, default).strip()
-    for choice in choices:
-        if given.lower() == choice.lower():
-            return choice
-    raise OptionError(option, f"unknown value {given!r}; use one of {', '.join(choices)}")

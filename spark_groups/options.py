@@ -258,8 +258,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     protocol, remote_assignor = _group_protocol(given)
     end_mode = cast(EndOffsetsMode, given.choice("endOffsets", END_OFFSET_MODES))
     guarantee = given.choice("deliveryGuarantee", DELIVERY_GUARANTEES)
-    max_records = given.optional_positive_int("maxOffsetsPerTrigger")
-    min_records = given.optional_positive_int("minOffsetsPerTrigger")
+    max_records = given.optional_whole_number("maxOffsetsPerTrigger")
+    min_records = given.optional_whole_number("minOffsetsPerTrigger")
     if max_records is not None and min_records is not None and min_records > max_records:
         raise OptionError(
             "minOffsetsPerTrigger",
@@ -310,14 +310,14 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         retention_ms=given.duration_ms("offsets.retention"),
         include_headers=given.boolean("includeHeaders"),
         fail_on_data_loss=given.boolean("failOnDataLoss"),
-        poll_timeout_ms=given.positive_int("kafkaConsumer.pollTimeoutMs"),
+        poll_timeout_ms=given.whole_number("kafkaConsumer.pollTimeoutMs"),
         end_offsets_mode=end_mode,
-        broker_timeout_ms=given.positive_int("brokerTimeoutMs"),
-        join_timeout_ms=given.optional_positive_int("joinTimeoutMs"),
-        arrow_batch_rows=given.positive_int("arrowBatchRows"),
-        records_per_task=given.non_negative_int("recordsPerTask"),
-        min_partitions=given.optional_positive_int("minPartitions"),
-        max_records_per_partition=given.optional_positive_int("maxRecordsPerPartition"),
+        broker_timeout_ms=given.whole_number("brokerTimeoutMs"),
+        join_timeout_ms=given.optional_whole_number("joinTimeoutMs"),
+        arrow_batch_rows=given.whole_number("arrowBatchRows"),
+        records_per_task=given.whole_number("recordsPerTask", least=0),
+        min_partitions=given.optional_whole_number("minPartitions"),
+        max_records_per_partition=given.optional_whole_number("maxRecordsPerPartition"),
         read_path=cast(ReadPath, given.choice("readPath", READ_PATHS)),
         kafka=kafka,
         storage_options=storage,
