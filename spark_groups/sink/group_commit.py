@@ -387,26 +387,20 @@ class DeltaSink:
 
 
 class GroupStrategy:
-    """A ``kafka-group`` batch (``spark_groups.sink.strategy``): its tasks add nothing to
-    their files, and :meth:`DeltaSink.commit` commits them against the plan's ranges."""
+    """A ``kafka-group`` batch (``spark_groups.sink.strategy``): the tasks add nothing to
+    their files; :meth:`DeltaSink.commit` commits them against the plan's ranges."""
 
     source = "kafka-group"
 
     def write_task(
         self, writer: TaskFileWriter, batches: Iterator[pa.RecordBatch]
     ) -> tuple[list[DataFile], None]:
-        """Executor side: the task's files (:meth:`TaskFileWriter.write`), nothing else."""
         return writer.write(batches), None
 
     def commit(
-        self,
-        sink: DeltaSink,
-        plan: BatchPlan,
-        files: list[DataFile],
-        notes: list[Any],
+        self, sink: DeltaSink, plan: BatchPlan, files: list[DataFile], notes: list[Any],
         schema: pa.Schema,
-    ) -> int | None:
-        """Driver side: :meth:`DeltaSink.commit`; the table version (None: nothing new)."""
+    ) -> int | None:  # fmt: skip
         return sink.commit(plan, files, schema).version
 
 

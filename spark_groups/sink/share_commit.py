@@ -56,7 +56,7 @@ from spark_groups.sink.share_info import (
     commit_offsets_info,
 )
 from spark_groups.sink.staged import StagedFiles
-from spark_groups.sink.table import SinkTable, append_files
+from spark_groups.sink.table import SinkTable, append_files, referenced
 from spark_groups.sink.writer import DataFile, TaskFileWriter, check_schema
 from spark_groups.spark.task_context import TaskAttempt, take_read_note
 from spark_groups.storage.transactions import transaction_versions
@@ -260,9 +260,9 @@ class ShareStrategy:
     def write_task(
         self, writer: TaskFileWriter, batches: Iterator[pa.RecordBatch]
     ) -> tuple[list[DataFile], ShareTaskOutput]:
-        """Executor side: the task's files and its :class:`ShareTaskOutput`. Raises
-        :class:`~spark_groups.errors.SinkError` outside a streaming batch's task, and (its
-        files deleted) when no reader of this task attempt ran: a shuffle stands between."""
+        """Executor side: the task's files and its :class:`ShareTaskOutput`; a
+        :class:`~spark_groups.errors.SinkError` (its files deleted) when no reader of this
+        task attempt ran here: a shuffle stands between."""
         attempt = TaskAttempt.current()
         if attempt is None:
             raise SinkError(
@@ -295,15 +295,10 @@ class ShareStrategy:
         return files, ShareTaskOutput(attempt, offsets, tuple(files), acquired)
 
     def commit(
-        self,
-        sink: DeltaSink,
-        plan: BatchPlan,
-        files: list[DataFile],
-        notes: list[Any],
+        self, sink: DeltaSink, plan: BatchPlan, files: list[DataFile], notes: list[Any],
         schema: pa.Schema,
-    ) -> int | None:
-        """Driver side: :meth:`ShareCommit.commit` of the tasks' notes (each a
-        :class:`ShareTaskOutput`, holding its files); the table version (None: nothing new)."""
+    ) -> int | None:  # fmt: skip
+        """Driver side: :meth:`ShareCommit.commit` of the tasks' :class:`ShareTaskOutput`."""
         committer = ShareCommit(sink.table, sink.group_id, sink.member, sink.compression)
         return committer.commit(plan, cast(list[ShareTaskOutput], notes), schema).version
 
@@ -318,8 +313,6 @@ def _noting_kafka_columns(
 
 
 def _referenced(snapshot: DeltaTable, staged: StagedFiles) -> set[str]:
-    from spark_groups.sink.table import referenced
-
     return referenced(snapshot, [f.path for f in staged.files] + sorted(staged.made))
 
 

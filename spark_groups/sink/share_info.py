@@ -20,10 +20,14 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.spark.task_context import TaskAttempt
-from spark_groups.storage.snapshots import Snapshot, commits_after
+from spark_groups.storage.snapshots import commits_after
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 #: The key of a share commit's info that lists the task attempts it committed:
 #: ``{"run": run id, "batch": batch id, "attempts": [task attempt id, ...]}``.
@@ -75,7 +79,7 @@ class RecentOffsets:
         self._batches: deque[tuple[int, tuple[str, int]]] = deque()
         self._seen = -1
 
-    def refresh(self, table: Snapshot) -> None:
+    def refresh(self, table: DeltaTable) -> None:
         """Take in the commits of the snapshot ``table`` made since the last refresh."""
         newest = table.version()
         if newest <= self._seen:

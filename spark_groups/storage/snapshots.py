@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from spark_groups.storage.delta import open_table
 from spark_groups.storage.files import location, table_uri
@@ -75,19 +75,9 @@ class LatestSnapshot:
         return None if info.size is None else (info.size, info.mtime_ns)
 
 
-class Snapshot(Protocol):
-    """What :func:`commits_after` reads of a snapshot (a ``deltalake`` ``DeltaTable``)."""
-
-    def version(self) -> int:
-        """The snapshot's version."""
-        ...
-
-    def history(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """The infos of the newest ``limit`` commits, newest first."""
-        ...
-
-
-def commits_after(table: Snapshot, version: int, limit: int | None = None) -> list[dict[str, Any]]:
+def commits_after(
+    table: DeltaTable, version: int, limit: int | None = None
+) -> list[dict[str, Any]]:
     """The infos of the snapshot ``table``'s commits after ``version`` (of its newest ``limit``
     at most), oldest first."""
     newest = table.version()
