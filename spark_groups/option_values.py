@@ -67,11 +67,9 @@ class GivenOptions:
     kafka: dict[str, str]
 
     def raw(self, name: str) -> str:
-        """The value of ``name`` as given, else its default ("" without one)."""
         return self.ours.get(name, self.table.defaults[name] or "")
 
     def boolean(self, name: str) -> bool:
-        """``true`` or ``false`` (any case)."""
         raw = self.raw(name)
         value = raw.strip().lower()
         if value in ("true", "false"):
@@ -108,7 +106,7 @@ class GivenOptions:
         return int(number * _DURATION_UNITS_MS[unit])
 
     def choice(self, name: str, choices: tuple[str, ...]) -> str:
-        """The value spelled as in ``choices`` (matched ignoring case)."""
+        """The value spelled as in ``choices`` (which it matches ignoring case)."""
         given = self.raw(name).strip()
         for choice in choices:
             if given.lower() == choice.lower():

@@ -156,8 +156,7 @@ def checkout(config: dict[str, str], path: str = "python") -> PooledConsumer:
     """An idle consumer of this process for ``config`` (a :func:`reader_config`), or a new one:
     a confluent-kafka one for ``path`` ``"python"``, a native one for ``"native"``."""
     key = pool_key(path, config)
-    found = take(key)
-    if found is not None:
+    if (found := take(key)) is not None:
         return cast(PooledConsumer, found)
     entry = PooledConsumer(key=key, log=LibrdkafkaLog(config))
     if path == "native":
@@ -185,13 +184,14 @@ def checkin(entry: PooledConsumer) -> None:
 
 
 def close_quietly(entry: Any) -> None:
-    """Close ``entry``'s consumer (in the process that created it only), logging a failure."""
+    """Close ``entry``'s consumer (in the process that created it only; closing a share
+    consumer releases what it holds), logging a failure."""
     if entry.key[0] != os.getpid():  # pragma: no cover - never close another process's consumer
         return
     try:
         entry.consumer.close()
-    except (KafkaException, RuntimeError) as exc:
-        log.debug("closing a read-path consumer failed: %s", exc)
+    except Exception as exc:
+        log.debug("closing a pooled consumer failed: %s", exc)
 
 
 def close_cached_consumers() -> int:

@@ -16,7 +16,8 @@ import logging
 import os
 import threading
 from collections.abc import Mapping
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any
 
 from spark_groups.kafka.config import layered
 from spark_groups.kafka.share_client import create_share_consumer
@@ -29,10 +30,11 @@ log = logging.getLogger(__name__)
 SHARE_REQUIRED: dict[str, str] = {"share.acknowledgement.mode": "explicit"}
 
 
+@dataclass(eq=False)
 class PooledShareConsumer:
-    """One share consumer, the process that made it and its pool key, and since when records
-    may wait in its buffer (``exposed_since``, ``time.monotonic()``; None: its buffer was
-    drained since its last exposure).
+    """One share consumer, its pool key (the process that made it first), and since when
+    records may wait in its buffer (``exposed_since``, ``time.monotonic()``; None: its buffer
+    was drained since its last exposure).
 
     An acknowledgement's commit, and a fetch a poll that returned nothing left open, can
     acquire the group's next records for the consumer, which wait in its buffer, their lock
@@ -41,11 +43,9 @@ class PooledShareConsumer:
     consumer's next poll returns is counted from the first such exposure.
     """
 
-    def __init__(self, key: pool.PoolKey, consumer: Any) -> None:
-        """Wrap ``consumer`` (made in process ``key[0]``)."""
-        self.key = key
-        self.consumer = consumer
-        self.exposed_since: float | None = None
+    key: pool.PoolKey
+    consumer: Any
+    exposed_since: float | None = None
 
     def exposed(self, at: float) -> None:
         """Records may be acquired for the buffer from ``at`` on (the earliest such moment
@@ -68,10 +68,7 @@ def checkout(config: Mapping[str, Any], topics: list[str]) -> PooledShareConsume
     new one."""
     full = share_config(config)
     key = pool.pool_key(f"share {','.join(sorted(topics))}", full)
-    found = pool.take(key)
-    if found is not None:
-        return cast(PooledShareConsumer, found)
-    return PooledShareConsumer(key, create_share_consumer(full, topics))
+    return pool.take(key) or PooledShareConsumer(key, create_share_consumer(full, topics))
 
 
 def checkin(entry: PooledShareConsumer) -> None:
@@ -81,14 +78,8 @@ def checkin(entry: PooledShareConsumer) -> None:
         close_quietly(entry)
 
 
-def close_quietly(entry: PooledShareConsumer) -> None:
-    """Close ``entry`` (which releases what it holds), logging a failure."""
-    if entry.key[0] != os.getpid():  # pragma: no cover - never from another process
-        return
-    try:
-        entry.consumer.close()
-    except Exception as exc:
-        log.debug("closing a share consumer failed: %s", exc)
+#: Close an entry (which releases what it holds), in its own process only.
+close_quietly = pool.close_quietly
 
 
 def acknowledger(path: str, storage_options: Mapping[str, str] | None = None) -> Acknowledger:

@@ -2,8 +2,7 @@
 
 * :mod:`~spark_groups.sink.plan`: a batch's planned offset ranges, from Spark's checkpoint;
 * :mod:`~spark_groups.sink.writer`: executor side, a task's rows as Parquet files;
-* :mod:`~spark_groups.sink.strategy`: how a batch is committed (one of the two below),
-  chosen once per batch;
+* :mod:`~spark_groups.sink.strategy`: a group or a share commit, chosen once per batch;
 * :mod:`~spark_groups.sink.group_commit`: a ``kafka-group`` batch, driver side, the one
   compare-and-set Delta commit per batch, in order, made of :mod:`~spark_groups.sink.staged`
   (the batch's files: checked, cut, deleted), :mod:`~spark_groups.sink.table` (opening the

@@ -47,7 +47,6 @@ its retries; the parts are ``spark_groups.sink.staged`` (the batch's files: chec
 deleted), ``spark_groups.sink.table`` (opening the table; the transaction versions),
 ``spark_groups.sink.decision`` (each partition against the versions) and
 ``spark_groups.sink.attempt`` (one Delta commit on one snapshot, and reading it back).
-:class:`GroupStrategy` is this commit as ``spark_groups.sink.strategy`` chooses it.
 
 Nothing here imports Spark: ``spark_groups.sink.spark`` adapts it to Spark's Python data
 source API, and everything is tested without a JVM.

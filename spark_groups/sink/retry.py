@@ -1,10 +1,6 @@
-"""Deciding a batch's commit again after a concurrent commit, for both kinds of batch.
-
-A sink commit is decided on one snapshot of the table and refused by delta-rs when a commit
-after that snapshot set one of its transaction ids; the commit is then decided again on a
-fresh snapshot, after a random wait that grows with each attempt, at most
-:data:`MAX_COMMIT_ATTEMPTS` times in all.
-"""
+"""Deciding a batch's commit again after a concurrent commit (delta-rs refused it: a commit
+after its snapshot set one of its transaction ids), for both kinds of batch: after a random
+wait that grows with each attempt, at most :data:`MAX_COMMIT_ATTEMPTS` times in all."""
 
 from __future__ import annotations
 
@@ -25,12 +21,7 @@ def wait_to_decide_again(attempt: int, path: str, batch: str) -> bool:
     if attempt >= MAX_COMMIT_ATTEMPTS:
         return False
     delay = random.uniform(0.0, min(1.0, 0.02 * 2**attempt))
-    log.info(
-        "sink %s: %s met a concurrent commit (attempt %d); deciding again in %.0f ms",
-        path,
-        batch,
-        attempt,
-        delay * 1000,
-    )
+    log.info("sink %s: %s met a concurrent commit (attempt %d); deciding again in %.0f ms",
+             path, batch, attempt, delay * 1000)  # fmt: skip
     time.sleep(delay)
     return True

@@ -26,8 +26,6 @@ instead (``spark_groups.sink.share_info``) and leaves those out of a new batch.
 
 The readers' acknowledgers ACCEPT the records of every attempt the commit names, those left
 out as already there included (``spark_groups.share.acks``): the table holds them.
-:class:`ShareStrategy` is this commit as ``spark_groups.sink.strategy`` chooses it, with what
-each task adds to its files: its attempt and the offsets of its rows (read by that very task).
 """
 
 from __future__ import annotations
@@ -57,7 +55,7 @@ from spark_groups.sink.share_info import (
 )
 from spark_groups.sink.staged import StagedFiles
 from spark_groups.sink.table import SinkTable, append_files, referenced
-from spark_groups.sink.writer import DataFile, TaskFileWriter, check_schema
+from spark_groups.sink.writer import KAFKA_COLUMNS, DataFile, TaskFileWriter, check_schema
 from spark_groups.spark.task_context import TaskAttempt, take_read_note
 from spark_groups.storage.transactions import transaction_versions
 
@@ -269,7 +267,7 @@ class ShareStrategy:
                 "kafka-share: this write runs outside a streaming batch's task (no batch id or "
                 "run id in the TaskContext); write a share group's records with writeStream only"
             )
-        noted: list[pa.RecordBatch] = []
+        noted: list[tuple[str, int, int]] = []
         files = writer.write(_noting_kafka_columns(batches, noted))
         acquired = take_read_note(attempt)
         if acquired is None:
@@ -282,16 +280,7 @@ class ShareStrategy:
                 "must write them in the task that read them: keep the query to row-by-row "
                 "transformations (select, filter, withColumn, UDFs)"
             )
-        offsets = PartitionOffsets.of(
-            (TopicPartition(t, p), o)
-            for b in noted
-            for t, p, o in zip(
-                b.column("topic").to_pylist(),
-                b.column("partition").to_pylist(),
-                b.column("offset").to_pylist(),
-                strict=True,
-            )
-        )
+        offsets = PartitionOffsets.of((TopicPartition(t, p), o) for t, p, o in noted)
         return files, ShareTaskOutput(attempt, offsets, tuple(files), acquired)
 
     def commit(
@@ -304,11 +293,11 @@ class ShareStrategy:
 
 
 def _noting_kafka_columns(
-    batches: Iterator[pa.RecordBatch], into: list[pa.RecordBatch]
+    batches: Iterator[pa.RecordBatch], into: list[tuple[str, int, int]]
 ) -> Iterator[pa.RecordBatch]:
-    """``batches``, keeping the topic, partition and offset columns of each in ``into``."""
+    """``batches``, keeping the topic, partition and offset of each row in ``into``."""
     for batch in batches:
-        into.append(batch.select(["topic", "partition", "offset"]))
+        into.extend(zip(*(batch.column(c).to_pylist() for c in KAFKA_COLUMNS), strict=True))
         yield batch
 
 

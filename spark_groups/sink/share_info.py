@@ -1,17 +1,12 @@
-"""What a share commit of the sink says of itself in its commit info, and what the table's
-recent share commits wrote: what a redelivered record is checked against before it lands a
-second time.
+"""What a share commit says of itself in its commit info: the task attempts whose files it
+holds (:data:`COMMIT_INFO_KEY`, which the readers' acknowledgers look for) and the offsets
+it wrote (:data:`COMMIT_OFFSETS_KEY`).
 
-Each share commit lists the task attempts whose files it holds (:data:`COMMIT_INFO_KEY`,
-which the readers' acknowledgers look for) and the offsets it wrote
-(:data:`COMMIT_OFFSETS_KEY`, a :class:`~spark_groups.offsets.offset_sets.PartitionOffsets`).
 A share group delivers a record again when its lock ran out or it was released, possibly
-after an earlier delivery of it reached the table (its acknowledgement was lost with a
-killed task, or came after the lock). :class:`RecentOffsets` keeps the offsets of the
-newest ``window`` commits of the table and answers which of a batch's offsets are already
-there. Its cost is the window's, never the table's: a redelivery comes at the
-group's next fetch after the lock, while the table's writers keep committing, and a window
-counted in commits (not in time) does not move while the query is down, so a record
+after an earlier delivery reached the table (its acknowledgement lost with a killed task, or
+late). :class:`RecentOffsets` keeps the offsets of the table's newest ``window`` commits and
+answers which of a batch's are there already. Its cost is the window's, never the table's;
+a window counted in commits (not in time) does not move while the query is down, so a record
 committed just before a crash is still found when it comes back after the restart.
 """
 

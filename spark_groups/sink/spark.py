@@ -227,11 +227,7 @@ class DeltaGroupStreamWriter(_WriterBase):
 
 
 def _files_of(messages: list[WriterCommitMessage | None]) -> list[DataFile]:
-    files: list[DataFile] = []
-    for message in messages:
-        if isinstance(message, SinkTaskMessage):
-            files.extend(message.files)
-    return files
+    return [f for m in messages if isinstance(m, SinkTaskMessage) for f in m.files]
 
 
 class DeltaGroupDataSource(DataSource):

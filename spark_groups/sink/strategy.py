@@ -1,12 +1,9 @@
-"""How a batch is committed: a group commit or a share commit, chosen once per batch.
-
-A ``kafka-group`` batch is fenced per partition by its planned ranges
-(``spark_groups.sink.group_commit``); a ``kafka-share`` batch has no ranges and is
-deduplicated by the offsets its tasks wrote (``spark_groups.sink.share_commit``). A
-:class:`CommitStrategy` holds both halves that differ: what a task adds to its commit message
-on the executor, and the driver's commit. The Spark adapter chooses it from the batch's
-source offsets (:func:`strategy_for`) when the batch starts, and again from the batch's plan
-before it commits: the two must agree.
+"""How a batch is committed: a group commit (fenced per partition by its planned ranges,
+``spark_groups.sink.group_commit``) or a share commit (no ranges: deduplicated by the offsets
+its tasks wrote, ``spark_groups.sink.share_commit``). A :class:`CommitStrategy` holds both
+halves that differ: what a task adds to its commit message on the executor, and the driver's
+commit. The Spark adapter chooses it from the batch's source offsets (:func:`strategy_for`)
+when the batch starts, and again from the batch's plan before it commits: the two must agree.
 """
 
 from __future__ import annotations
@@ -35,13 +32,9 @@ class CommitStrategy(Protocol):
         ...
 
     def commit(
-        self,
-        sink: DeltaSink,
-        plan: BatchPlan,
-        files: list[DataFile],
-        notes: list[Any],
+        self, sink: DeltaSink, plan: BatchPlan, files: list[DataFile], notes: list[Any],
         schema: pa.Schema,
-    ) -> int | None:
+    ) -> int | None:  # fmt: skip
         """Driver side: the batch's one commit into ``sink``'s table; its version (None:
         nothing committed)."""
         ...

@@ -3,9 +3,7 @@ note a task's reader leaves its writer.
 
 Spark sets local properties on each micro-batch's job, which every task of it sees, in every
 Python worker of the task (its reader's and its writer's alike; measured on pyspark 4.0 to
-4.3, docs/share-groups.md). :class:`TaskAttempt` is the name they give one task attempt: a
-``kafka-share`` reader and the ``delta-group`` writer of the same task both see it, so the
-sink's commit can list the attempts whose files it holds and each reader find its own.
+4.3, docs/share-groups.md): :class:`TaskAttempt` names one task attempt the same in both.
 """
 
 from __future__ import annotations
