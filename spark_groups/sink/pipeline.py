@@ -117,9 +117,8 @@ def target_for_next_batch(options: SinkOptions) -> tuple[SinkTarget, list[BatchO
             "land once). Write other queries with format('delta') (delta-spark) or "
             "foreachBatch; nothing was written"
         )
-    return target_of(
-        options, pipeline_of([o.pipeline for o in offsets], batch_id), batch_id
-    ), offsets
+    pipeline = pipeline_of([o.pipeline for o in offsets], batch_id)
+    return target_of(options, pipeline, batch_id), offsets
 
 
 def check_target(written: SinkTarget, planned: SinkTarget, batch: int) -> None:

@@ -81,7 +81,6 @@ def parse_offset_log(
     ranges: list[OffsetRange] = []
     outside: list[Handover] = []
     claims: dict[TopicPartition, int] = {}
-    pipelines: list[Pipeline | None] = []
     logged: list[BatchOffset] = []
     for line in lines[2:]:
         value = kafka_group_offset(line)
@@ -92,7 +91,6 @@ def parse_offset_log(
         except SparkGroupsError as exc:
             raise SinkError(f"{where}: unreadable kafka-group offset: {exc}") from exc
         logged.append(offset)
-        pipelines.append(offset.pipeline)
         if as_read is not None:
             offset = as_read(offset) or offset
         ranges.extend(offset.ranges)
@@ -103,7 +101,7 @@ def parse_offset_log(
             f"{where}: batch {batch_id} has no kafka-group source offset: the delta-group "
             "sink only takes queries that read a kafka-group source"
         )
-    pipeline = pipeline_of(pipelines, batch_id)
+    pipeline = pipeline_of([o.pipeline for o in logged], batch_id)
     if len({o.share for o in logged}) > 1:
         raise SinkError(
             f"{where}: batch {batch_id} reads a kafka-share and a kafka-group source: a "
