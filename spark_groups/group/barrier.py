@@ -1,50 +1,25 @@
 """The revocation barrier: a revoked partition leaves only once its last batch is committed.
 
-When the group takes partitions away, the member's owner thread calls
-:meth:`RevocationBarrier.revoke` from the rebalance callback and the rebalance waits for it:
-
-1. The partitions become REVOKING: no batch planned from now on reads them; the barrier
-   waits for the last batch that did (``PartitionTable.begin_revoke``). A claim of them in
-   the sink's table still in flight lands first (``Claims.settled``); none begins after. Under
-   ``at-most-once`` there is nothing to wait for: offsets were committed at planning.
-2. While it waits it keeps the member alive (``serve``: heartbeats, the commits Spark's
-   thread asks the owner thread to make).
-3. Spark's thread commits that batch at its next trigger (the safe point). The barrier does
-   not wait for that commit once the batch is durable: every :data:`DURABLE_CHECK_INTERVAL_S`
-   it asks whether it is (Spark has asked for a later batch, ``PlannedBatches.finished``;
-   or a durability signal, ``checkpointLocation`` or ``sink.table``, says so: see
-   ``group.durable``; with ``sink.table`` the table decides) and, once it is, commits the
-   revoked partitions' ranges of it itself (``BatchCommitter.commit_ranges``, ownership
-   checked with the commit on this thread). When the revocation arrived inside Spark's own
-   commit (the poll of its Kafka commit request delivered it), Spark's thread holds the
-   committer's lock and waits for this thread: the barrier commits in its place
-   (``group.commit_lock``) rather than wait for a lock that stays held until it returns.
-   Partitions this member released (it is leaving) are never committed by a batch: the
-   barrier waits for their release instead, and when the revocation runs inside the
-   release's own commit it commits the release's positions in its place
-   (``group.releases``).
-4. The wait is bounded by the rebalance timeout (``max.poll.interval.ms`` less 5 s). Past
-   it, with ``sink.table``, the barrier releases the partitions' claims in the sink's table
-   (``group.claims``): the batch can no longer land them, and the table's positions are
-   committed exactly, so the next owner still starts where the table ends. Without it the
-   partitions move uncommitted (counted, logged with what to raise).
-5. However it ended, the partitions are given up: a batch that outlived the barrier must
-   not commit them.
+:meth:`RevocationBarrier.revoke` runs on the member's owner thread, inside librdkafka's
+revocation callback, and the rebalance waits for it. While it waits it serves the requests of
+other threads (Spark's safe point among them), so the commit it waits for can arrive; every
+:data:`DURABLE_CHECK_INTERVAL_S` it commits the partitions itself once their batch is
+durable. The steps, the bound and what happens past it: docs/architecture.md, "The
+revocation barrier".
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from spark_groups import crash_points
-from spark_groups.group.bookkeeping import Bookkeeping
 from spark_groups.group.claims import Claims
-from spark_groups.group.commit import BatchCommitter
+from spark_groups.group.committer import BatchCommitter
 from spark_groups.group.member import GroupMember
+from spark_groups.group.state import DriverState
 from spark_groups.metrics import StreamMetrics
 from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition, partitions_text
 
@@ -69,21 +44,21 @@ class BarrierOutcome:
 
 
 class RevocationBarrier:
-    """The barrier of one stream's revocations (see the module doc)."""
+    """The barrier of one stream's revocations. Owner thread only."""
 
     def __init__(
         self,
-        books: Bookkeeping,
+        state: DriverState,
         committer: BatchCommitter,
+        claims: Claims,
         metrics: StreamMetrics,
         *,
         timeout_s: float,
         at_most_once: bool,
-        claims: Claims | None = None,
     ) -> None:
-        self.claims = claims
-        self.books = books
+        self.state = state
         self.committer = committer
+        self.claims = claims
         self.metrics = metrics
         self.timeout_s = timeout_s
         self.at_most_once = at_most_once
@@ -94,21 +69,23 @@ class RevocationBarrier:
         partitions: frozenset[TopicPartition],
         serve: Callable[[float], None],
     ) -> BarrierOutcome:
-        """Steps 1-5 of the module doc for ``partitions``; return how it ended."""
-        books = self.books
+        """Wait until ``partitions``' last batch is committed (or commit it once durable),
+        bounded by the rebalance timeout; then give the partitions up."""
+        state = self.state
         started = time.monotonic()
         crash_points.reached("revocation")
-        with self._no_claim_in_flight(serve), books.lock:
-            wait_for = books.partitions.begin_revoke(partitions)
-        if self.at_most_once:
+        wait_for = state.partitions.begin_revoke(partitions)
+        if self.at_most_once:  # offsets were committed at planning: nothing to wait for
             wait_for = -1
+        if member is not None:
+            self.claims.take_releasing(member, partitions)
         self.metrics.revocations += 1
         deadline = started + self.timeout_s
         watch = wait_for >= 0
         next_check = started
         by_barrier = timed_out = False
         try:
-            while books.batches.committed_through < wait_for and not books.stopped:
+            while state.batches.committed_through < wait_for and not state.stopped:
                 if watch and time.monotonic() >= next_check:
                     next_check = time.monotonic() + DURABLE_CHECK_INTERVAL_S
                     done = self._commit_if_durable(member, partitions)
@@ -118,84 +95,53 @@ class RevocationBarrier:
                     watch = done is not None
                 if time.monotonic() >= deadline:
                     timed_out = True
-                    self.metrics.barrier_timeouts += 1
-                    released = self._release(member, partitions, serve)
-                    left = partitions - released
-                    what = (
-                        f"{partitions_text(released)} released at the sink table's positions"
-                        + (f"; {partitions_text(left)}" if left else "")
-                        if released
-                        else f"{partitions_text(partitions)} move to another member "
-                        "uncommitted and may be read twice"
-                    )
-                    log.error(
-                        "revocation barrier timed out after %.1f s waiting for batch %d "
-                        "(committed: %d); %s. Raise max.poll.interval.ms above the longest "
-                        "batch.",
-                        time.monotonic() - started,
-                        wait_for,
-                        books.batches.committed_through,
-                        what,
-                    )
+                    self._timed_out(member, partitions, wait_for, started)
                     break
                 serve(0.05)
         finally:
-            with books.lock:
-                books.partitions.give_up(partitions, books.batches.highest)
+            state.partitions.give_up(partitions, state.batches.highest)
         return BarrierOutcome(wait_for, time.monotonic() - started, by_barrier, timed_out)
 
-    def _no_claim_in_flight(
-        self, serve: Callable[[float], None]
-    ) -> contextlib.AbstractContextManager[None]:
-        """Step 1's wait for a claim in flight (none without ``sink.table``)."""
-        if self.claims is None:
-            return contextlib.nullcontext()
-        return self.claims.settled(serve)
-
-    def _release(
+    def _timed_out(
         self,
         member: GroupMember | None,
         partitions: frozenset[TopicPartition],
-        serve: Callable[[float], None],
-    ) -> frozenset[TopicPartition]:
-        """Step 4 with ``sink.table``: release the partitions' claims and commit the table's
-        positions; return the partitions settled. The committer's lock is taken without
-        blocking this thread (Spark's thread may hold it, waiting for this one to serve)."""
-        if member is None or self.claims is None or not self.claims.enabled:
-            return frozenset()
-        give_up_at = time.monotonic() + 5.0
-        while not (taken := self.committer.lock.acquire(blocking=False)):
-            if self._in_place_of_holder(member):
-                break
-            if time.monotonic() >= give_up_at:
-                return frozenset()
-            serve(0.05)
-        try:
-            return frozenset(self.claims.release(member, partitions, "revocation timed out"))
-        finally:
-            if taken:
-                self.committer.lock.release()
-
-    def _in_place_of_holder(self, member: GroupMember) -> bool:
-        """True when the committer's lock is held by a thread whose request to the member's
-        owner thread this revocation interrupted (``group.commit_lock``): it waits for this
-        thread, which commits in its place."""
-        return self.committer.lock.held_by(member.waiting_callers())
+        wait_for: int,
+        started: float,
+    ) -> None:
+        """Past the bound, with ``sink.table``: release the partitions' claims, so the table's
+        positions are committed exactly; without it they move uncommitted."""
+        self.metrics.barrier_timeouts += 1
+        released: frozenset[TopicPartition] = frozenset()
+        if member is not None and self.claims.enabled:
+            released = self.claims.release(member, partitions, "revocation timed out").settled
+        left = partitions - released
+        what = (
+            f"{partitions_text(released)} released at the sink table's positions"
+            + (f"; {partitions_text(left)}" if left else "")
+            if released
+            else f"{partitions_text(partitions)} move to another member "
+            "uncommitted and may be read twice"
+        )
+        log.error(
+            "revocation barrier timed out after %.1f s waiting for batch %d (committed: %d); "
+            "%s. Raise max.poll.interval.ms above the longest batch.",
+            time.monotonic() - started,
+            wait_for,
+            self.state.batches.committed_through,
+            what,
+        )
 
     def _durable(self, batch: BatchOffset, ranges: list[OffsetRange]) -> list[OffsetRange]:
-        """Step 3's question: which of ``ranges`` (of ``batch``) are durable now."""
+        """Which of ``ranges`` (of ``batch``) are durable now."""
         durability = self.committer.durability
-        if durability.sink is None:  # with sink.table the table decides (group.durable)
-            with self.books.lock:
-                finished = batch.batch <= self.books.batches.finished_through
-            if finished:
-                return list(ranges)
+        if durability.sink is None and batch.batch <= self.state.batches.finished_through:
+            return list(ranges)  # with sink.table the table decides (group.durable)
         return durability.durable(batch, ranges)
 
     def warn_if_slow(self, batch: int, took: float | None) -> None:
         """A batch that ran (``took`` seconds) for most of the rebalance timeout would make a
-        revocation during it time out (its partitions would move uncommitted): say so
-        before that happens."""
+        revocation during it time out: say so before that happens."""
         if took is None or took <= self.timeout_s / 2:
             return
         log.warning(
@@ -212,57 +158,37 @@ class RevocationBarrier:
     def _commit_if_durable(
         self, member: GroupMember | None, partitions: frozenset[TopicPartition]
     ) -> bool | None:
-        """Step 3: commit the ranges of ``partitions`` whose batch is durable; True once none
-        of ``partitions`` is left uncommitted, False while some are, None when a commit failed
-        (the barrier then leaves it to Spark's next trigger).
-
-        Never blocks on Spark's thread: while that is committing (it needs this thread to
-        serve its Kafka commit) this returns False at once, unless this revocation runs
-        inside that very commit request (:meth:`_in_place_of_holder`): then it commits in
-        its place.
-        """
-        committer = self.committer
+        """Commit the ranges of ``partitions`` whose batch is durable; True once none of
+        ``partitions`` is left uncommitted, False while some are, None when a commit failed
+        (the barrier then leaves it to Spark's next trigger)."""
         if member is None:
             return False
-        taken = committer.lock.acquire(blocking=False)
-        in_place = not taken and self._in_place_of_holder(member)
-        if not taken and not in_place:
-            return False
-        try:
-            if self.claims is not None:  # a release of them is on its way (group.releases)
-                if in_place:
-                    self.claims.commit_in_place(member, partitions)
-                if self.claims.in_flight.pending(partitions):
-                    return False
-            pending = self._uncommitted(partitions)
-            if pending is None:
-                return None
-            for batch, ranges in pending:
-                durable = self._durable(batch, ranges)
-                if not durable:
-                    continue
-                try:
-                    committed = committer.commit_ranges(
-                        member, BatchOffset.of(batch.batch, durable), from_barrier=True
-                    )
-                except Exception as exc:  # Spark's thread commits it, and reports a failure
-                    log.warning(
-                        "the barrier could not commit batch %d's durable ranges of %s (%s); "
-                        "waiting for Spark's next trigger to commit it",
-                        batch.batch,
-                        partitions_text(partitions),
-                        exc,
-                    )
-                    return None
-                log.info(
-                    "batch %d is durable: the barrier committed %d of its ranges",
-                    batch.batch,
-                    len(committed),
+        pending = self._uncommitted(partitions)
+        if pending is None:
+            return None
+        for batch, ranges in pending:
+            durable = self._durable(batch, ranges)
+            if not durable:
+                continue
+            try:
+                committed = self.committer.commit(
+                    member, BatchOffset.of(batch.batch, durable), from_barrier=True
                 )
-            return self._uncommitted(partitions) == []
-        finally:
-            if taken:
-                committer.lock.release()
+            except Exception as exc:  # Spark's thread commits it, and reports a failure
+                log.warning(
+                    "the barrier could not commit batch %d's durable ranges of %s (%s); "
+                    "waiting for Spark's next trigger to commit it",
+                    batch.batch,
+                    partitions_text(partitions),
+                    exc,
+                )
+                return None
+            log.info(
+                "batch %d is durable: the barrier committed %d of its ranges",
+                batch.batch,
+                len(committed.ranges),
+            )
+        return self._uncommitted(partitions) == []
 
     def _uncommitted(
         self, partitions: frozenset[TopicPartition]
@@ -272,23 +198,22 @@ class RevocationBarrier:
         not known). A released partition's batches never commit it: its release did."""
         by_batch: dict[int, list[OffsetRange]] = {}
         found: dict[int, BatchOffset] = {}
-        books = self.books
-        with books.lock:
-            for tp in partitions:
-                state = books.partitions.get(tp)
-                if (
-                    state is None
-                    or state.last_batch <= books.batches.committed_through
-                    or not books.partitions.may_commit(tp, state.last_batch)  # released
+        partition_table, batches = self.state.partitions, self.state.batches
+        for tp in partitions:
+            state = partition_table.get(tp)
+            if (
+                state is None
+                or state.last_batch <= batches.committed_through
+                or not partition_table.may_commit(tp, state.last_batch)  # released
+            ):
+                continue
+            batch = batches.get(state.last_batch)
+            if batch is None:
+                return None
+            found[batch.batch] = batch
+            for r in batch.ranges:
+                if r.topic_partition == tp and (
+                    state.committed is None or state.committed < r.until_offset
                 ):
-                    continue
-                batch = books.batches.get(state.last_batch)
-                if batch is None:
-                    return None
-                found[batch.batch] = batch
-                for r in batch.ranges:
-                    if r.topic_partition == tp and (
-                        state.committed is None or state.committed < r.until_offset
-                    ):
-                        by_batch.setdefault(batch.batch, []).append(r)
-            return [(found[b], ranges) for b, ranges in sorted(by_batch.items())]
+                    by_batch.setdefault(batch.batch, []).append(r)
+        return [(found[b], ranges) for b, ranges in sorted(by_batch.items())]

@@ -1,42 +1,8 @@
 """The commit path: a finished batch's offsets go to Kafka, then to the ledger.
 
-A batch is committed from one of three places, never two at once (:attr:`BatchCommitter.lock`):
-
-* the **safe point**: Spark's ``latestOffset(start)`` says every batch up to ``start`` has
-  finished (:meth:`BatchCommitter.safe_point`);
-* the **revocation barrier**, for the ranges of revoked partitions whose batch is already
-  durable (``group.barrier``, through :meth:`BatchCommitter.commit_ranges`);
-* **leaving**: before the member leaves the group, what Spark finished as the durability
-  signals see it (:meth:`BatchCommitter.what_finished`).
-
-The order of one commit (:meth:`BatchCommitter.commit_ranges`):
-
-0. At the safe point, with ``sink.table``: only the ranges the sink's table holds (the sink
-   leaves out a partition whose claim moved on; Kafka never gets past the table). A range
-   missing under a claim that did not move on, or no table at all, means the query's sink
-   does not write the table: the query stops (``SinkNotWrittenError``).
-1. Take the committable ranges (``PartitionTable.committable``: owned, not given up since the
-   batch was planned, past what is known committed).
-2. Commit them to Kafka (OffsetCommit) on the member's thread, only partitions still owned
-   there, with metadata naming this member and the batch.
-3. A refusal meaning "a rebalance moved on while the commit was in flight"
-   (``ILLEGAL_GENERATION`` from a member still in the group, typically between the two
-   rebalances of a cooperative revocation) is not a fence: wait for the member's new
-   generation and go back to 1, within ``brokerTimeoutMs``.
-4. A fence (or 3 timing out): nothing is committed, not even to the ledger; the partitions'
-   next owner resumes from the last accepted offsets.
-5. Any other Kafka failure: the ledger still records the batch; a new owner resumes from the
-   furthest of the two.
-6. Append one ledger row per committed range (with the log end seen, for lag at commit): from
-   the safe point on a thread of its own while Spark's thread goes on
-   (``group.ledger_behind``; a crash before it lands is one at ``kafka.committed``), from the
-   barrier and the other callers here and now.
-7. Record the offsets as committed in the partitions' states (a replayed batch moves a
-   freshly resumed position past what it read).
-
-The barrier runs on the member's owner thread, which cannot wait for a new generation: with
-``from_barrier`` every refusal raises, nothing is recorded, and the batch is left to Spark's
-next trigger, which commits it by the steps above.
+A batch is committed by the safe point, the revocation barrier or a leaving member; all three
+run on the member's owner thread (``group.state``), one after the other. The order of one
+commit and what each refusal means are in docs/architecture.md, "The commit path".
 """
 
 from __future__ import annotations
@@ -44,16 +10,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from spark_groups import crash_points
 from spark_groups.errors import CommitError, SinkNotWrittenError, StaleGenerationError
 from spark_groups.group import durable
-from spark_groups.group.bookkeeping import Bookkeeping
-from spark_groups.group.commit_lock import CommitLock
 from spark_groups.group.durable import DurabilityWatch
-from spark_groups.group.ledger_behind import LedgerBehind
 from spark_groups.group.member import GroupMember
+from spark_groups.group.state import DriverState
 from spark_groups.ledger import LedgerRow, OffsetLedger
 from spark_groups.metrics import StreamMetrics
 from spark_groups.offsets import (
@@ -63,78 +28,89 @@ from spark_groups.offsets import (
     commit_metadata,
     partitions_text,
 )
-from spark_groups.options import SourceOptions
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class CommitMetadata:
+    """What every OffsetCommit of a query says about who made it (``client.id``, the
+    delta-group table of ``sink.table``)."""
+
+    client_id: str = ""
+    sink: str | None = None
+
+    def of(self, member: GroupMember, what: str) -> str:
+        """The metadata of ``member``'s commit for ``what``."""
+        return commit_metadata.make(member.member_id, what, self.client_id, self.sink)
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What one commit did: the ``ranges`` committed and, where the caller appends them to
+    the ledger, their ``rows``. ``retry_under``: Kafka refused the commit for a generation a
+    rebalance has moved past (nothing was recorded): commit again once the member has a new
+    one."""
+
+    ranges: list[OffsetRange] = field(default_factory=list)
+    rows: list[LedgerRow] = field(default_factory=list)
+    retry_under: int | None = None
+
+
+NOTHING = Committed()
+
+
 class BatchCommitter:
-    """Commits batches of one stream: Kafka first, then the ledger (see the module doc)."""
+    """Commits one stream's batches: Kafka first, then the ledger. Owner thread only."""
 
     def __init__(
         self,
-        options: SourceOptions,
-        books: Bookkeeping,
+        state: DriverState,
         ledger: OffsetLedger | None,
         durability: DurabilityWatch,
         metrics: StreamMetrics,
+        metadata: CommitMetadata,
+        *,
+        at_most_once: bool = False,
     ) -> None:
-        self.options = options
-        self.books = books
+        self.state = state
         self.ledger = ledger
         self.durability = durability
         self.metrics = metrics
-        #: One commit at a time: Spark's thread (safe point) or the barrier (owner thread).
-        self.lock = CommitLock()
-        #: The safe point's ledger appends, behind Spark's thread (``group.ledger_behind``).
-        self.behind = LedgerBehind(ledger) if ledger is not None else None
+        self.metadata = metadata
+        self.at_most_once = at_most_once
 
-    def safe_point(self, member: GroupMember, batch: BatchOffset) -> None:
-        """Commit ``batch``, which Spark has finished (and every batch before it).
-
-        Only partitions this member has owned without a break since the batch was planned
-        are committed, checked on the member's thread together with the commit itself, and
-        never below what is already known committed (a replayed batch must not move the
-        group backwards). A stale generation is logged and counted, and the ledger is not
-        written either; a ledger failure raises.
-        """
-        if batch.batch <= self.books.batches.committed_through:
-            return
-        with self.lock:  # the barrier may be committing some of it: wait for it
-            if batch.batch <= self.books.batches.committed_through:
-                return
-            started = time.monotonic()
-            held = self._held_by_sink(member, batch)
-            ranges = self.commit_ranges(member, held, from_barrier=False)
-            with self.books.lock:
-                self.books.batches.committed(batch.batch)
-                self.books.lock.notify_all()
-            self.durability.forget(batch.batch)
+    def safe_point(self, member: GroupMember, batch: BatchOffset, *, may_retry: bool) -> Committed:
+        """Commit ``batch``, which Spark has finished (and every batch before it), as far as
+        the sink's table holds it (with ``sink.table``). The rows are the caller's to append.
+        With ``may_retry`` a refusal for a moved-on generation returns ``retry_under``."""
+        batches = self.state.batches
+        if batch.batch <= batches.committed_through:
+            return NOTHING
+        started = time.monotonic()
+        done = self.commit(member, self._held_by_sink(member, batch), may_retry=may_retry)
+        if done.retry_under is not None:
+            return done
+        batches.committed(batch.batch)
+        self.durability.forget(batch.batch)
         self.metrics.batches_committed += 1
         self.metrics.last_commit_ms = (time.monotonic() - started) * 1000
         log.info(
             "committed batch %d: %d partitions in %.1f ms",
             batch.batch,
-            len(ranges),
+            len(done.ranges),
             self.metrics.last_commit_ms,
         )
+        return done
 
     def _held_by_sink(self, member: GroupMember, batch: BatchOffset) -> BatchOffset:
-        """Step 0 of the safe point, with ``sink.table``: ``batch`` without the ranges the
-        sink's table does not hold. The sink leaves a range out when the partition's claim
-        there moved on after the batch was planned (``sink.decision``: fenced); committing
-        it would put Kafka past the table, and the partition's next owner would find a gap
-        nothing explains. A partition the group still gives this member under the batch's
-        claim is searched again (``PartitionTable.fenced``): the next plan claims it anew and
-        reads it from the table's position.
-
-        A range missing while its claim did not move on (still the batch's token, or no
-        claim at all) cannot be the sink's doing (the delta-group sink writes such a range
-        or fails the batch), nor can a table that does not exist after Spark finished a
-        batch: the query's sink does not write this table through delta-group, and
-        :class:`~spark_groups.errors.SinkNotWrittenError` stops the query before anything
-        is committed."""
-        if self.durability.sink is None or self.options.at_most_once:
+        """``batch`` without the ranges the sink's table does not hold (``sink.table``): the
+        sink leaves a range out when its claim moved on, and Kafka never gets past the table.
+        Such a partition still assigned here under the batch's claim resumes again from the
+        table. A range missing under a claim that did not move on, or no table at all, means
+        the query's sink does not write the table: :class:`SinkNotWrittenError`."""
+        sink = self.durability.sink
+        if sink is None or self.at_most_once:
             return batch
         holdings = self.durability.sink_holdings(batch.ranges)
         if holdings is None:
@@ -144,26 +120,24 @@ class BatchCommitter:
                 batch.batch,
             )
             return BatchOffset.of(batch.batch, [])
-        tokens = batch.claim_map()
-        held = durable.held(batch.ranges, holdings)
-        kept = set(held)  # thousands of ranges: no list lookups (issue 45)
-        missing = [r for r in batch.ranges if r not in kept]
         unwritten = durable.not_written(batch, holdings)
         if unwritten:
-            raise SinkNotWrittenError(self.durability.sink.path, batch.batch, unwritten)
+            raise SinkNotWrittenError(sink.path, batch.batch, unwritten)
+        tokens = batch.claim_map()
+        held = durable.held(batch.ranges, holdings)
+        kept = set(held)
+        missing = [r for r in batch.ranges if r not in kept]
         if missing:
+            partitions = self.state.partitions
             claimed = [r for r in missing if r.topic_partition in tokens]
-            with self.books.lock:
-                again = self.books.partitions.committable(
-                    batch.batch, claimed, member.assignment, tokens
-                )
-                for r in again:
-                    self.books.partitions.fenced(r.topic_partition)
+            again = partitions.committable(batch.batch, claimed, member.assignment, tokens)
+            for r in again:
+                partitions.fenced(r.topic_partition)
             log.warning(
                 "batch %d: the sink table %s does not hold %s (the sink left them out: their "
                 "claim moved on since the batch was planned); not committed%s",
                 batch.batch,
-                self.durability.sink.path,
+                sink.path,
                 ", ".join(map(str, missing)),
                 f"; {partitions_text([r.topic_partition for r in again])} resume again from the "
                 "table's position"
@@ -172,146 +146,124 @@ class BatchCommitter:
             )
         return BatchOffset.of(batch.batch, held, batch.outside, tokens)
 
-    def what_finished(
-        self, member: GroupMember, settled: Collection[TopicPartition] = frozenset()
-    ) -> None:
-        """Before leaving: commit what Spark finished of the batches planned here, as the
-        durability signals see it (``checkpointLocation``: the batch is in Spark's commit log;
-        ``sink.table``: its ranges are in the table), leaving out the ``settled`` partitions
-        (released with their claims, ``group.claims``). Spark never commits a query's last
-        batch to its source, and on Spark 4.0/4.1 ``Trigger.AvailableNow`` is one such batch:
-        without this its records would be read again by the group's next member."""
-        if member.closed or not self.durability.enabled:
-            return
-        with self.books.lock:
-            pending = self.books.batches.pending()
-        for planned in pending:
-            batch = BatchOffset.of(
-                planned.batch,
-                [r for r in planned.ranges if r.topic_partition not in settled],
-                planned.outside,
-                planned.claim_map(),
-            )
-            if not batch.ranges:
-                continue
-            try:
-                durable = self.durability.durable(batch, batch.ranges)
-                if len(durable) == len(batch.ranges) == len(planned.ranges):
-                    self.safe_point(member, planned)
-                elif durable:
-                    with self.lock:
-                        self.commit_ranges(
-                            member, BatchOffset.of(batch.batch, durable), from_barrier=False
-                        )
-                elif self.durability.finished_but_not_written(batch):
-                    log.error(  # nothing to stop: the query ended; the next run fails too
-                        "leaving with batch %d not committed: %s",
-                        batch.batch,
-                        SinkNotWrittenError(
-                            self.durability.sink.path if self.durability.sink else "",
-                            batch.batch,
-                            [r.topic_partition for r in batch.ranges],
-                        ),
-                    )
-                else:
-                    log.info("leaving with batch %d unfinished: not committed", batch.batch)
-            except Exception as exc:  # leaving the group matters more; the next owner re-reads
-                log.warning("could not commit batch %d before leaving: %s", batch.batch, exc)
+    def finished(self, settled: Collection[TopicPartition]) -> list[BatchOffset]:
+        """The batches planned here and not committed, without the ``settled`` partitions
+        (released with their claims): what a leaving member may still commit."""
+        out = []
+        for planned in self.state.batches.pending():
+            kept = [r for r in planned.ranges if r.topic_partition not in settled]
+            if kept:
+                out.append(planned)
+        return out
 
-    def commit_ranges(
-        self, member: GroupMember, batch: BatchOffset, *, from_barrier: bool
-    ) -> list[OffsetRange]:
-        """Steps 1-7 of the module doc for ``batch``; return the ranges committed. The caller
-        holds :attr:`lock`."""
-        ranges, offsets = self._to_kafka(member, batch, from_barrier=from_barrier)
+    def commit_finished(
+        self,
+        member: GroupMember,
+        planned: BatchOffset,
+        settled: Collection[TopicPartition],
+        *,
+        may_retry: bool,
+    ) -> Committed:
+        """Before leaving: commit what Spark finished of ``planned`` as the durability
+        signals see it (the commit log, or the sink's table), without the ``settled``
+        partitions. Spark never hands a query's last batch back to its source."""
+        if member.closed or not self.durability.enabled:
+            return NOTHING
+        batch = BatchOffset.of(
+            planned.batch,
+            [r for r in planned.ranges if r.topic_partition not in settled],
+            planned.outside,
+            planned.claim_map(),
+        )
+        found = self.durability.durable(batch, batch.ranges)
+        if len(found) == len(batch.ranges) == len(planned.ranges):
+            return self.safe_point(member, planned, may_retry=may_retry)
+        if found:
+            return self.commit(member, BatchOffset.of(batch.batch, found), may_retry=may_retry)
+        if self.durability.finished_but_not_written(batch):
+            log.error(  # nothing to stop: the query ended; the next run fails too
+                "leaving with batch %d not committed: %s",
+                batch.batch,
+                SinkNotWrittenError(
+                    self.durability.sink.path if self.durability.sink else "",
+                    batch.batch,
+                    [r.topic_partition for r in batch.ranges],
+                ),
+            )
+        else:
+            log.info("leaving with batch %d unfinished: not committed", batch.batch)
+        return NOTHING
+
+    def commit(
+        self,
+        member: GroupMember,
+        batch: BatchOffset,
+        *,
+        may_retry: bool = False,
+        from_barrier: bool = False,
+    ) -> Committed:
+        """Commit the committable ranges of ``batch`` to Kafka, then record them: the ledger
+        rows are returned, or appended here ``from_barrier`` (whose refusals raise: the batch
+        is left to Spark's next trigger)."""
+        partitions = self.state.partitions
+        ranges = partitions.committable(
+            batch.batch, batch.ranges, member.assignment, batch.claim_map()
+        )
+        if not ranges:
+            return NOTHING
+        offsets = {r.topic_partition: r.until_offset for r in ranges}
+        try:
+            done = member.commit(offsets, metadata=self.metadata.of(member, f"batch {batch.batch}"))
+        except StaleGenerationError as exc:
+            if from_barrier:
+                raise
+            if exc.transient and may_retry:
+                log.info("batch %d: %s (a rebalance moved on)", batch.batch, exc.code)
+                return Committed(retry_under=exc.generation)
+            self.metrics.failed_commits += 1
+            log.error(
+                "batch %d: %s; nothing committed (the partitions' next owner resumes "
+                "from the group's last accepted offsets)",
+                batch.batch,
+                exc,
+            )
+            return NOTHING
+        except CommitError as exc:
+            if from_barrier:
+                raise
+            self.metrics.failed_commits += 1
+            log.error(
+                "batch %d: Kafka offset commit failed: %s (the ledger still records the "
+                "batch; a new owner resumes from the furthest of the two)",
+                batch.batch,
+                exc,
+            )
+            done = frozenset(offsets)
+        ranges = [r for r in ranges if r.topic_partition in done]
+        rows: list[LedgerRow] = []
         if ranges:
             crash_points.reached("kafka.committed")
-            if self.behind is not None and not from_barrier:  # 6, behind Spark's thread
-                self.behind.append(self.ledger_rows(member, ranges, batch.batch), batch.batch)
-            else:
-                self.record_in_ledger(member, ranges, batch.batch)
+            if self.ledger is not None:
+                rows = self.ledger_rows(member, ranges, batch.batch)
+            if from_barrier:
+                self.append(rows)
                 crash_points.reached("ledger.written")
-        with self.books.lock:
-            self.books.partitions.record_commit(offsets)
-        return ranges
+                rows = []
+        partitions.record_commit({tp: o for tp, o in offsets.items() if tp in done})
+        return Committed(ranges, rows)
 
-    def _to_kafka(
-        self, member: GroupMember, batch: BatchOffset, *, from_barrier: bool
-    ) -> tuple[list[OffsetRange], dict[TopicPartition, int]]:
-        """Steps 1-5: the ranges the ledger records and the offsets now known committed."""
-        deadline = time.monotonic() + self.options.broker_timeout_ms / 1000.0
-        while True:
-            owned = member.assignment
-            with self.books.lock:
-                ranges = self.books.partitions.committable(
-                    batch.batch, batch.ranges, owned, batch.claim_map()
-                )
-            if not ranges:
-                return [], {}
-            offsets = {r.topic_partition: r.until_offset for r in ranges}
-            try:
-                done = member.commit(
-                    offsets, owned_only=True, metadata=self.metadata(member, f"batch {batch.batch}")
-                )
-            except StaleGenerationError as exc:
-                if from_barrier:
-                    raise
-                if exc.transient and self.await_new_generation(member, exc.generation, deadline):
-                    log.info(
-                        "batch %d: %s (a rebalance moved on); committing again under generation %d",
-                        batch.batch,
-                        exc.code,
-                        member.generation,
-                    )
-                    continue
-                self.metrics.failed_commits += 1
-                log.error(
-                    "batch %d: %s; nothing committed (the partitions' next owner resumes "
-                    "from the group's last accepted offsets)",
-                    batch.batch,
-                    exc,
-                )
-                return [], {}
-            except CommitError as exc:
-                if from_barrier:
-                    raise
-                self.metrics.failed_commits += 1
-                log.error(
-                    "batch %d: Kafka offset commit failed: %s (the ledger still records the "
-                    "batch; a new owner resumes from the furthest of the two)",
-                    batch.batch,
-                    exc,
-                )
-                return ranges, offsets
-            return (
-                [r for r in ranges if r.topic_partition in done],
-                {tp: o for tp, o in offsets.items() if tp in done},
-            )
-
-    def await_new_generation(self, member: GroupMember, refused: int, deadline: float) -> bool:
-        """Wait until ``member`` has a generation other than ``refused``; False when the
-        member ended, the stream stopped or ``deadline`` passed first, or at once on the
-        member's owner thread (the generation moves on there only)."""
-        if member.on_owner_thread():
-            return False
-        while member.generation == refused:
-            if member.closed or self.books.stopped or time.monotonic() >= deadline:
-                return False
-            time.sleep(0.01)
-        return True
-
-    def record_in_ledger(self, member: GroupMember, ranges: list[OffsetRange], batch: int) -> None:
-        """Step 6, here and now: one ledger row per range, all committed by ``member`` for
-        ``batch``."""
-        if self.ledger is not None:
-            self.ledger.append(self.ledger_rows(member, ranges, batch))
+    def append(self, rows: list[LedgerRow]) -> None:
+        """Append ``rows`` to the ledger here and now (none without ``offsets.table``)."""
+        if self.ledger is not None and rows:
+            self.ledger.append(rows)
 
     def ledger_rows(
         self, member: GroupMember, ranges: list[OffsetRange], batch: int
     ) -> list[LedgerRow]:
-        """Step 6's rows: one per range, all committed by ``member`` for ``batch``."""
+        """One ledger row per range, all committed by ``member`` for ``batch``, with the log
+        end the last plan saw (lag at commit)."""
         now = datetime.now(UTC)
-        log_ends = self.books.log_ends  # seen at (or, for the barrier's commits, before) now
+        log_ends = self.state.log_ends
         return [
             LedgerRow(
                 topic=r.topic,
@@ -326,9 +278,3 @@ class BatchCommitter:
             )
             for r in ranges
         ]
-
-    def metadata(self, member: GroupMember, what: str) -> str:
-        """The metadata of this member's OffsetCommit for ``what`` (who committed)."""
-        return commit_metadata.make(
-            member.member_id, what, self.options.kafka.get("client.id", ""), self.options.sink_path
-        )

@@ -15,9 +15,8 @@ waiting at the barrier asks here instead, with one of two signals the user can t
 Either says "durable" only for what is: a commit-log entry of the Spark batch whose logged
 offsets are exactly this batch, or records already in the sink table. With ``sink.table`` the
 table alone decides, and the safe point too commits only what it holds
-(``BatchCommitter.safe_point``). Anything it cannot
-read counts as not durable (the barrier then waits for Spark's next trigger, as without
-these options).
+(``BatchCommitter.safe_point``). Anything it cannot read counts as not durable (the barrier
+then waits for Spark's next trigger, as without these options). Owner thread only.
 """
 
 from __future__ import annotations

@@ -17,15 +17,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from spark_groups.errors import GroupMembershipError
 from spark_groups.group.member import GroupMember
 from spark_groups.offsets import TopicPartition
 from spark_groups.secrets import scrub
-
-if TYPE_CHECKING:
-    from spark_groups.options import SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -42,23 +39,23 @@ _CONNECTION_PREFIXES = ("bootstrap.", "security.", "sasl.", "ssl.", "socket.", "
 
 def before_planning(
     member: GroupMember,
-    options: SourceOptions,
+    config: Mapping[str, Any],
+    join_timeout_ms: int | None,
     available_now: Collection[TopicPartition] | None,
     first_plan: bool,
 ) -> None:
     """What a plan waits for (:func:`wait`): no bound unless ``joinTimeoutMs`` is set, or
     under AvailableNow (``available_now``: its partitions), whose first plan also waits
     while the member owns nothing and the group still hands partitions over
-    (:func:`wait_for_a_share`)."""
-    timeout_ms = options.join_timeout_ms
-    bound_s = timeout_ms / 1000.0 if timeout_ms is not None else None
+    (:func:`wait_for_a_share`). ``config`` is the member's."""
+    bound_s = join_timeout_ms / 1000.0 if join_timeout_ms is not None else None
     if bound_s is None and available_now is not None:
         bound_s = AVAILABLE_NOW_BOUND_S
-    group, config = options.group_id, options.member_config
+    group = str(config.get("group.id", ""))
     # The group is described only when the wait is reported.
-    wait(member, group, bound_s, lambda: describe_group(config(), group))
+    wait(member, group, bound_s, lambda: describe_group(config, group))
     if available_now is not None and first_plan:  # an empty first share may grow
-        wait_for_a_share(member, config(), group, available_now)
+        wait_for_a_share(member, config, group, available_now)
 
 
 def wait(

@@ -1,22 +1,13 @@
-"""The ledger's append of a batch, behind Spark's thread.
+"""The ledger's append of a batch, behind the thread that committed it to Kafka.
 
 At the safe point a finished batch is committed to Kafka, then to the ledger
-(``group.commit``). The Kafka commit stays on Spark's thread: once ``latestOffset`` returns
-the next plan, Kafka holds the batch, so a plain consumer that takes the partitions over after
-any later crash starts past it (the crash-point matrix, docs/guarantees.md). The ledger's
-append is a Delta commit of tens of milliseconds, and nothing waits for it: a partition
-resumes from the furthest of the ledger and Kafka, and Kafka already has the batch. So
-:meth:`LedgerBehind.append` runs it on a thread of its own and returns at once; Spark's
-thread goes on to plan and run the next batch while it lands. A crash before it lands is a
-crash at the point ``kafka.committed`` (Kafka written, the ledger not), which the matrix
-proves exact for every next owner.
-
-* **Order.** One append in flight at a time, in the order given: :meth:`~LedgerBehind.append`
-  first waits for the one before.
-* **Failures.** An append that fails raises at the next append (the next safe point), or is
-  logged when the member leaves (:meth:`~LedgerBehind.wait_quietly`): one batch later than
-  on Spark's thread.
-* **Leaving.** ``GroupStream.stop`` waits for the append in flight before it leaves.
+(``group.committer``). Once Kafka holds the batch a plain consumer that takes the partitions
+over starts past it, and a partition resumes from the furthest of the ledger and Kafka, so
+nothing waits for the ledger's Delta commit: :meth:`LedgerBehind.append` runs it on a thread
+of its own, one in flight at a time and in order, and Spark's thread goes on to plan the
+next batch. A crash before it lands is a crash at the point ``kafka.committed``. An append
+that fails raises at the next append, or is logged when the member leaves
+(:meth:`LedgerBehind.wait_quietly`, which ``GroupStream.stop`` calls before it leaves).
 """
 
 from __future__ import annotations
@@ -36,6 +27,8 @@ class LedgerBehind:
 
     def __init__(self, ledger: OffsetLedger) -> None:
         self.ledger = ledger
+        # Spark's thread appends; a stop (maybe SIGTERM's thread) waits: one at a time.
+        self._lock = threading.RLock()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._batch = -1  # the batch of the append in flight (or the last one)
@@ -43,20 +36,22 @@ class LedgerBehind:
     def append(self, rows: list[LedgerRow], batch: int) -> None:
         """Start appending ``rows`` (of ``batch``) and return; the append before lands first,
         and its error is raised here."""
-        self.wait()
-        self._batch = batch
-        self._thread = threading.Thread(
-            target=self._run, args=(rows,), name=f"spark-groups-ledger-{batch}", daemon=True
-        )
-        self._thread.start()
+        with self._lock:
+            self.wait()
+            self._batch = batch
+            self._thread = threading.Thread(
+                target=self._run, args=(rows,), name=f"spark-groups-ledger-{batch}", daemon=True
+            )
+            self._thread.start()
 
     def wait(self) -> None:
         """Wait for the append in flight; raise its error (once)."""
-        thread = self._thread
-        if thread is not None:
-            thread.join()
-            self._thread = None
-        error, self._error = self._error, None
+        with self._lock:
+            thread = self._thread
+            if thread is not None:
+                thread.join()
+                self._thread = None
+            error, self._error = self._error, None
         if error is not None:
             raise error
 

@@ -40,8 +40,7 @@ The two invariants of the offsets live here and are unit-tested without a broker
 1. never commit below what is known committed (:meth:`PartitionTable.committable`);
 2. never commit a partition that was given up, by a batch planned before it was given up.
 
-Not thread-safe on its own: the caller holds the driver's lock (``Bookkeeping.lock``) around
-every call.
+The member's owner thread alone calls it (``group.state``).
 """
 
 from __future__ import annotations
@@ -195,7 +194,7 @@ class PartitionTable:
         read under another: a batch of this member's before a restart, say), and the range
         ends past what is committed.
 
-        Caller: ``BatchCommitter`` (``group.commit``), before committing. Affects: nothing.
+        Caller: ``BatchCommitter`` (``group.committer``), before committing. Affects: nothing.
         """
         kept = []
         claims = claims or {}
@@ -292,8 +291,8 @@ class PartitionTable:
     def planned(self, batch: int, ranges: Iterable[OffsetRange]) -> None:
         """``batch`` reads ``ranges``: their partitions' positions move to the ranges' ends.
 
-        Caller: ``GroupStream.latest_offset`` (under the lock that also checked
-        :meth:`is_at`). Affects: ``position`` and ``last_batch`` of ACTIVE partitions.
+        Caller: the plan (in the request that also checked :meth:`is_at`). Affects:
+        ``position`` and ``last_batch`` of ACTIVE partitions.
         """
         for r in ranges:
             state = self._states[r.topic_partition]
@@ -350,7 +349,7 @@ class PartitionTable:
         timed out): they are never planned again here, and batches up to ``through_batch``
         may never commit them (the sink leaves them out of such batches now).
 
-        Caller: ``BatchCommitter.release``. Affects: -> REVOKING, claim dropped.
+        Caller: ``Claims.release``. Affects: -> REVOKING, claim dropped.
         """
         for tp in partitions:
             state = self._states.get(tp)

@@ -45,12 +45,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from spark_groups.group.arrivals import Arrivals
-from spark_groups.group.bookkeeping import Bookkeeping
 from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.member import GroupMember
+from spark_groups.group.state import DriverState
 from spark_groups.kafka.watermarks import EndOffsetResolver
 from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition
-from spark_groups.options import SourceOptions
 from spark_groups.secrets import scrub
 from spark_groups.storage import replays
 
@@ -151,17 +150,23 @@ def decide(
 
 
 class Replays:
-    """Decides and registers what a replayed batch reads (see the module doc)."""
+    """Decides and registers what a replayed batch reads (see the module doc): the replay
+    notice goes to ``checkpoint`` (the source option ``checkpointLocation``; none: read as
+    logged) for the sink of ``group_id``. Owner thread only."""
 
     def __init__(
         self,
-        options: SourceOptions,
-        books: Bookkeeping,
+        checkpoint: str | None,
+        group_id: str,
+        storage_options: Mapping[str, str],
+        state: DriverState,
         arrivals: Arrivals,
         durability: DurabilityWatch,
     ) -> None:
-        self.options = options
-        self.books = books
+        self.checkpoint = checkpoint
+        self.group_id = group_id
+        self.storage_options = storage_options
+        self.state = state
         self.arrivals = arrivals
         self.durability = durability
 
@@ -171,26 +176,23 @@ class Replays:
         """What this member reads of ``logged``, which Spark replays; the member has its
         first assignment. Registered as planned here: the barrier waits for it, the safe
         point commits it."""
-        books = self.books
+        partitions = self.state.partitions
         self.arrivals.resolve(member, resolver, logged)
-        with books.lock:
-            resolved = frozenset(books.partitions.plannable(member.assignment, held=False))
-            decision = decide(
-                logged,
-                resolved,
-                books.partitions.committed_offsets(),
-                books.partitions.handover_into,
-                books.partitions.claims(),
-            )
+        resolved = frozenset(partitions.plannable(member.assignment, held=False))
+        decision = decide(
+            logged,
+            resolved,
+            partitions.committed_offsets(),
+            partitions.handover_into,
+            partitions.claims(),
+        )
         # The notice is written for every replay the checkpoint is known for, also one read
         # as logged: it replaces what an earlier run of this batch (which may have read less)
         # left there.
         read = decision.read if self._noted(decision) else decision.as_logged()
         self.durability.replayed(logged)  # its commit-log entry is found by what Spark logged
-        with books.lock:
-            mine = [r for r in read.ranges if r.topic_partition in resolved]
-            books.partitions.planned(read.batch, mine)
-            books.batches.add(read)
+        partitions.planned(read.batch, [r for r in read.ranges if r.topic_partition in resolved])
+        self.state.batches.add(read)
         what = decision.describe() if read is decision.read else "read as logged"
         if decision.fenced and read is not decision.read:
             what += f" (less {', '.join(sorted(str(tp) for tp in decision.fenced))}: claimed anew)"
@@ -202,7 +204,7 @@ class Replays:
         is no checkpoint to write it to (warned when that reads more than this member's), or
         writing fails: records processed twice are better than a sink that claims offsets it
         never got."""
-        checkpoint = self.options.checkpoint
+        checkpoint = self.checkpoint
         if checkpoint is None:
             if not decision.changed:
                 return False
@@ -217,11 +219,9 @@ class Replays:
             return False
         notice = replays.ReplayNotice(decision.logged, decision.read)
         try:
-            replays.write_notice(
-                checkpoint, self.options.group_id, notice, self.options.storage_options
-            )
+            replays.write_notice(checkpoint, self.group_id, notice, self.storage_options)
         except Exception as exc:
-            detail = scrub(f"{type(exc).__name__}: {exc}", self.options.storage_options)
+            detail = scrub(f"{type(exc).__name__}: {exc}", self.storage_options)
             log.warning(
                 "batch %d: could not write its replay notice (%s); reading it as logged",
                 decision.logged.batch,

@@ -1,10 +1,10 @@
-"""A revocation delivered inside another thread's request to the member's owner thread.
+"""A rebalance held pending while other threads' requests run on the member's owner thread.
 
-A request that commits (``GroupMember.commit`` with ``owned_only``) first polls for queued
-rebalance events on the owner thread, so a revocation can run *inside* it while the thread
-that asked waits for the owner thread. :class:`RevocationInsideRequest` makes that happen
-every time: the owner thread's own polls are held back, and the next ownership check polls
-until the revocation queued meanwhile is delivered there.
+:class:`PendingRevocation` stops the owner thread's own polls (it still serves requests
+between its steps), so a revocation the group starts meanwhile cannot be delivered: only a
+request that polled could deliver it. It records every request the stream sends
+(``GroupStream.REQUESTS``) and, for every revocation, how many requests were running on the
+owner thread when it began: a request never polls, so that is always 0.
 """
 
 from __future__ import annotations
@@ -13,56 +13,80 @@ import threading
 import time
 from typing import Any
 
+from confluent_kafka.admin import AdminClient
+
 from spark_groups.group.stream import GroupStream
-from spark_groups.offsets import TopicPartition
+
+from support.broker import wait_until
 
 
-class RevocationInsideRequest:
-    """Within the block, the next revocation of ``stream``'s member is delivered by the
-    ownership check of the next commit request (start the block before the member that
-    causes the rebalance joins). :attr:`inside` holds, per revocation, the threads whose
-    requests it ran inside."""
+class PendingRevocation:
+    """Within the block, ``stream``'s member does not poll until :meth:`deliver`."""
 
     def __init__(self, stream: GroupStream) -> None:
         self.stream = stream
         self.member = stream.ensure_started()
-        self.inside: list[frozenset[int]] = []
+        #: The names of the requests sent to the owner thread, in order.
+        self.requests: list[str] = []
+        #: Per revocation, the requests running on the owner thread when it began.
+        self.running_at_revocation: list[int] = []
+        self._running = 0
         self._hold = threading.Event()
-        callbacks = self.member._callbacks
-        self._real_poll, self._real_owned = callbacks.poll, callbacks.owned_now
+        callbacks, owner = self.member._callbacks, self.member._owner
+        self._real_poll, self._real_run = callbacks.poll, owner._run_request
         self._real_revoke = stream._barrier.revoke
+        self._real_on_owner = stream._on_owner
 
-    def __enter__(self) -> RevocationInsideRequest:
-        callbacks = self.member._callbacks
+    def __enter__(self) -> PendingRevocation:
+        callbacks, owner = self.member._callbacks, self.member._owner
         callbacks.poll = self._step_poll  # type: ignore[method-assign]
-        callbacks.owned_now = self._owned_now  # type: ignore[method-assign]
+        owner._run_request = self._run_request  # type: ignore[method-assign]
         self.stream._barrier.revoke = self._revoke  # type: ignore[method-assign]
+        self.stream._on_owner = self._on_owner  # type: ignore[assignment]
         self._hold.set()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._hold.clear()
-        callbacks = self.member._callbacks
+        callbacks, owner = self.member._callbacks, self.member._owner
         callbacks.poll = self._real_poll  # type: ignore[method-assign]
-        callbacks.owned_now = self._real_owned  # type: ignore[method-assign]
+        owner._run_request = self._real_run  # type: ignore[method-assign]
         self.stream._barrier.revoke = self._real_revoke  # type: ignore[method-assign]
+        self.stream._on_owner = self._real_on_owner
+
+    def deliver(self) -> None:
+        """Let the owner thread poll again: the pending revocation runs at its next step."""
+        self._hold.clear()
+
+    def wait_until_rebalancing(self, servers: str, members: int) -> None:
+        """Return once the group has ``members`` members (a newcomer joined it: the rebalance
+        has begun, and this member cannot take part before it polls)."""
+        admin = AdminClient({"bootstrap.servers": servers})
+        group = self.stream.options.group_id
+
+        def joined() -> bool:
+            found = admin.describe_consumer_groups([group])[group].result(10)
+            return len(found.members) >= members
+
+        wait_until(joined, what=f"{members} members in group {group}")
 
     def _step_poll(self, consumer: Any, timeout_s: float | None = None) -> None:
-        if timeout_s is None and self._hold.is_set():  # the owner thread's own step: held
+        if self._hold.is_set():  # the owner thread's own step: held
             time.sleep(0.01)
             return
         self._real_poll(consumer, timeout_s)
 
-    def _owned_now(self, consumer: Any) -> frozenset[TopicPartition]:
-        # The commit request's ownership check: polls until the revocation queued meanwhile
-        # is delivered here, inside the request.
-        deadline = time.monotonic() + 60
-        while self._hold.is_set() and self.stream.metrics.revocations == 0:
-            assert time.monotonic() < deadline, "no revocation was delivered"
-            self._real_poll(consumer, 0.1)
-        self._hold.clear()
-        return self._real_owned(consumer)
+    def _run_request(self, *args: Any) -> None:
+        self._running += 1
+        try:
+            self._real_run(*args)
+        finally:
+            self._running -= 1
+
+    def _on_owner(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        self.requests.append(request.__name__)
+        return self._real_on_owner(request, *args, **kwargs)
 
     def _revoke(self, *args: Any, **kwargs: Any) -> Any:
-        self.inside.append(self.member.waiting_callers())
+        self.running_at_revocation.append(self._running)
         return self._real_revoke(*args, **kwargs)

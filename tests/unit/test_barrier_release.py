@@ -1,4 +1,4 @@
-"""A revocation ends when its batch is durable, not at Spark's next trigger (issue 14).
+"""A revocation ends when its batch is durable, not at Spark's next trigger.
 
 The checkpoint is written here as Spark writes it (``offsets/<id>`` before a batch,
 ``commits/<id>`` after it), and ``latest_offset`` (Spark's next trigger) is not called while
@@ -8,14 +8,13 @@ the barrier waits: the barrier itself must see the batch durable and commit it.
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from revocation_support import RevocationInsideRequest
+from revocation_support import PendingRevocation
 from test_stream import make_stream
 
 from spark_groups.errors import OptionError
@@ -186,7 +185,7 @@ def test_the_barrier_ends_when_the_checkpoint_commits_the_batch(
         assert ledger.latest_positions(list(moved)) == {tp: 50 for tp in moved}
         # Spark's next trigger commits the rest of batch 0, and the moved partitions once.
         stream.latest_offset(in_flight, None)
-        stream._committer.behind.wait()  # the ledger's append lands behind the safe point
+        stream._behind.wait()  # the ledger's append lands behind the safe point
         assert ledger_ranges(ledger) == [(0, 50, 0), (1, 50, 0)]
         assert stream.metrics.failed_commits == 0
         assert stream.metrics.barrier_timeouts == 0
@@ -260,33 +259,34 @@ def test_without_a_signal_the_barrier_still_waits_for_the_trigger(
         newcomer.close()
 
 
-def test_a_revocation_inside_sparks_own_commit_is_committed_in_its_place(
+def test_a_revocation_pending_during_sparks_commit_runs_after_it(
     bootstrap_servers: str, make_topic: Callable[..., str], streams, tmp_path: Path
 ) -> None:
-    """The revocation arrives inside Spark's commit of the very batch it waits for: the safe
-    point's Kafka commit first polls for queued rebalance events, on the owner thread, and
-    that poll runs the revoke callback. Spark's thread holds the committer's lock and waits
-    for the owner thread, so the barrier commits in its place. (Found under load by
-    test_member_kill: the query failed with "the group member did not answer within 30 s"
-    while the barrier waited for the commit it was running inside.)
-
-    The owner thread's own polls are held back here, so the revocation can only be delivered
-    by the commit's poll: the point is reached every time, not by a lucky moment."""
+    """The revocation is pending while Spark's next trigger commits the very batch it waits
+    for and plans the next: it is delivered after those requests, never inside one, finds
+    the batch committed, and the newcomer resumes where batch 0 ended. (Under load the
+    revocation once ran inside the commit's request and waited for it: "the group member did
+    not answer within 30 s".) The owner thread's own polls are held back until the trigger is
+    done, so the rebalance is pending through all of it: reached every time."""
     topic, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
     produce_ids(bootstrap_servers, topic, range(50 * 2), 2)
     stream = make_stream(streams, bootstrap_servers, topic, group, tmp_path / "ledger")
     in_flight = stream.latest_offset(BatchOffset.initial().to_json(), None)  # batch 0
-    with RevocationInsideRequest(stream) as revocation:
+    with PendingRevocation(stream) as pending:
         newcomer = newcomer_of(bootstrap_servers, topic, group)
         try:
+            pending.wait_until_rebalancing(bootstrap_servers, 2)
             stream.latest_offset(in_flight, None)  # Spark finished batch 0: the safe point
-            assert revocation.inside == [frozenset({threading.get_ident()})]
+            assert "_safe_point" in pending.requests and "_record_plan" in pending.requests
+            assert stream.metrics.revocations == 0  # still pending: no request delivered it
+            pending.deliver()
             wait_until(lambda: bool(newcomer.assignment), what="the newcomer never got a partition")
+            assert pending.running_at_revocation and set(pending.running_at_revocation) == {0}
             moved = newcomer.assignment
             assert len(moved) == 1
             # The newcomer resumes where batch 0 ended; each range was committed once.
             assert newcomer.committed(moved) == {tp: 50 for tp in moved}
-            stream._committer.behind.wait()  # the safe point's ledger append lands behind it
+            stream._behind.wait()  # the safe point's ledger append lands behind it
             assert ledger_ranges(OffsetLedger(str(tmp_path / "ledger"), group)) == [
                 (0, 50, 0),
                 (1, 50, 0),

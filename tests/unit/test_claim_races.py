@@ -1,31 +1,19 @@
-"""Claims in the sink's table meeting the group's changes, each at a named point.
-
-First, a revocation that lands while a member searches where its new partitions resume.
-
-The search (``group.arrivals``) reads Kafka and the ledger and, with ``sink.table``, claims
-the partitions in the sink's table, all outside the driver's lock. A mixed-group test once
-revoked a partition in that window: the search's answer brought the partition back into the
-member's state, its claim landed after the next owner's, and the next owner's batch was
-fenced out of the table while Kafka was committed past it.
-
-Here member B is stopped exactly at the crash point ``resuming`` while the group gives a
-partition to member A; A claims it and plans a batch before B goes on. Real broker, real
-sink table, no Spark.
+"""Claims in the sink's table meeting the group's changes: a revocation pending while a
+member resumes or releases its partitions, a zombie's claim, a stop during a barrier, a
+release that does not land. Real broker, real sink table, no Spark.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from revocation_support import RevocationInsideRequest
+from revocation_support import PendingRevocation
 
-from spark_groups import crash_points
 from spark_groups.errors import SinkClaimError
 from spark_groups.group.member import GroupMember
 from spark_groups.group.partitions import Status
@@ -87,82 +75,78 @@ def committed(
         fresh.close()
 
 
+def land(table: Path, topic: str, batch: BatchOffset, group: str) -> None:
+    """Write ``batch``'s records into ``table`` for ``group`` as the delta-group sink does;
+    not fenced."""
+    files = write_task(
+        table,
+        [rows(r.partition, range(r.from_offset, r.until_offset), topic) for r in batch.ranges],
+    )
+    landed = DeltaSink(str(table), group).commit(
+        BatchPlan.of(batch.batch, list(batch.ranges), batch.outside, batch.claim_map()),
+        files,
+        SCHEMA,
+    )
+    assert landed.fenced == ()
+
+
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
-def test_a_partition_revoked_during_its_resume_is_neither_claimed_nor_kept(
+def test_a_revocation_pending_during_a_resume_comes_after_its_claim(
     bootstrap_servers: str,
     make_topic: Callable[..., str],
     streams: list[GroupStream],
     tmp_path: Path,
     strategy: str,
 ) -> None:
+    """Member B resumes its partitions (claiming them in the sink's table) while a rebalance
+    that moves one of them to member A is pending. The resume runs on B's owner thread to
+    its end, so B's claim lands before B's revocation begins, never after it; A then claims
+    the moved partition anew and its batch lands. (When a revocation could run in the
+    middle of a resume, B's claim landed after A's, and A's batch was fenced out of the
+    table while Kafka was committed past it.) Real broker, real sink table, no Spark; B's
+    polls are held back, so the rebalance is pending through the whole resume."""
     topic, group, table = seeded(bootstrap_servers, make_topic, tmp_path)
     options = source_options(
         bootstrap_servers, topic, group, table, **{"partition.assignment.strategy": strategy}
     )
     b, a = GroupStream(options, for_source(options)), GroupStream(options, for_source(options))
     streams.extend([b, a])
+    p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     initial = BatchOffset.initial().to_json()
-    b_thread: list[threading.Thread] = []
-    b_first: list[dict] = []
-    a_batch: list[BatchOffset] = []
+    b_member = b.ensure_started()
+    wait_until(lambda: b_member.assignment == {p0, p1}, what="B's first assignment")
+    with PendingRevocation(b) as pending:
+        a.ensure_started()
+        pending.wait_until_rebalancing(bootstrap_servers, 2)
+        b_batch = BatchOffset.from_json(b.latest_offset(initial, None))
+        assert "_resume" in pending.requests and b.metrics.revocations == 0
+        assert b_batch.ends() == {p0: 10, p1: 10}  # B still owned both: its revocation waits
+        land(table, topic, b_batch, group)
+        produce_ids(bootstrap_servers, topic, range(20, 30), 2)  # records for the next owner
+        pending.deliver()
 
-    def a_plans() -> bool:
-        got = BatchOffset.from_json(a.latest_offset(initial, None))
-        if got.ranges:
-            a_batch.append(got)
-        return bool(got.ranges)
+        a_batches: list[BatchOffset] = []
 
-    def at(point: str) -> None:
-        # B, at its first search: A joins, the group moves a partition to A, and A claims it
-        # and plans a batch of it, all before B's search goes on. (A's own search reaches
-        # the point too, on this thread: hence the flag.)
-        if point != "resuming" or threading.current_thread() is not b_thread[0] or fired:
-            return
-        fired.append(True)
+        def a_plans() -> bool:
+            got = BatchOffset.from_json(a.latest_offset(initial, None))
+            a_batches.extend([got] if got.ranges else [])
+            return bool(got.ranges)
+
         wait_until(a_plans, what="A's first batch")
-
-    fired: list[bool] = []
-    with crash_points.installed(at):
-        b_thread.append(
-            threading.Thread(target=lambda: b_first.append(b.latest_offset(initial, None)))
-        )
-        b_thread[0].start()
-        b_thread[0].join(120)
-    assert not b_thread[0].is_alive() and a_batch and b_first, "B's first plan did not finish"
-    planned = a_batch[0]
-    moved = {r.topic_partition for r in planned.ranges}
-    assert moved <= a.ensure_started().assignment
-    assert not moved & b.ensure_started().assignment
-
-    # B neither kept the moved partitions nor claimed them over A's claim.
+    assert set(pending.running_at_revocation) == {0}  # never inside a request
+    a_batch = a_batches[0]
+    moved = {r.topic_partition for r in a_batch.ranges}
+    assert len(moved) == 1 and not moved & b_member.assignment
     for tp in moved:
-        assert b._partitions.get(tp) is None
-    held = claims_of(DeltaTable(str(table)), group, moved)
-    assert held == planned.claim_map()
-
-    # A's batch lands in the table (not fenced), and A's safe point commits it to Kafka.
-    files = write_task(
-        table,
-        [rows(r.partition, range(r.from_offset, r.until_offset), topic) for r in planned.ranges],
-    )
-    landed = DeltaSink(str(table), group).commit(
-        BatchPlan.of(planned.batch, list(planned.ranges), planned.outside, planned.claim_map()),
-        files,
-        SCHEMA,
-    )
-    assert landed.fenced == ()
-    a.latest_offset(planned.to_json(), None)
-    assert a.ensure_started().committed(sorted(moved)) == {tp: 10 for tp in moved}
+        assert b._partitions.get(tp) is None  # B kept nothing of it
+    # A claimed it anew, after B's claim: its claim is the table's, and its batch lands.
+    assert claims_of(DeltaTable(str(table)), group, moved) == a_batch.claim_map()
+    assert {r.from_offset for r in a_batch.ranges} == {10}  # where B's batch ended
+    land(table, topic, a_batch, group)
+    a.latest_offset(a_batch.to_json(), None)
+    assert a.ensure_started().committed(sorted(moved)) == {tp: 15 for tp in moved}
     for tp in moved:
-        assert offsets_in(table, tp.partition) == list(range(10))
-
-    # B plans what is still its own, never the moved partitions. (Under ``range`` B gave up
-    # every partition and got its own back: its search for it starts again at its next plan.)
-    first = BatchOffset.from_json(b_first[0])
-    if not first.ranges:
-        first = BatchOffset.from_json(b.latest_offset(initial, None))
-    assert {r.topic_partition for r in first.ranges} == set(b.ensure_started().assignment)
-    assert not {r.topic_partition for r in first.ranges} & moved
+        assert offsets_in(table, tp.partition) == list(range(15))
 
 
 def test_a_range_the_sink_fenced_is_never_committed_and_is_read_again_from_the_table(
@@ -220,8 +204,11 @@ def test_a_stop_while_a_revocation_waits_releases_the_revoking_partitions_too(
     streams.append(stream)
     batch = BatchOffset.from_json(stream.latest_offset(BatchOffset.initial().to_json(), None))
     revoked = frozenset(batch.ends())
-    barrier = threading.Thread(
-        target=stream.on_revoked, args=(revoked, lambda seconds: time.sleep(seconds)), daemon=True
+    member = stream.ensure_started()
+    barrier = threading.Thread(  # as librdkafka runs it: on the member's owner thread
+        target=member.call,
+        args=(lambda consumer: stream.on_revoked(revoked, member.serve), 60),
+        daemon=True,
     )
     barrier.start()  # waits for the batch, which is still "running"
     wait_until(
@@ -303,26 +290,21 @@ def test_a_stop_whose_release_fails_commits_what_the_table_holds_then(
 
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
-def test_a_revocation_inside_a_stops_release_commit_commits_the_released_positions(
+def test_a_revocation_pending_during_a_stops_release_runs_after_it(
     bootstrap_servers: str,
     make_topic: Callable[..., str],
     streams: list[GroupStream],
     tmp_path: Path,
     strategy: str,
 ) -> None:
-    """SIGTERM (``stop``) as another consumer joins: the release's Kafka commit first handles
-    the rebalance events librdkafka has queued, so the revocation of the very partitions
-    being released runs inside it, on the owner thread, while the stopping thread waits for
-    that thread. The revocation commits the release's positions in its place
-    (``group.releases``). Found by the crash matrix (``planned``, SIGTERM, a plain
-    consumer joining): the barrier waited 30 s for a batch the release had made
-    uncommittable, the release's commit then left out the partitions no longer owned, and
-    the plain consumer read the landed batch again. Cooperatively, the partition kept is
-    committed under the generation that follows (the release's commit met the second
-    rebalance of the pair, and Kafka refused it for the first one's generation).
+    """SIGTERM (``stop``) as another consumer joins: the revocation of the very partitions
+    being released is pending while the release runs on the owner thread. It is delivered
+    after the release's requests, never inside them, and the newcomer starts exactly where
+    the table ends. (The crash matrix found this interleaving: SIGTERM at ``planned`` while a
+    plain consumer joined.)
 
-    The owner thread's own polls are held back, so only the release commit's poll can
-    deliver the revocation: the point is reached every time."""
+    The owner thread's own polls are held back until the release is done, so the rebalance
+    is pending through all of it: the interleaving is reached every time."""
     topic, group, table = seeded(bootstrap_servers, make_topic, tmp_path)
     options = source_options(
         bootstrap_servers, topic, group, table, **{"partition.assignment.strategy": strategy}
@@ -338,13 +320,21 @@ def test_a_revocation_inside_a_stops_release_commit_commits_the_released_positio
         SCHEMA,
     )
     assert not landed.fenced
-    with RevocationInsideRequest(stream) as revocation:
+    with PendingRevocation(stream) as pending:
         newcomer = GroupMember(
             {**options.member_config(), "session.timeout.ms": "6000"}, [topic]
         ).start()
         try:
-            stream.stop()  # what SIGTERM runs
-            assert revocation.inside[0] == frozenset({threading.get_ident()})
+            pending.wait_until_rebalancing(bootstrap_servers, 2)
+            stopping = threading.Thread(target=stream.stop)  # what SIGTERM runs
+            stopping.start()
+            wait_until(lambda: "_stopped" in pending.requests, what="the release's requests")
+            assert stream.metrics.revocations == 0  # still pending: no request delivered it
+            pending.deliver()
+            stopping.join(60)
+            assert not stopping.is_alive(), "stop() did not return"
+            assert pending.requests[:2] == ["_release_all", "_finished"]
+            assert set(pending.running_at_revocation) <= {0}  # never inside a request
             assert stream.metrics.barrier_timeouts == 0
             assert stream.metrics.failed_commits == 0
             partitions = [TopicPartition(topic, p) for p in (0, 1)]

@@ -11,18 +11,18 @@ from pathlib import Path
 import pytest
 
 from spark_groups.errors import CommitError, DataLossError, StaleGenerationError
-from spark_groups.group.available_now import AvailableNowTargets
+from spark_groups.group.arbiter import Claimed
 from spark_groups.group.barrier import RevocationBarrier
-from spark_groups.group.bookkeeping import Bookkeeping, PlannedBatches
-from spark_groups.group.commit import BatchCommitter
+from spark_groups.group.claims import Claims
+from spark_groups.group.committer import BatchCommitter, CommitMetadata
 from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.gaps import Held
 from spark_groups.group.log_ends import LogEnds
 from spark_groups.group.partitions import PartitionTable
+from spark_groups.group.state import DriverState, PlannedBatches
 from spark_groups.ledger import OffsetLedger
 from spark_groups.metrics import StreamMetrics
 from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition
-from spark_groups.options import parse_options
 
 T0 = TopicPartition("t", 0)
 T1 = TopicPartition("t", 1)
@@ -103,14 +103,22 @@ class Ends:
         return {tp: self.ends[tp] for tp in partitions}
 
 
+def log_ends(resolver: Ends | None = None, *, fail_on_data_loss: bool = True) -> LogEnds:
+    made = LogEnds({}, mode="auto", timeout_s=1.0, fail_on_data_loss=fail_on_data_loss)
+    made._resolver = resolver  # type: ignore[assignment]
+    return made
+
+
 def test_available_now_cuts_the_ends_at_the_targets_fixed_at_the_start() -> None:
-    targets = AvailableNowTargets()
-    assert not targets.active
-    assert targets.cut({T0: 100}, {T0: 0}) == {T0: 100}  # not an AvailableNow run
-    targets.fix([T0], Ends({T0: 50}))  # type: ignore[arg-type]
-    assert targets.active and targets.describe() == "t-0 50"
+    ends = log_ends(Ends({T0: 50, T1: 30}))
+    assert not ends.available_now
+    assert ends.cut({T0: 100}, {T0: 0}) == {T0: 100}  # not an AvailableNow run
+    ends.fix_targets([T0])
+    assert ends.available_now and ends.describe_targets() == "t-0 50"
     # T1 appeared after the start: read no further than where it stands.
-    assert targets.cut({T0: 100, T1: 30}, {T0: 0, T1: 10}) == {T0: 50, T1: 10}
+    assert ends.cut({T0: 100, T1: 30}, {T0: 0, T1: 10}) == {T0: 50, T1: 10}
+    fetched = ends.fetch({T0: 0, T1: 10})
+    assert fetched.seen == {T0: 50, T1: 30} and fetched.readable == {T0: 50, T1: 10}
 
 
 # ---------------------------------------------------------------------- the commit path
@@ -130,153 +138,196 @@ class Member:
         self.commits: list[dict[TopicPartition, int]] = []
 
     def commit(
-        self, offsets: Mapping[TopicPartition, int], *, owned_only: bool, metadata: str
+        self, offsets: Mapping[TopicPartition, int], *, metadata: str, owned_only: bool = False
     ) -> frozenset[TopicPartition]:
-        assert owned_only and "m-1" in metadata
+        assert "m-1" in metadata
         if self.refusals:
             self.generation += 1
             raise self.refusals.pop(0)
         self.commits.append(dict(offsets))
         return frozenset(offsets)
 
-    def on_owner_thread(self) -> bool:
-        return False  # the commit path runs on Spark's thread here
 
-
-def committer(tmp_path: Path, *, ledger: bool = True) -> tuple[BatchCommitter, Bookkeeping]:
-    options = parse_options(
-        {"kafka.bootstrap.servers": "unused:9092", "subscribe": "t", "group.id": "g"}
-    )
-    books = Bookkeeping()
-    books.partitions.begin_resume(OWNED)
+def committer(tmp_path: Path, *, ledger: bool = True) -> tuple[BatchCommitter, DriverState]:
+    state = DriverState()
+    state.partitions.begin_resume(OWNED)
     for tp in OWNED:
-        books.partitions.resume(tp, 0)
+        state.partitions.resume(tp, 0)
     made = BatchCommitter(
-        options,
-        books,
+        state,
         OffsetLedger(str(tmp_path / "ledger"), "g") if ledger else None,
         DurabilityWatch(None, None),
         StreamMetrics(),
+        CommitMetadata(),
     )
-    return made, books
+    return made, state
 
 
-def test_a_commit_refused_for_a_moved_on_generation_is_made_again_under_the_new_one(
+def test_a_commit_refused_for_a_moved_on_generation_records_nothing_and_asks_for_a_retry(
     tmp_path: Path,
 ) -> None:
-    commit, books = committer(tmp_path)
+    commit, state = committer(tmp_path)
     refusal = StaleGenerationError("ILLEGAL_GENERATION", generation=1, code=22)
     member = Member([refusal])
     batch = BatchOffset.of(0, [rng(T0, 0, 5), rng(T1, 0, 3)])
-    books.batches.add(batch)
-    commit.safe_point(member, batch)  # type: ignore[arg-type]
-    assert member.commits == [{T0: 5, T1: 3}]
+    state.batches.add(batch)
+    refused = commit.safe_point(member, batch, may_retry=True)  # type: ignore[arg-type]
+    assert refused.retry_under == 1 and refused.ranges == [] and refused.rows == []
+    assert state.batches.committed_through == -1 and state.partitions.committed_offsets() == {}
+    assert commit.metrics.failed_commits == 0
+    # The caller waits for the new generation (GroupStream), then commits again.
+    done = commit.safe_point(member, batch, may_retry=True)  # type: ignore[arg-type]
+    assert done.retry_under is None and member.commits == [{T0: 5, T1: 3}]
     assert commit.metrics.failed_commits == 0 and commit.metrics.batches_committed == 1
-    assert books.batches.committed_through == 0 and books.batches.pending() == []
-    assert books.partitions.committed_offsets() == {T0: 5, T1: 3}
-    assert commit.ledger is not None and commit.behind is not None
-    commit.behind.wait()  # the ledger's append lands behind the safe point
-    assert commit.ledger.latest_positions([T0, T1]) == {T0: 5, T1: 3}
-    commit.safe_point(member, batch)  # once only
+    assert state.batches.committed_through == 0 and state.batches.pending() == []
+    assert state.partitions.committed_offsets() == {T0: 5, T1: 3}
+    assert [(r.partition, r.until_offset) for r in done.rows] == [(0, 5), (1, 3)]
+    assert commit.safe_point(member, batch, may_retry=True).ranges == []  # once only  # type: ignore[arg-type]
     assert len(member.commits) == 1
 
 
+def test_a_refusal_past_the_retries_is_a_failed_commit(tmp_path: Path) -> None:
+    commit, state = committer(tmp_path)
+    member = Member([StaleGenerationError("ILLEGAL_GENERATION", generation=1, code=22)])
+    batch = BatchOffset.of(0, [rng(T0, 0, 5)])
+    done = commit.safe_point(member, batch, may_retry=False)  # type: ignore[arg-type]
+    assert done.retry_under is None and done.ranges == [] and member.commits == []
+    assert commit.metrics.failed_commits == 1 and state.partitions.committed_offsets() == {}
+
+
 def test_a_fence_commits_nothing_anywhere(tmp_path: Path) -> None:
-    commit, books = committer(tmp_path)
+    commit, state = committer(tmp_path)
     member = Member([StaleGenerationError("FENCED_INSTANCE_ID", generation=1, code=82)])
     batch = BatchOffset.of(0, [rng(T0, 0, 5)])
-    commit.safe_point(member, batch)  # type: ignore[arg-type]
+    done = commit.safe_point(member, batch, may_retry=True)  # type: ignore[arg-type]
+    assert done.retry_under is None and done.rows == []  # a fence is not retried
     assert member.commits == [] and commit.metrics.failed_commits == 1
-    assert commit.ledger is not None and commit.ledger.latest_positions([T0]) == {}
-    assert books.partitions.committed_offsets() == {}
+    assert state.partitions.committed_offsets() == {}
 
 
 def test_another_kafka_failure_still_records_the_batch_in_the_ledger(tmp_path: Path) -> None:
-    commit, books = committer(tmp_path)
+    commit, state = committer(tmp_path)
     member = Member([CommitError("broker down", code=7)])
     batch = BatchOffset.of(0, [rng(T0, 0, 5)])
-    commit.safe_point(member, batch)  # type: ignore[arg-type]
-    assert commit.metrics.failed_commits == 1 and commit.behind is not None
-    commit.behind.wait()  # the ledger's append lands behind the safe point
-    assert commit.ledger is not None and commit.ledger.latest_positions([T0]) == {T0: 5}
-    assert books.partitions.committed_offsets() == {T0: 5}
+    done = commit.safe_point(member, batch, may_retry=True)  # type: ignore[arg-type]
+    assert commit.metrics.failed_commits == 1
+    assert [(r.partition, r.until_offset) for r in done.rows] == [(0, 5)]
+    assert state.partitions.committed_offsets() == {T0: 5}
 
 
-def test_the_barriers_commits_raise_instead_of_waiting(tmp_path: Path) -> None:
-    commit, _ = committer(tmp_path, ledger=False)
+def test_the_barriers_commits_raise_and_append_to_the_ledger_themselves(tmp_path: Path) -> None:
+    commit, _ = committer(tmp_path)
     member = Member([StaleGenerationError("ILLEGAL_GENERATION", generation=1, code=22)])
     with pytest.raises(StaleGenerationError):
-        commit.commit_ranges(member, BatchOffset.of(0, [rng(T0, 0, 5)]), from_barrier=True)  # type: ignore[arg-type]
+        commit.commit(member, BatchOffset.of(0, [rng(T0, 0, 5)]), from_barrier=True)  # type: ignore[arg-type]
+    done = commit.commit(member, BatchOffset.of(0, [rng(T0, 0, 5)]), from_barrier=True)  # type: ignore[arg-type]
+    assert done.rows == [] and commit.ledger is not None
+    assert commit.ledger.latest_positions([T0]) == {T0: 5}
 
 
 # ---------------------------------------------------------------------- the barrier
 
 
-def barrier(tmp_path: Path, timeout_s: float = 30.0) -> tuple[RevocationBarrier, Bookkeeping]:
-    commit, books = committer(tmp_path, ledger=False)
+def barrier(tmp_path: Path, timeout_s: float = 30.0) -> tuple[RevocationBarrier, DriverState]:
+    commit, state = committer(tmp_path, ledger=False)
+    claims = Claims(None, state, commit, commit.metrics)
     return (
-        RevocationBarrier(books, commit, commit.metrics, timeout_s=timeout_s, at_most_once=False),
-        books,
+        RevocationBarrier(
+            state, commit, claims, commit.metrics, timeout_s=timeout_s, at_most_once=False
+        ),
+        state,
     )
 
 
-def plan(books: Bookkeeping, batch: BatchOffset) -> None:
-    books.partitions.planned(batch.batch, batch.ranges)
-    books.batches.add(batch)
+def plan(state: DriverState, batch: BatchOffset) -> None:
+    state.partitions.planned(batch.batch, batch.ranges)
+    state.batches.add(batch)
 
 
 def test_the_barrier_waits_for_the_last_batch_that_read_the_partitions(tmp_path: Path) -> None:
-    wall, books = barrier(tmp_path)
-    plan(books, BatchOffset.of(0, [rng(T0, 0, 5), rng(T1, 0, 5)]))
-    plan(books, BatchOffset.of(1, [rng(T1, 5, 9)]))
+    wall, state = barrier(tmp_path)
+    plan(state, BatchOffset.of(0, [rng(T0, 0, 5), rng(T1, 0, 5)]))
+    plan(state, BatchOffset.of(1, [rng(T1, 5, 9)]))
     served: list[int] = []
 
     def serve(_: float) -> None:  # the owner thread meanwhile; the safe point commits 0 then 1
-        served.append(books.batches.committed_through)
-        books.batches.committed(len(served) - 1)
+        served.append(state.batches.committed_through)
+        state.batches.committed(len(served) - 1)
 
     outcome = wall.revoke(None, frozenset({T1}), serve)
     assert outcome.waited_for == 1 and not outcome.timed_out
     assert served == [-1, 0]  # it did not return before batch 1 was committed
-    assert books.partitions.get(T1) is None and books.partitions.get(T0) is not None
+    assert state.partitions.get(T1) is None and state.partitions.get(T0) is not None
     # Batches planned before the revocation can never commit T1 again.
-    assert books.partitions.committable(1, [rng(T1, 5, 9)], OWNED) == []
+    assert state.partitions.committable(1, [rng(T1, 5, 9)], OWNED) == []
 
 
 def test_a_barrier_past_the_rebalance_timeout_lets_go_and_counts_it(tmp_path: Path) -> None:
-    wall, books = barrier(tmp_path, timeout_s=0.2)
-    plan(books, BatchOffset.of(0, [rng(T0, 0, 5)]))
+    wall, state = barrier(tmp_path, timeout_s=0.2)
+    plan(state, BatchOffset.of(0, [rng(T0, 0, 5)]))
     outcome = wall.revoke(None, frozenset({T0}), lambda s: None)
     assert outcome.timed_out and outcome.waited_for == 0 and outcome.waited_s >= 0.2
-    assert wall.metrics.barrier_timeouts == 1 and books.partitions.get(T0) is None
+    assert wall.metrics.barrier_timeouts == 1 and state.partitions.get(T0) is None
 
 
 def test_nothing_to_wait_for_passes_at_once(tmp_path: Path) -> None:
-    wall, books = barrier(tmp_path)
+    wall, state = barrier(tmp_path)
     outcome = wall.revoke(None, frozenset({T0}), lambda s: pytest.fail("waited"))
     assert outcome.waited_for == -1 and not outcome.timed_out
-    assert wall.metrics.revocations == 1 and books.partitions.get(T0) is None
+    assert wall.metrics.revocations == 1 and state.partitions.get(T0) is None
+
+
+# ---------------------------------------------------------------------- releases
+
+
+class Arbiter:
+    """A sink table that holds ``positions`` and releases whatever it is asked to."""
+
+    path = "/tables/t"
+
+    def __init__(self, positions: Mapping[TopicPartition, int]) -> None:
+        self.positions = dict(positions)
+
+    def release(self, tokens: Mapping[TopicPartition, int], **_: object) -> Claimed:
+        return Claimed(2, {tp: self.positions[tp] for tp in tokens})
+
+
+def test_a_release_kafka_refuses_for_a_moved_on_generation_waits_and_is_committed_once(
+    tmp_path: Path,
+) -> None:
+    commit, state = committer(tmp_path)
+    claims = Claims(Arbiter({T0: 7, T1: 9}), state, commit, commit.metrics)  # type: ignore[arg-type]
+    for tp in OWNED:
+        state.partitions.set_claim(tp, 5)
+    member = Member([StaleGenerationError("ILLEGAL_GENERATION", generation=1, code=22)])
+    released = claims.release_all(member, may_retry=True)  # type: ignore[arg-type]
+    assert released.settled == OWNED and released.retry_under == 1
+    assert state.releasing == {T0: 7, T1: 9} and member.commits == []
+    # A revocation of T1 begins meanwhile: its barrier commits T1's position in place.
+    claims.take_releasing(member, [T1])  # type: ignore[arg-type]
+    assert member.commits == [{T1: 9}] and state.releasing == {T0: 7}
+    # The releasing thread, under the new generation: the rest, once.
+    assert claims.commit_releasing(member, may_retry=True) is None  # type: ignore[arg-type]
+    assert member.commits == [{T1: 9}, {T0: 7}] and state.releasing == {}
+    assert state.partitions.committed_offsets() == {T0: 7, T1: 9}
+    assert commit.metrics.failed_commits == 0
 
 
 # ---------------------------------------------------------------------- log ends
 
 
 def test_a_log_that_went_backwards_is_data_loss_or_with_the_option_the_new_start() -> None:
-    base = {"kafka.bootstrap.servers": "unused:9092", "subscribe": "t", "group.id": "g"}
-    books = Bookkeeping()
-    books.partitions.begin_resume([T0])
-    books.partitions.resume(T0, 50)
-    strict = LogEnds(parse_options(base), books, AvailableNowTargets())
+    strict = log_ends()
     with pytest.raises(DataLossError) as lost:
         strict.went_backwards(T0, 50, 20)
     assert lost.value.partition == T0 and "failOnDataLoss=false" in str(lost.value)
-    assert books.partitions.plannable(OWNED) == {T0: 50}  # nothing moved
-    lenient = LogEnds(
-        parse_options({**base, "failOnDataLoss": "false"}), books, AvailableNowTargets()
-    )
-    lenient.went_backwards(T0, 50, 20)
-    assert books.partitions.plannable(OWNED) == {T0: 20}
-    assert lenient.fetch({}) == {}  # nothing to ask: no client is made
+    log_ends(fail_on_data_loss=False).went_backwards(T0, 50, 20)  # logged: the plan moves it
+    table = PartitionTable()
+    table.begin_resume([T0])
+    table.resume(T0, 50, committed=50)
+    table.moved_to_end(T0, 20)
+    assert table.plannable(OWNED) == {T0: 20} and table.committed_offsets() == {T0: 20}
+    assert log_ends().fetch({}).seen == {}  # nothing to ask: no client is made
 
 
 def test_a_batch_that_ran_past_half_the_rebalance_timeout_is_counted(tmp_path: Path) -> None:

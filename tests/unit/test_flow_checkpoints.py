@@ -11,7 +11,7 @@ import pytest
 from spark_groups.errors import OptionError
 from spark_groups.group import refresh
 from spark_groups.offsets import BatchOffset
-from spark_groups.options import in_flow_checkpoint, parse_options
+from spark_groups.options import SourceOptions, in_flow_checkpoint, parse_options
 from spark_groups.pipelines import find_spec, flow_checkpoints
 from spark_groups.storage.flow_checkpoints import FLOW_CHECKPOINTS_OPTION, current
 
@@ -89,15 +89,20 @@ def test_the_source_takes_the_flows_checkpoint_when_its_query_starts(tmp_path: P
     assert caught.value.option == FLOW_CHECKPOINTS_OPTION
 
 
+def starts_over(options: SourceOptions, start: BatchOffset) -> bool:
+    flow = refresh.of(options.flow_refresh, options.checkpoint, options.group_id, options.sink_path)
+    return flow is not None and flow.starts_over(start)
+
+
 def test_only_a_refreshed_flow_without_a_batch_or_a_sink_table_starts_over(tmp_path) -> None:
     root = tmp_path / "flow"
     (root / "1").mkdir(parents=True)
     refreshed = in_flow_checkpoint(parse_options({**BASE, FLOW_CHECKPOINTS_OPTION: str(root)}))
     first = BatchOffset.initial()
-    assert refresh.applies(refreshed, first)
-    assert not refresh.applies(refreshed, BatchOffset.of(0, []))  # its first batch is planned
+    assert starts_over(refreshed, first)
+    assert not starts_over(refreshed, BatchOffset.of(0, []))  # its first batch is planned
     sink = {**BASE, FLOW_CHECKPOINTS_OPTION: str(root), "sink.table": str(tmp_path / "t")}
-    assert not refresh.applies(in_flow_checkpoint(parse_options(sink)), first)
+    assert not starts_over(in_flow_checkpoint(parse_options(sink)), first)
     (tmp_path / "new" / "0").mkdir(parents=True)
     fresh = parse_options({**BASE, FLOW_CHECKPOINTS_OPTION: str(tmp_path / "new")})
-    assert not refresh.applies(in_flow_checkpoint(fresh), first)  # never refreshed
+    assert not starts_over(in_flow_checkpoint(fresh), first)  # never refreshed

@@ -126,24 +126,6 @@ def test_a_step_that_waits_serves_other_threads_and_calls_itself_directly(owners
     assert inner == ["direct"]
 
 
-def test_code_inside_a_request_knows_whose_request_it_interrupted(owners) -> None:
-    """A callback that runs inside a request (a poll in it) sees the requesting thread among
-    the waiting callers; between requests, and inside the step, there is none."""
-    seen: list[frozenset[int]] = []
-
-    def step(c: Client) -> None:
-        seen.append(owner.waiting_callers())
-        time.sleep(0.005)
-
-    owner = owner_of(Client(), step=step)
-    owners.append(owner)
-    owner.start(10)
-    inside = owner.call(lambda c: owner.waiting_callers(), 10)
-    assert inside == frozenset({threading.get_ident()})
-    wait_until(lambda: len(seen) > 2)
-    assert set(seen) == {frozenset()}
-
-
 def test_serve_returns_after_its_time_with_nothing_queued(owners) -> None:
     served: list[float] = []
 

@@ -17,10 +17,10 @@ from spark_groups.errors import (
     SinkError,
     SinkNotWrittenError,
 )
-from spark_groups.group.bookkeeping import Bookkeeping
-from spark_groups.group.commit import BatchCommitter
+from spark_groups.group.committer import BatchCommitter, CommitMetadata
 from spark_groups.group.durable import DurabilityWatch
 from spark_groups.group.resume import other_table
+from spark_groups.group.state import DriverState
 from spark_groups.metrics import StreamMetrics
 from spark_groups.offsets import BatchOffset, OffsetRange, Pipeline, TopicPartition, commit_metadata
 from spark_groups.options import parse_options
@@ -167,22 +167,16 @@ def test_commit_metadata_names_the_table_and_the_next_owner_finds_another() -> N
 # ---------------------------------------------------------------------- the source's check
 
 
-def committer(table: Path) -> tuple[BatchCommitter, Bookkeeping, DeltaArbiter]:
-    options = parse_options(
-        {
-            "kafka.bootstrap.servers": "unused:9092",
-            "subscribe": TOPIC,
-            "group.id": "g",
-            "sink.table": str(table),
-        }
-    )
-    books = Bookkeeping()
-    books.partitions.begin_resume({TP0, TP1})
+def committer(table: Path) -> tuple[BatchCommitter, DriverState, DeltaArbiter]:
+    state = DriverState()
+    state.partitions.begin_resume({TP0, TP1})
     for tp in (TP0, TP1):
-        books.partitions.resume(tp, 0)
+        state.partitions.resume(tp, 0)
     arbiter = DeltaArbiter(str(table), "g")
-    made = BatchCommitter(options, books, None, DurabilityWatch(None, arbiter), StreamMetrics())
-    return made, books, arbiter
+    made = BatchCommitter(
+        state, None, DurabilityWatch(None, arbiter), StreamMetrics(), CommitMetadata("", str(table))
+    )
+    return made, state, arbiter
 
 
 class Member:
@@ -196,7 +190,7 @@ class Member:
     def __init__(self) -> None:
         self.commits: list[dict[TopicPartition, int]] = []
 
-    def commit(self, offsets, *, owned_only, metadata):  # type: ignore[no-untyped-def]
+    def commit(self, offsets, *, metadata):  # type: ignore[no-untyped-def]
         self.commits.append(dict(offsets))
         return frozenset(offsets)
 
@@ -214,7 +208,7 @@ def test_a_finished_batch_missing_from_a_table_that_does_not_exist_stops_the_que
     books.batches.add(batch)
     member = Member()
     with pytest.raises(SinkNotWrittenError) as stopped:
-        commit.safe_point(member, batch)  # type: ignore[arg-type]
+        commit.safe_point(member, batch, may_retry=True)  # type: ignore[arg-type]
     assert stopped.value.option == "sink.table" and stopped.value.partitions == (TP0,)
     assert member.commits == []  # nothing to Kafka
 
@@ -236,7 +230,7 @@ def test_a_range_missing_under_a_claim_that_did_not_move_stops_the_query_without
         caplog.at_level(logging.WARNING, logger="spark_groups"),
         pytest.raises(SinkNotWrittenError) as stopped,
     ):
-        commit.safe_point(member, batch)  # type: ignore[arg-type]
+        commit.safe_point(member, batch, may_retry=True)  # type: ignore[arg-type]
     assert stopped.value.batch == 1 and str(table) in str(stopped.value)
     assert member.commits == []
     assert "claim moved on" not in caplog.text
@@ -254,7 +248,7 @@ def test_a_range_read_before_the_table_had_claims_and_missing_from_it_stops_the_
     books.batches.add(batch)
     member = Member()
     with pytest.raises(SinkNotWrittenError) as stopped:
-        commit.safe_point(member, batch)  # type: ignore[arg-type]
+        commit.safe_point(member, batch, may_retry=True)  # type: ignore[arg-type]
     assert stopped.value.partitions == (TP0,) and member.commits == []
 
 
@@ -275,6 +269,6 @@ def test_a_range_the_sink_fenced_is_left_out_with_the_warning_and_the_query_goes
     books.batches.add(batch)
     member = Member()
     with caplog.at_level(logging.WARNING, logger="spark_groups"):
-        commit.safe_point(member, batch)  # type: ignore[arg-type]
+        commit.safe_point(member, batch, may_retry=True)  # type: ignore[arg-type]
     assert member.commits == [{TP1: 3}]  # what the table holds, not the fenced range
     assert "claim moved on" in caplog.text

@@ -79,7 +79,7 @@ def test_plan_then_commit_at_the_next_call(
         TopicPartition(topic, 0): 10,
         TopicPartition(topic, 1): 10,
     }
-    stream._committer.behind.wait()  # the ledger's append lands behind the safe point
+    stream._behind.wait()  # the ledger's append lands behind the safe point
     rows = OffsetLedger(str(tmp_path / "ledger"), group).history().to_pylist()
     assert [(r["partition"], r["from_offset"], r["until_offset"], r["batch"]) for r in rows] == [
         (0, 0, 10, 0),
@@ -205,8 +205,10 @@ def test_revocation_during_planning_leaves_the_revoked_partitions_out(
     fetch_ends = stream._log_ends.fetch
     barrier_returned = threading.Event()
 
-    def revoke() -> None:
-        stream.on_revoked(revoked, lambda seconds: time.sleep(seconds))
+    member = stream.ensure_started()
+
+    def revoke() -> None:  # as librdkafka's callback runs it: on the member's owner thread
+        member.call(lambda consumer: stream.on_revoked(revoked, member.serve))
         barrier_returned.set()
 
     def ends_with_a_revocation_meanwhile(positions):  # type: ignore[no-untyped-def]
@@ -286,7 +288,7 @@ def test_a_commit_refused_mid_rebalance_is_made_again_under_the_new_generation(
     assert refused, "the commit was never refused"
     assert stream.metrics.failed_commits == 0
     assert member.committed([tp]) == {tp: 5}
-    stream._committer.behind.wait()  # the ledger's append lands behind the safe point
+    stream._behind.wait()  # the ledger's append lands behind the safe point
     assert OffsetLedger(str(tmp_path / "ledger"), group).latest_positions() == {tp: 5}
 
 
@@ -327,9 +329,9 @@ def test_rebalance_history_records_assignments_and_revocations(
     planned = stream.latest_offset(BatchOffset.initial().to_json(), None)
     member = stream.ensure_started()
     # Batch 0 is open: the revocation waits until Spark's next call commits it.
-    revocation = threading.Thread(
-        target=stream.on_revoked,
-        args=(frozenset({TopicPartition(topic, 1)}), lambda s: time.sleep(s)),
+    revocation = threading.Thread(  # as librdkafka runs it: on the member's owner thread
+        target=member.call,
+        args=(lambda c: stream.on_revoked(frozenset({TopicPartition(topic, 1)}), member.serve),),
     )
     revocation.start()
     deadline = time.monotonic() + 10

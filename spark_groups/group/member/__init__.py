@@ -18,9 +18,10 @@ A member's life:
    :class:`RebalanceListener`, revoked and lost ones taken away; refused credentials, denied
    topics and fatal errors stop the member.
 4. Between polls it runs what other threads ask for with :meth:`GroupMember.call`: offset
-   commits and fetches (:mod:`~spark_groups.group.member.commits`), metadata. A revocation may block
-   (the revocation barrier) as long as it calls the ``serve`` function it is given, so that
-   commits issued by other threads still go through.
+   commits and fetches (:mod:`~spark_groups.group.member.commits`), metadata, the driver's
+   requests. A call never polls, so no rebalance callback runs inside one. A revocation may
+   block (the revocation barrier) as long as it calls the ``serve`` function it is given,
+   so that other threads' calls still go through.
 5. ``close()``, or a failure, ends the loop: ``consumer.close()`` revokes the partitions
    (without asking the listener after ``close()``) and sends LeaveGroup; requests still
    queued fail with the cause.
@@ -36,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from spark_groups.errors import GroupMembershipError
+from spark_groups.errors import GroupMembershipError, SparkGroupsError
 from spark_groups.group.member import commits
 from spark_groups.group.member.callbacks import Callbacks, RebalanceListener, parse_generation
 from spark_groups.group.member.owner import OwnerThread
@@ -51,6 +52,9 @@ __all__ = ["GroupMember", "RebalanceListener", "parse_generation"]
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: How long a leaving member serves its last rebalance callbacks before it closes.
+LEAVE_DRAIN_S = 10.0
 
 
 class GroupMember:
@@ -200,10 +204,10 @@ class GroupMember:
         return the partitions committed. ``metadata`` is stored with every offset (who
         committed: :func:`spark_groups.offsets.commit_metadata.make`).
 
-        With ``owned_only``, the owner thread first handles the rebalance events librdkafka
-        has queued (a session that expired while this process was frozen shows up as lost
-        partitions) and then commits only the partitions this member still owns, with no
-        rebalance callback in between.
+        With ``owned_only`` only the partitions this member owns when the owner thread runs
+        the commit are committed (no rebalance callback runs inside a call: a lost
+        partition is gone from the assignment once its callback ran, and until then Kafka
+        refuses a commit under the expired generation).
 
         Raises :class:`StaleGenerationError` when the coordinator refuses the commit because
         this member was fenced or a rebalance moved on, :class:`CommitError` otherwise.
@@ -214,7 +218,7 @@ class GroupMember:
             timeout_s,
             config=self._config,
             generation=lambda: self._callbacks.generation,
-            owned=self._callbacks.owned_now if owned_only else None,
+            owned=(lambda _consumer: self._callbacks.assignment) if owned_only else None,
             metadata=metadata,
         )
 
@@ -232,12 +236,6 @@ class GroupMember:
         """True when the calling thread is the member's owner thread (where the assignment
         and the generation change, so waiting there for them to change never ends)."""
         return self._owner.on_owner_thread()
-
-    def waiting_callers(self) -> frozenset[int]:
-        """Owner thread only: the threads whose calls (:meth:`call`, :meth:`commit`, ...)
-        are running on the owner thread now. A rebalance callback runs inside one when the
-        call polled (:meth:`commit` with ``owned_only``): those threads wait for it."""
-        return self._owner.waiting_callers()
 
     # ----------------------------------------------------------------- owner thread
     def _create_consumer(self) -> Consumer:
@@ -262,10 +260,21 @@ class GroupMember:
         )
 
     def _leave(self, consumer: Consumer) -> None:
+        """Unsubscribe, serve the revocation (and an assignment still on its way) at polls
+        until nothing more comes, then close: an assignment that close() itself has to deliver
+        can make its assign call wait forever (librdkafka issue 4884, seen here as a member
+        closed while the group handed it partitions)."""
         started = time.monotonic()
         try:
-            consumer.close()  # revokes, commits nothing (auto commit is off), sends LeaveGroup
-        except (KafkaException, RuntimeError) as exc:
+            consumer.unsubscribe()
+            deadline = started + LEAVE_DRAIN_S
+            while time.monotonic() < deadline:
+                events = self._callbacks.events
+                self._callbacks.poll(consumer, 0.1)
+                if self._callbacks.events == events and not consumer.assignment():
+                    break
+            consumer.close()  # commits nothing (auto commit is off); LeaveGroup
+        except (KafkaException, RuntimeError, SparkGroupsError) as exc:
             log.warning("error while leaving the group: %s", exc)
         finally:
             self._callbacks.assignment = frozenset()

@@ -94,8 +94,8 @@ class Callbacks:
 
     State, read from any thread: ``assignment`` (the partitions owned now), ``generation``
     (-1 before the first assignment), ``member_id`` ('' before joining), ``rebalances`` (how
-    many assignments arrived), ``first_assignment`` (set once the first, possibly empty, did)
-    and ``in_callback`` (> 0 while a rebalance callback runs: no poll may nest in it).
+    many assignments arrived) and ``first_assignment`` (set once the first, possibly empty,
+    did).
     """
 
     def __init__(
@@ -124,15 +124,13 @@ class Callbacks:
         self.member_id = ""
         self.rebalances = 0
         self.first_assignment = threading.Event()
-        self.in_callback = 0
+        #: Rebalance callbacks run so far (assignments, revocations, losses).
+        self.events = 0
 
     def subscribe(self, consumer: Consumer, topics: list[str]) -> None:
         """Subscribe ``consumer`` to ``topics`` with this member's rebalance callbacks."""
         consumer.subscribe(
-            topics,
-            on_assign=self._counted(self.on_assign),
-            on_revoke=self._counted(self.on_revoke),
-            on_lost=self._counted(self.on_lost),
+            topics, on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost
         )
 
     def poll(self, consumer: Consumer, timeout_s: float | None = None) -> None:
@@ -157,14 +155,6 @@ class Callbacks:
         # is dropped here: executors read it, never the driver.
         log.debug("dropped a record the driver fetched before pausing %s", message.topic())
 
-    def owned_now(self, consumer: Consumer) -> frozenset[TopicPartition]:
-        """The partitions owned once the rebalance events librdkafka has queued are handled
-        (a session that expired while this process was frozen shows up as lost partitions).
-        Inside a rebalance callback nothing is polled (no poll may nest)."""
-        if not self.in_callback:
-            self.poll(consumer, 0)
-        return self.assignment
-
     def on_error(self, error: KafkaError) -> None:
         """librdkafka's ``error_cb``: stop on refused credentials or a fatal error."""
         if auth.is_authentication_failure(error):
@@ -180,6 +170,7 @@ class Callbacks:
     def on_assign(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
         """Assign and pause ``partitions``, then tell the listener (``on_assigned``, unless the
         member is leaving)."""
+        self.events += 1
         cooperative = self._cooperative
         if cooperative:
             consumer.incremental_assign(partitions)
@@ -210,6 +201,7 @@ class Callbacks:
     def on_revoke(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
         """Tell the listener (``on_revoked``, unless the member is leaving), then drop
         ``partitions`` from the assignment; librdkafka unassigns them after this returns."""
+        self.events += 1
         revoked = _to_ours(partitions)
         closing = self._closing()
         self._refresh_identity(consumer, closing)  # a cooperative revocation: a new generation
@@ -221,7 +213,9 @@ class Callbacks:
             self.assignment = self.assignment - revoked
 
     def on_lost(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
-        """Drop ``partitions`` from the assignment, then tell the listener (``on_lost``)."""
+        """Drop ``partitions`` from the assignment, then tell the listener (``on_lost``,
+        unless the member is leaving)."""
+        self.events += 1
         lost = _to_ours(partitions)
         self.assignment = self.assignment - lost
         log.warning(
@@ -229,29 +223,16 @@ class Callbacks:
             len(lost),
             partitions_text(lost),
         )
-        self._listener.on_lost(lost)
-
-    def _counted(
-        self, callback: Callable[[Consumer, list[KafkaTopicPartition]], None]
-    ) -> Callable[[Consumer, list[KafkaTopicPartition]], None]:
-        """``callback`` marking that a rebalance callback runs (no poll may nest in it)."""
-
-        def run(consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
-            self.in_callback += 1
-            try:
-                callback(consumer, partitions)
-            finally:
-                self.in_callback -= 1
-
-        return run
+        if not self._closing():
+            self._listener.on_lost(lost)
 
     def _refresh_identity(self, consumer: Consumer, closing: bool) -> None:
         """Read the member id and generation from the client, unless the member is leaving:
         close() runs the rebalance callbacks as the client shuts down, when a request to the
         group's handler may never be answered (librdkafka issue 4041, rebalance_protocol()
         there), and confluent-kafka holds the GIL through ``memberid()`` and
-        ``consumer_group_metadata()``: an assignment delivered inside close() once froze every
-        thread of a test process this way. A leaving member's identity is of no further use.
+        ``consumer_group_metadata()``, which would freeze every thread of the process. A
+        leaving member's identity is of no further use.
         """
         if closing:
             return

@@ -137,9 +137,8 @@ def commit(
     """Commit ``offsets`` (next offset to read) with ``metadata`` under the member's current
     ``generation()``; return the partitions committed.
 
-    With ``owned`` (run on the owner thread: the partitions the member owns after handling
-    librdkafka's queued events), only those are committed, in the same request to the owner
-    thread, so no rebalance callback runs in between.
+    With ``owned`` (run on the owner thread: the partitions the member owns), only those are
+    committed, in the same call to the owner thread.
     """
     if not offsets:
         return frozenset()

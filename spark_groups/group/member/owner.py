@@ -7,23 +7,17 @@ between steps, runs the functions other threads hand it through :meth:`~OwnerThr
 from a queue, handing each caller back its result or exception. With ``idle_s`` the step
 does not wait (a poll with no timeout) and the thread waits on the queue instead, up to
 ``idle_s`` between steps: a request then runs as soon as it arrives, where it would wait for
-the rest of a blocking poll (up to its whole timeout; 25 ms on average for the group
-member's 50 ms, on every commit of the source's safe point: issue 44). Code that runs inside a step
-and waits there keeps the queue moving by calling :meth:`~OwnerThread.serve`. When asked to
-stop, or when a step fails, it closes the client and fails the requests still queued.
-
-A request may itself run client callbacks (a poll inside it): such a callback interrupts the
-threads whose requests are running below it, which wait for this thread meanwhile
-(:meth:`~OwnerThread.waiting_callers`). It must not wait for anything those threads would do
-next.
+the rest of a blocking poll (25 ms on average for the group member's 50 ms). Code that runs
+inside a step and waits there keeps the queue moving by calling :meth:`~OwnerThread.serve`;
+a request runs to its end before the next one starts. When asked to stop, or when a step
+fails, it closes the client and fails the requests still queued.
 
 It knows nothing about what the client is for: what it creates, does in a step and does to
 close are the callables it is given, and its errors are made by the ``error`` factory.
 
 Threads: :meth:`~OwnerThread.start`, :meth:`~OwnerThread.call`, :meth:`~OwnerThread.check`
 and :meth:`~OwnerThread.stop` from any thread (``call`` on the owner thread itself runs the
-function at once); :meth:`~OwnerThread.serve`, :meth:`~OwnerThread.waiting_callers` and
-:meth:`~OwnerThread.fail` on the owner
+function at once); :meth:`~OwnerThread.serve` and :meth:`~OwnerThread.fail` on the owner
 thread only; the ``create``, ``setup``, ``step`` and ``close`` callables run on the owner
 thread.
 """
@@ -71,11 +65,9 @@ class OwnerThread(Generic[C]):
         self._close = close
         self._error = error
         self._log = log
-        self._requests: queue.SimpleQueue[tuple[Callable[[C], Any], Future[Any], int]] = (
+        self._requests: queue.SimpleQueue[tuple[Callable[[C], Any], Future[Any]]] = (
             queue.SimpleQueue()
         )
-        #: The threads whose requests run on the owner thread now, outermost first.
-        self._callers: list[int] = []
         self._thread: threading.Thread | None = None
         self._ident: int | None = None
         self._client: C | None = None
@@ -152,7 +144,7 @@ class OwnerThread(Generic[C]):
         if self._stopped.is_set():
             raise self._error(f"the {self._what} is closed")
         future: Future[T] = Future()
-        self._requests.put((fn, future, threading.get_ident()))
+        self._requests.put((fn, future))
         try:
             return future.result(timeout_s)
         except TimeoutError:
@@ -168,12 +160,6 @@ class OwnerThread(Generic[C]):
             self._failure = failure
         self._closing = True
 
-    def waiting_callers(self) -> frozenset[int]:
-        """Owner thread only: the threads (``threading.get_ident()``) whose requests are
-        running on this thread now. Each waits for its request to return, so code running
-        inside one (a callback) must not wait for what those threads would do next."""
-        return frozenset(self._callers)
-
     def serve(self, seconds: float) -> None:
         """Owner thread only: run queued requests for up to ``seconds`` (from code inside a
         step that waits)."""
@@ -188,16 +174,13 @@ class OwnerThread(Generic[C]):
                 continue
             self._run_request(*request)
 
-    def _run_request(self, fn: Callable[[C], Any], future: Future[Any], caller: int) -> None:
+    def _run_request(self, fn: Callable[[C], Any], future: Future[Any]) -> None:
         if not future.set_running_or_notify_cancel():
             return
-        self._callers.append(caller)
         try:
             future.set_result(fn(cast(C, self._client)))
         except BaseException as exc:  # handed to the caller's thread
             future.set_exception(exc)
-        finally:
-            self._callers.pop()
 
     def _drain(self) -> None:
         while True:
@@ -245,7 +228,7 @@ class OwnerThread(Generic[C]):
     def _fail_pending(self) -> None:
         while True:
             try:
-                _, future, _ = self._requests.get_nowait()
+                _, future = self._requests.get_nowait()
             except queue.Empty:
                 return
             if future.set_running_or_notify_cancel():
