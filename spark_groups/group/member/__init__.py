@@ -263,17 +263,20 @@ class GroupMember:
         """Unsubscribe, serve the revocation (and an assignment still on its way) at polls
         until nothing more comes, then close: an assignment that close() itself has to deliver
         can make its assign call wait forever (librdkafka issue 4884, seen here as a member
-        closed while the group handed it partitions)."""
+        closed while the group handed it partitions). A static member (``group.instance.id``)
+        only closes: unsubscribing would leave the group, and its place is kept for its next
+        run."""
         started = time.monotonic()
         try:
-            consumer.unsubscribe()
-            deadline = started + LEAVE_DRAIN_S
-            while time.monotonic() < deadline:
-                events = self._callbacks.events
-                self._callbacks.poll(consumer, 0.1)
-                if self._callbacks.events == events and not consumer.assignment():
-                    break
-            consumer.close()  # commits nothing (auto commit is off); LeaveGroup
+            if not self._config.get("group.instance.id"):
+                consumer.unsubscribe()
+                deadline = started + LEAVE_DRAIN_S
+                while time.monotonic() < deadline:
+                    events = self._callbacks.events
+                    self._callbacks.poll(consumer, 0.1)
+                    if self._callbacks.events == events and not consumer.assignment():
+                        break
+            consumer.close()  # commits nothing (auto commit is off); LeaveGroup if dynamic
         except (KafkaException, RuntimeError, SparkGroupsError) as exc:
             log.warning("error while leaving the group: %s", exc)
         finally:
