@@ -243,12 +243,14 @@ class BatchCommitter:
         rows: list[LedgerRow] = []
         if ranges:
             crash_points.reached("kafka.committed")
-            if self.ledger is not None:
-                rows = self.ledger_rows(member, ranges, batch.batch)
-            if from_barrier:
-                self.append(rows)
+            if self.ledger is None:  # nothing to write: the ledger is "written" already
                 crash_points.reached("ledger.written")
-                rows = []
+            else:
+                rows = self.ledger_rows(member, ranges, batch.batch)
+                if from_barrier:
+                    self.append(rows)
+                    crash_points.reached("ledger.written")
+                    rows = []
         partitions.record_commit({tp: o for tp, o in offsets.items() if tp in done})
         return Committed(ranges, rows)
 
