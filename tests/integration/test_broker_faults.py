@@ -1,6 +1,5 @@
-"""Broker faults in a real query, on Apache Kafka and on the embedded Tansu broker:
-unreachable at start, restarted with its data lost, restarted with its log kept (Kafka only:
-Tansu keeps nothing), frozen past the session timeout.
+"""Broker faults in a real query, on Apache Kafka: unreachable at start, restarted with its
+data lost, restarted with its log kept, frozen past the session timeout.
 
 (A member frozen past its session is tests/unit/test_fencing.py.)
 """
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from spark_groups.embedded import EmbeddedBroker, free_port
+from spark_groups.embedded import free_port
 from spark_groups.tools.kafka_broker import KafkaBroker
 
 from support.broker import create_topics, produce_ids, unique, wait_until
@@ -65,13 +64,15 @@ def test_unreachable_broker_at_start_is_a_clear_error_within_broker_timeout(
     assert elapsed < 90, f"took {elapsed:.0f} s"
 
 
-Broker = EmbeddedBroker | KafkaBroker
+Broker = KafkaBroker
 
 
-@pytest.fixture(params=["kafka", "tansu"])
-def own_broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
-    """A broker of this test alone (it gets restarted, wiped or frozen)."""
-    broker: Broker = KafkaBroker() if request.param == "kafka" else EmbeddedBroker()
+@pytest.fixture
+def own_broker() -> Iterator[Broker]:
+    """An Apache Kafka broker of this test alone (it gets restarted, wiped or frozen). The
+    embedded Tansu broker is the demo's, not one users meet faults on: its storage is memory
+    only (docs/brokers.md)."""
+    broker: Broker = KafkaBroker()
     try:
         yield broker.start()
     finally:
@@ -80,11 +81,7 @@ def own_broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
 
 def restart_with_data_lost(broker: Broker, topic: str, partitions: int) -> None:
     """Restart the broker on its port with an empty log; recreate the topic."""
-    if isinstance(broker, KafkaBroker):
-        broker.restart(lose_data=True)
-    else:  # Tansu's storage is memory only
-        broker.stop()
-        broker.start()
+    broker.restart(lose_data=True)
     create_topics(broker.bootstrap_servers, partitions, [topic])
 
 
@@ -202,7 +199,7 @@ def test_broker_frozen_longer_than_the_session_timeout(
 def test_kafka_restarted_with_its_log_kept_loses_and_repeats_nothing(
     spark: Any, tmp_path: Path
 ) -> None:
-    """Apache Kafka keeps its log across a restart (Tansu keeps nothing). Records flow into
+    """Apache Kafka keeps its log across a restart. Records flow into
     the exactly-once sink while the broker goes down for a few seconds and comes back: every
     record lands once, and the group carries on from its committed offsets."""
     with KafkaBroker() as broker:

@@ -219,25 +219,6 @@ def test_a_local_sink_table_on_the_cluster_is_refused_before_anything_is_committ
     assert not [p for p in Path(cluster.dir or "").rglob("*.parquet")]
 
 
-def test_a_local_sink_table_declared_a_shared_mount_is_accepted_on_the_cluster(
-    cluster: SparkCluster, bootstrap_servers: str, make_topic, tmp_path: Path
-) -> None:
-    """sharedMount=true (the job's shared_mount): the user says every node sees the path, as
-    every worker here does (one machine)."""
-    topic, group = make_topic(3), unique("cluster")
-    table = tmp_path / "table"
-    source = source_options(bootstrap_servers, topic, group, str(tmp_path / "ledger"), {})
-    sink = {"path": str(table), "checkpoint": str(tmp_path / "cp"), "shared_mount": True}
-    produce_ids(bootstrap_servers, topic, range(300), 3)
-
-    code, output, events = submit(cluster.master_url, job_config(tmp_path, source, sink), tmp_path)
-
-    assert code == 0, output[-4000:]
-    assert ids_in(str(table)) == list(range(300))
-    _, ran = tasks_by_executor(events)
-    assert ran and "driver" not in ran
-
-
 def test_local_mode_accepts_a_local_sink_table(spark, bootstrap_servers, make_topic, tmp_path):
     """On local[2] the executors are the driver's process: a local path is one place."""
     topic, group = make_topic(2), unique("local")
