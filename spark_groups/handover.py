@@ -11,7 +11,7 @@ the service starts (the killed member's sink commit was in flight).
 :meth:`~SinkTableHandover.on_assign` to ``subscribe`` (or call it from your own
 ``on_assign``). For the newly assigned partitions it
 
-1. *claims* them in the sink's table (``spark_groups.sink.claims``): from this commit on,
+1. *claims* them in the sink's table (``spark_groups.sink.claim_tokens``): from this commit on,
    no batch of the previous Spark owner can land them any more, so the table's positions
    read in the same commit are final;
 2. commits those positions to Kafka where the table is ahead of the group's committed
@@ -41,7 +41,7 @@ from typing import Any
 
 from spark_groups.kafka.client import KafkaTopicPartition
 from spark_groups.offsets import TopicPartition, positions_text
-from spark_groups.sink import claims
+from spark_groups.sink import claim_tokens
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class SinkTableHandover:
         *,
         storage_options: Mapping[str, str] | None = None,
         member: str = "plain consumer",
-        timeout_s: float = claims.DEFAULT_TIMEOUT_S,
+        timeout_s: float = claim_tokens.DEFAULT_TIMEOUT_S,
         kafka_timeout_s: float = 30.0,
     ) -> None:
         """Describe the table; nothing is read until partitions are assigned."""
@@ -88,8 +88,8 @@ class SinkTableHandover:
         wanted = [TopicPartition(p.topic, p.partition) for p in partitions]
         if not wanted:
             return
-        token = claims.new_token()
-        claimed = claims.claim(
+        token = claim_tokens.new_token()
+        claimed = claim_tokens.claim(
             self.table,
             self.group_id,
             wanted,

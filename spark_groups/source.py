@@ -80,7 +80,7 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def _driver(self) -> Any:
         if self._stream is None:
             from spark_groups.group.stream import GroupStream  # driver-only dependencies
-            from spark_groups.sink.arbiter import for_source
+            from spark_groups.sink.delta_arbiter import for_source
 
             self._stream = GroupStream(self.options, for_source(self.options))
         return self._stream

@@ -145,7 +145,7 @@ def phases(progress: list[dict], window: tuple[float, float]) -> dict[str, float
 
 def compaction(table: Path, commits: int) -> dict[str, float]:
     """Compact ``table`` as ``compactEvery`` does after a run of ``commits`` batches."""
-    from spark_groups.sink.maintenance import optimize
+    from spark_groups.sink.live_maintenance import optimize
     from spark_groups.storage.delta import open_table
     from spark_groups.storage.maintenance import active_files
 

@@ -3,7 +3,7 @@
 With the source option ``sink.table`` the exactly-once sink's table arbitrates where each
 partition stands and which member may still write it (docs/architecture.md, "Handing over
 exactly"). The group asks it through :class:`Arbiter` and imports nothing of the sink: the
-``delta-group`` sink implements it (``spark_groups.sink.arbiter.DeltaArbiter``) and whoever
+``delta-group`` sink implements it (``spark_groups.sink.delta_arbiter.DeltaArbiter``) and whoever
 builds a :class:`~spark_groups.group.stream.GroupStream` hands it over (the Spark adapter,
 ``spark_groups.source``).
 

@@ -31,7 +31,7 @@ Three facts about an owned partition ride on its state and go when it is given u
 * its *hold*: the sink's table would get a gap nothing explains (``group.gaps``); a held
   partition is owned but not read until the table reaches its position;
 * its *claim*: with ``sink.table``, the token under which this member may write it into the
-  sink's table (``spark_groups.sink.claims``); every batch that reads it carries the token.
+  sink's table (``spark_groups.sink.claim_tokens``); every batch that reads it carries the token.
   A member that *releases* a partition (leaving, or a barrier that timed out) stops planning
   it at once, and no batch planned until then may commit it (:meth:`PartitionTable.released`).
 

@@ -18,8 +18,8 @@ the partition                         this member reads
 ====================================  ==========================================================
 not assigned to this member           nothing: its owner reads it from the group's offset
 read under a claim token that is not  nothing: the sink's table leaves it out of the batch
-this member's claim now (``sink.      (``spark_groups.sink.claims``); the partition is read
-table``)                              from its position in the next batch
+this member's claim now (``sink.      (``spark_groups.sink.claim_tokens``); the partition is
+table``)                              read from its position in the next batch
 ``c >= until``                        nothing: committed already (by this member before it
                                       stopped, or by another consumer)
 ``from < c < until``                  ``[c, until)``: another consumer processed ``[from, c)``

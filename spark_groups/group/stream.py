@@ -82,13 +82,13 @@ class GroupStream:
 
     ``arbiter`` is the sink's table as the group asks it (``group.arbiter``), required with
     the source option ``sink.table`` and built for it by the sink
-    (``spark_groups.sink.arbiter.for_source``)."""
+    (``spark_groups.sink.delta_arbiter.for_source``)."""
 
     def __init__(self, options: SourceOptions, arbiter: Arbiter | None = None) -> None:
         if (options.sink_path is None) != (arbiter is None):
             raise ValueError(
                 "GroupStream takes an arbiter exactly when the source has sink.table: "
-                "spark_groups.sink.arbiter.for_source(options) builds it"
+                "spark_groups.sink.delta_arbiter.for_source(options) builds it"
             )
         log_to_stderr()
         bound_allocator()  # this is the reader process: the ledger's delta-rs loads here

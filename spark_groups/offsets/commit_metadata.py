@@ -18,7 +18,7 @@ secret.
 A commit whose metadata is not of this form was made by someone else: a plain consumer of
 the group (kafka-python and most clients send an empty string), a tool, or a spark_groups
 release older than this format. :func:`read` tells them apart; the source uses it to find
-ranges a partition's other consumers committed (``spark_groups.sink.gaps``).
+ranges a partition's other consumers committed (``spark_groups.sink.accepted_gaps``).
 """
 
 from __future__ import annotations

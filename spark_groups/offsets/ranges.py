@@ -15,7 +15,7 @@ of the group committed, the :class:`Handover`: ``[since, until, by]``, where ``s
 exactly-once sink accepts the gap ``[since, until)`` it explains (``spark_groups.sink``).
 ``claims`` (only present with the source option ``sink.table``) holds, per partition, the
 claim token under which this member read it: the ``delta-group`` sink writes a partition
-only while the table's claim is still that token (``spark_groups.sink.claims``), so a batch
+only while the table's claim is still that token (``spark_groups.sink.claim_tokens``), so a batch
 whose member gave the partition up cannot land it afterwards::
 
     "claims": {"orders": {"0": 8121975233051, "3": 8121975233051}}

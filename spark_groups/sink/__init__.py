@@ -5,13 +5,13 @@
 * :mod:`~spark_groups.sink.strategy`: a group or a share commit, chosen once per batch;
 * :mod:`~spark_groups.sink.group_commit`: a ``kafka-group`` batch, driver side, the one
   compare-and-set Delta commit per batch, in order, made of :mod:`~spark_groups.sink.staged`
-  (the batch's files: checked, cut, deleted), :mod:`~spark_groups.sink.table` (opening the
+  (the batch's files: checked, cut, deleted), :mod:`~spark_groups.sink.sink_table` (opening the
   table, and :func:`committed_positions`: where it says each partition stands),
   :mod:`~spark_groups.sink.decision` (each partition against the table's versions) and
   :mod:`~spark_groups.sink.attempt` (one Delta commit on one snapshot);
 * :mod:`~spark_groups.sink.share_commit`: a ``kafka-share`` batch, deduplicated by the
   offsets the table's recent share commits wrote (:mod:`~spark_groups.sink.share_info`);
-* :mod:`~spark_groups.sink.gaps`: ``accept_gap``, an operator's decision to leave a
+* :mod:`~spark_groups.sink.accepted_gaps`: ``accept_gap``, an operator's decision to leave a
   partition's missing records out of the table, recorded in it;
 * :mod:`~spark_groups.sink.options`: the sink's options;
 * :mod:`~spark_groups.sink.spark`: the Spark adapter (the only module here importing Spark).

@@ -1,7 +1,7 @@
 """One attempt at a batch's Delta commit, on the snapshot its decision was made on.
 
 The decision's files (add actions) and one transaction id per partition written
-(``spark_groups.sink.table``) go into one ``append`` commit carrying the batch's commit info
+(``spark_groups.sink.sink_table``) go into one ``append`` commit carrying the batch's commit info
 (:data:`COMMIT_INFO_KEYS`, and the transaction versions as ``userMetadata``). delta-rs fails
 it with ``CommitFailedError`` when a commit after the snapshot set one of those transaction
 ids: a *conflict*, and the caller decides again on a fresh snapshot. Commits that touched
@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 
 from spark_groups.errors import SinkError
 from spark_groups.offsets import TopicPartition
-from spark_groups.sink.claims import claim_app_id
+from spark_groups.sink.claim_tokens import claim_app_id
 from spark_groups.sink.decision import BatchDecision
 from spark_groups.sink.plan import BatchPlan
-from spark_groups.sink.table import SinkTable, app_id, append_files, referenced, versions
+from spark_groups.sink.sink_table import SinkTable, app_id, append_files, referenced, versions
 from spark_groups.storage.files import location
 
 if TYPE_CHECKING:

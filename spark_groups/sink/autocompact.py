@@ -2,7 +2,7 @@
 
 The sink adds small files every batch (one per task and partition value). With
 ``compactEvery=N`` the batch whose commit is table version ``n * N`` compacts the table right
-after its commit, on the driver, with :func:`spark_groups.sink.maintenance.optimize`: the same
+after its commit, on the driver, with :func:`spark_groups.sink.live_maintenance.optimize`: the same
 compaction as ``spark-groups optimize``, under the table's maintenance lease, keeping every
 transaction id. Exactly one commit holds a given version, so one member per period compacts,
 whichever it is; a member finding the lease taken (an operator's ``optimize``, or another member
@@ -27,7 +27,7 @@ def compact_if_due(options: SinkOptions, path: str, version: int | None) -> bool
     every = options.compact_every
     if not every or version is None or version == 0 or version % every:
         return False
-    from spark_groups.sink.maintenance import optimize
+    from spark_groups.sink.live_maintenance import optimize
 
     started = time.monotonic()
     try:

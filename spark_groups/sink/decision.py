@@ -20,7 +20,7 @@ no ``v``, or ``v == from``  ``write`` from ``from``
                             unless ``failOnGap=false``, which writes it anyway
 ==========================  ============================================================
 
-Before all of these, the claim (``spark_groups.sink.claims``): a partition the batch read
+Before all of these, the claim (``spark_groups.sink.claim_tokens``): a partition the batch read
 under a claim token that is no longer the table's claim is ``fenced``: its member gave it up
 (or lost it) after planning the batch, and its next owner reads it from the table's
 position. Nothing of it is written. A table without a claim on the partition, or a batch

@@ -44,7 +44,7 @@ reading the table back: files are deleted only when they are certainly not in th
 
 **Parts.** :class:`DeltaSink` keeps the order of a commit (:meth:`DeltaSink.commit`) and
 its retries; the parts are ``spark_groups.sink.staged`` (the batch's files: checked, cut,
-deleted), ``spark_groups.sink.table`` (opening the table; the transaction versions),
+deleted), ``spark_groups.sink.sink_table`` (opening the table; the transaction versions),
 ``spark_groups.sink.decision`` (each partition against the versions) and
 ``spark_groups.sink.attempt`` (one Delta commit on one snapshot, and reading it back).
 
@@ -65,12 +65,11 @@ from spark_groups import crash_points
 from spark_groups.errors import SinkError
 from spark_groups.offsets import OffsetRange, TopicPartition
 from spark_groups.sink.attempt import COMMIT_INFO_KEYS, CommitAttempt, CommitUnknownError, Outcome
-from spark_groups.sink.claims import claims_of
+from spark_groups.sink.claim_tokens import claims_of
 from spark_groups.sink.decision import BatchDecision, decide_batch
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.retry import wait_to_decide_again
-from spark_groups.sink.staged import StagedFiles
-from spark_groups.sink.table import (
+from spark_groups.sink.sink_table import (
     APP_ID_PREFIX,
     SinkTable,
     app_id,
@@ -78,6 +77,7 @@ from spark_groups.sink.table import (
     referenced,
     versions,
 )
+from spark_groups.sink.staged import StagedFiles
 from spark_groups.sink.writer import DataFile, TaskFileWriter, check_schema, remove_files
 
 if TYPE_CHECKING:
@@ -208,7 +208,7 @@ class DeltaSink:
            one step 1 loaded, a few milliseconds before): created when missing, its
            features and partition columns checked, new columns added (``mergeSchema``).
         3. **Decide** each partition against the snapshot's transaction versions and claims:
-           leave it out (its claim moved on: ``spark_groups.sink.claims``), drop it (in the
+           leave it out (its claim moved on: ``spark_groups.sink.claim_tokens``), drop it (in the
            table already), write it (rows the table holds already left out of its files), or
            refuse the batch for a gap.
         4. **Nothing to write** (every partition was in the table or left out): delete the

@@ -34,7 +34,7 @@ class BatchPlan:
     """The Kafka offset ranges of one Spark micro-batch (``batch_id``), one per partition,
     and the :class:`~spark_groups.offsets.Handover` of each range that starts where another
     consumer of the group committed (``outside``), the claim token each partition was
-    read under (``claims``, ``spark_groups.sink.claims``), and the group and table of the
+    read under (``claims``, ``spark_groups.sink.claim_tokens``), and the group and table of the
     source that planned it (``pipeline``; None in offsets that do not record them), and the
     sources' offsets as logged (``offsets``, by which ``spark_groups.sink.strategy`` chooses
     the batch's commit; a ``kafka-share`` batch has no ranges)."""

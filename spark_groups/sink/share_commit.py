@@ -53,8 +53,8 @@ from spark_groups.sink.share_info import (
     commit_info,
     commit_offsets_info,
 )
+from spark_groups.sink.sink_table import SinkTable, append_files, referenced
 from spark_groups.sink.staged import StagedFiles
-from spark_groups.sink.table import SinkTable, append_files, referenced
 from spark_groups.sink.writer import KAFKA_COLUMNS, DataFile, TaskFileWriter, check_schema
 from spark_groups.spark.task_context import TaskAttempt, take_read_note
 from spark_groups.storage.transactions import transaction_versions

@@ -20,7 +20,7 @@ from spark_groups.errors import SinkError
 from spark_groups.offsets import TopicPartition
 from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.sink.plan import BatchPlan
-from spark_groups.sink.table import SinkTable
+from spark_groups.sink.sink_table import SinkTable
 from spark_groups.sink.writer import DataFile, remove_files, rewrite_keeping, rewrite_without
 from spark_groups.storage.files import location
 

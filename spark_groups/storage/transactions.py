@@ -1,7 +1,7 @@
 """Every application transaction of a Delta table, read once and then brought forward.
 
 The sink keeps one Delta transaction id per Kafka partition and group (its position) and one
-per claimed partition (``spark_groups.sink.claims``). delta-rs answers one id per call
+per claimed partition (``spark_groups.sink.claim_tokens``). delta-rs answers one id per call
 (``DeltaTable.transaction_version``), and each call replays the table's log segment: about
 6 ms with 10 members writing one table (docs/benchmarks.md, "Members per table"), times two
 ids per partition, at every batch's decision and every safe point. That grows with the

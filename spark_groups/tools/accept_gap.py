@@ -2,7 +2,7 @@
 out of the exactly-once sink's table.
 
 The decision is recorded in the sink table (a commit without data files that moves the
-partition's transaction version, :func:`spark_groups.sink.gaps.accept_gap`) and, with
+partition's transaction version, :func:`spark_groups.sink.accepted_gaps.accept_gap`) and, with
 ``--offsets-table``, in the ledger as a row of offsets committed outside spark_groups
 (``batch`` -3, ``member_id`` ``accept-gap:user@host``). Members holding the partition read
 on within seconds; a batch the sink refused commits after a restart.
@@ -15,7 +15,7 @@ import socket
 from datetime import UTC, datetime
 
 from spark_groups.ledger import OUTSIDE_BATCH, LedgerRow, OffsetLedger
-from spark_groups.sink.gaps import AcceptedGap, accept_gap
+from spark_groups.sink.accepted_gaps import AcceptedGap, accept_gap
 from spark_groups.tools.timeline import parse_partition
 
 

@@ -1,5 +1,5 @@
 """``spark-groups optimize`` and ``spark-groups vacuum``: maintenance of a ``delta-group`` sink
-table beside running members (the work itself: :mod:`spark_groups.sink.maintenance`).
+table beside running members (the work itself: :mod:`spark_groups.sink.live_maintenance`).
 
 Both write to the table, so a table on S3 must have safe commits
 (:func:`spark_groups.storage.check_commit_safety`) before anything is done.
@@ -12,7 +12,7 @@ import re
 import socket
 
 from spark_groups.errors import OptionError
-from spark_groups.sink.maintenance import OptimizeResult, VacuumResult, optimize, vacuum_table
+from spark_groups.sink.live_maintenance import OptimizeResult, VacuumResult, optimize, vacuum_table
 from spark_groups.storage.object_stores import check_commit_safety
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)

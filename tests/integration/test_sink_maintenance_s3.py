@@ -16,7 +16,7 @@ from deltalake import DeltaTable, QueryBuilder
 
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
-from spark_groups.sink.maintenance import _set_lease, lease_id
+from spark_groups.sink.live_maintenance import _set_lease, lease_id
 from spark_groups.tools.cli import main
 from spark_groups.tools.s3_server import S3Server
 

@@ -20,9 +20,9 @@ from spark_groups.group.partitions import Status
 from spark_groups.group.stream import GroupStream
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.options import SourceOptions, parse_options
-from spark_groups.sink import DeltaSink, claims
-from spark_groups.sink.arbiter import DeltaArbiter, for_source
-from spark_groups.sink.claims import claims_of
+from spark_groups.sink import DeltaSink, claim_tokens
+from spark_groups.sink.claim_tokens import claims_of
+from spark_groups.sink.delta_arbiter import DeltaArbiter, for_source
 from spark_groups.sink.plan import BatchPlan
 
 from sink_support import SCHEMA, offsets_in, plan, rows, write_task
@@ -166,7 +166,9 @@ def test_a_range_the_sink_fenced_is_never_committed_and_is_read_again_from_the_t
     batch = BatchOffset.from_json(stream.latest_offset(BatchOffset.initial().to_json(), None))
     p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     assert batch.ends() == {p0: 10, p1: 10}
-    claims.claim(str(table), group, [p1], claims.new_token())  # the zombie's claim lands
+    claim_tokens.claim(
+        str(table), group, [p1], claim_tokens.new_token()
+    )  # the zombie's claim lands
     files = write_task(table, [rows(p, range(5, 10), topic) for p in (0, 1)])
     landed = DeltaSink(str(table), group).commit(
         BatchPlan.of(batch.batch, list(batch.ranges), batch.outside, batch.claim_map()),
@@ -222,7 +224,7 @@ def test_a_stop_while_a_revocation_waits_releases_the_revoking_partitions_too(
     barrier.join(30)
     assert not barrier.is_alive()
     assert claims_of(DeltaTable(str(table)), group, revoked) == {
-        tp: claims.RELEASED for tp in revoked
+        tp: claim_tokens.RELEASED for tp in revoked
     }
     # The batch can no longer land; the group resumes exactly where the table ends.
     files = write_task(table, [rows(p, range(5, 10), topic) for p in (0, 1)])

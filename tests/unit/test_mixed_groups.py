@@ -15,7 +15,7 @@ from spark_groups.group import gaps, resume
 from spark_groups.group.member import GroupMember
 from spark_groups.ledger import OUTSIDE_BATCH, OffsetLedger
 from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition, commit_metadata
-from spark_groups.sink.gaps import accept_gap
+from spark_groups.sink.accepted_gaps import accept_gap
 from spark_groups.sink.group_commit import DeltaSink, committed_positions
 from spark_groups.sink.plan import BatchPlan, parse_offset_log
 from spark_groups.tools.cli import main

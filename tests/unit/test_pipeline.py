@@ -24,8 +24,8 @@ from spark_groups.group.state import DriverState
 from spark_groups.metrics import StreamMetrics
 from spark_groups.offsets import BatchOffset, OffsetRange, Pipeline, TopicPartition, commit_metadata
 from spark_groups.options import parse_options
-from spark_groups.sink import claims
-from spark_groups.sink.arbiter import DeltaArbiter
+from spark_groups.sink import claim_tokens
+from spark_groups.sink.delta_arbiter import DeltaArbiter
 from spark_groups.sink.group_commit import DeltaSink
 from spark_groups.sink.options import SinkOptions, parse_sink_options
 from spark_groups.sink.pipeline import SinkTarget, check_target, target_of
@@ -262,7 +262,7 @@ def test_a_range_the_sink_fenced_is_left_out_with_the_warning_and_the_query_goes
     arbiter.claim([TP0, TP1], old, member="m")
     for tp in (TP0, TP1):
         books.partitions.set_claim(tp, old)
-    claims.claim(str(table), "g", [TP0], new)  # the partition's next owner claimed it
+    claim_tokens.claim(str(table), "g", [TP0], new)  # the partition's next owner claimed it
     batch = BatchOffset.of(
         1, [OffsetRange(TOPIC, 0, 3, 6), OffsetRange(TOPIC, 1, 0, 3)], claims={TP0: old, TP1: old}
     )

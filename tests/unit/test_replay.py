@@ -19,7 +19,7 @@ from spark_groups.group.replay import UNNAMED, decide
 from spark_groups.group.stream import GroupStream
 from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition
 from spark_groups.options import parse_options
-from spark_groups.sink.arbiter import for_source
+from spark_groups.sink.delta_arbiter import for_source
 from spark_groups.sink.plan import read_batch_plan
 from spark_groups.storage.replays import notice_path
 

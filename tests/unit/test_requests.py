@@ -26,7 +26,7 @@ from spark_groups.group.member import GroupMember
 from spark_groups.group.stream import REQUESTS, GroupStream
 from spark_groups.offsets import BatchOffset, OffsetRange, TopicPartition
 from spark_groups.options import parse_options
-from spark_groups.sink.arbiter import for_source
+from spark_groups.sink.delta_arbiter import for_source
 
 from support.broker import produce_ids, wait_until
 

@@ -17,7 +17,7 @@ from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.share_commit import DUPLICATES_KEY, ShareCommit, ShareTaskOutput
 from spark_groups.sink.share_info import COMMIT_OFFSETS_KEY, committed_attempts
-from spark_groups.sink.table import SinkTable
+from spark_groups.sink.sink_table import SinkTable
 from spark_groups.spark.task_context import TaskAttempt
 
 from sink_support import SCHEMA, TOPIC, offsets_in, rows, write_task

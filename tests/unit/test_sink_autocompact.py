@@ -10,7 +10,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from spark_groups.errors import OptionError
 from spark_groups.sink.autocompact import compact_if_due
-from spark_groups.sink.maintenance import release_lease, take_lease
+from spark_groups.sink.live_maintenance import release_lease, take_lease
 from spark_groups.sink.options import SinkOptions, parse_sink_options
 
 

@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 
 from spark_groups import crash_points
 from spark_groups.offsets import OffsetRange, TopicPartition
-from spark_groups.sink import claims
+from spark_groups.sink import claim_tokens
 from spark_groups.sink.group_commit import DeltaSink
 from spark_groups.sink.plan import BatchPlan
 
@@ -45,18 +45,18 @@ def first_batch(table: Path) -> None:
 
 def test_claim_reads_positions_and_release_is_compare_and_set(tmp_path: Path) -> None:
     table = tmp_path / "t"
-    assert claims.claim(str(table), "g1", [TP0], 5) is None  # no table yet: nothing to claim
+    assert claim_tokens.claim(str(table), "g1", [TP0], 5) is None  # no table yet: nothing to claim
     first_batch(table)
-    got = claims.claim(str(table), "g1", [TP0, TP1], 5)
+    got = claim_tokens.claim(str(table), "g1", [TP0, TP1], 5)
     assert got is not None and got.positions == {TP0: 10, TP1: 10}
-    assert claims.claims_of(DeltaTable(str(table)), "g1", [TP0, TP1]) == {TP0: 5, TP1: 5}
+    assert claim_tokens.claims_of(DeltaTable(str(table)), "g1", [TP0, TP1]) == {TP0: 5, TP1: 5}
     # Another owner claims partition 1: a release under the old token leaves it alone.
-    claims.claim(str(table), "g1", [TP1], 6)
-    released = claims.release(str(table), "g1", {TP0: 5, TP1: 5})
+    claim_tokens.claim(str(table), "g1", [TP1], 6)
+    released = claim_tokens.release(str(table), "g1", {TP0: 5, TP1: 5})
     assert released is not None
     assert released.positions == {TP0: 10} and released.not_mine == (TP1,)
-    assert claims.claims_of(DeltaTable(str(table)), "g1", [TP0, TP1]) == {
-        TP0: claims.RELEASED,
+    assert claim_tokens.claims_of(DeltaTable(str(table)), "g1", [TP0, TP1]) == {
+        TP0: claim_tokens.RELEASED,
         TP1: 6,
     }
 
@@ -65,18 +65,18 @@ def test_claim_reads_positions_and_release_is_compare_and_set(tmp_path: Path) ->
 def test_a_release_during_the_sinks_commit_settles_it_one_way(tmp_path: Path, order: str) -> None:
     table = tmp_path / "t"
     first_batch(table)
-    claims.claim(str(table), "g1", [TP0, TP1], 7)
+    claim_tokens.claim(str(table), "g1", [TP0, TP1], 7)
     files = write_task(table, [rows(0, range(10, 20)), rows(1, range(10, 20))])
-    released: list[claims.Claimed | None] = []
+    released: list[claim_tokens.Claimed | None] = []
 
     def at(point: str) -> None:
         if point == "sink.commit_in_flight" and order == "release-first" and not released:
-            released.append(claims.release(str(table), "g1", {TP0: 7}))
+            released.append(claim_tokens.release(str(table), "g1", {TP0: 7}))
 
     with crash_points.installed(at):
         result = sink(table).commit(plan(1, {0: (10, 20), 1: (10, 20)}, 7), files, SCHEMA)
     if order == "sink-first":
-        released.append(claims.release(str(table), "g1", {TP0: 7}))
+        released.append(claim_tokens.release(str(table), "g1", {TP0: 7}))
     settled = released[0]
     assert settled is not None
     if order == "release-first":
@@ -102,8 +102,8 @@ def test_a_release_during_the_sinks_commit_settles_it_one_way(tmp_path: Path, or
 def test_a_batch_decided_after_the_release_is_fenced_too(tmp_path: Path) -> None:
     table = tmp_path / "t"
     first_batch(table)
-    claims.claim(str(table), "g1", [TP0], 7)
-    claims.release(str(table), "g1", {TP0: 7})
+    claim_tokens.claim(str(table), "g1", [TP0], 7)
+    claim_tokens.release(str(table), "g1", {TP0: 7})
     files = write_task(table, [rows(0, range(10, 20))])
     result = sink(table).commit(plan(1, {0: (10, 20)}, 7), files, SCHEMA)
     assert result.version is None and result.fenced == (TP0,) and result.attempts == 1
@@ -117,19 +117,19 @@ def test_a_new_owners_claim_fences_a_zombie_and_its_release(tmp_path: Path) -> N
     and the next owner's batch writes from the position its claim read."""
     table = tmp_path / "t"
     first_batch(table)
-    claims.claim(str(table), "g1", [TP0], 7)  # the zombie, before it froze
+    claim_tokens.claim(str(table), "g1", [TP0], 7)  # the zombie, before it froze
     zombie_files = write_task(table, [rows(0, range(10, 20))])
-    claimed: list[claims.Claimed | None] = []
+    claimed: list[claim_tokens.Claimed | None] = []
 
     def at(point: str) -> None:
         if point == "sink.commit_in_flight" and not claimed:
-            claimed.append(claims.claim(str(table), "g1", [TP0], 8))
+            claimed.append(claim_tokens.claim(str(table), "g1", [TP0], 8))
 
     with crash_points.installed(at):
         zombie = sink(table, "zombie").commit(plan(5, {0: (10, 20)}, 7), zombie_files, SCHEMA)
     assert zombie.fenced == (TP0,)
     assert claimed[0] is not None and claimed[0].positions == {TP0: 10}
-    late = claims.release(str(table), "g1", {TP0: 7})
+    late = claim_tokens.release(str(table), "g1", {TP0: 7})
     assert late is not None and late.positions == {} and late.not_mine == (TP0,)
     ours = write_task(table, [rows(0, range(10, 25))])
     result = sink(table, "next").commit(plan(1, {0: (10, 25)}, 8), ours, SCHEMA)
@@ -145,7 +145,7 @@ def test_a_plan_without_a_token_and_a_table_without_a_claim_write_as_before(
     files = write_task(table, [rows(0, range(10, 15))])
     assert sink(table).commit(plan(1, {0: (10, 15)}, 9), files, SCHEMA).fenced == ()
     # No token on a claimed partition (a checkpoint from before claims): written.
-    claims.claim(str(table), "g1", [TP0], 9)
+    claim_tokens.claim(str(table), "g1", [TP0], 9)
     files = write_task(table, [rows(0, range(15, 20))])
     assert sink(table).commit(plan(2, {0: (15, 20)}, None), files, SCHEMA).fenced == ()
     assert offsets_in(table, 0) == list(range(20))

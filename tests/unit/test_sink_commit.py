@@ -16,8 +16,8 @@ from spark_groups.offsets import OffsetRange, TopicPartition
 from spark_groups.sink.attempt import CommitAttempt
 from spark_groups.sink.decision import BatchDecision
 from spark_groups.sink.group_commit import COMMIT_INFO_KEYS, DeltaSink, app_id, committed_positions
+from spark_groups.sink.sink_table import SinkTable
 from spark_groups.sink.staged import StagedFiles
-from spark_groups.sink.table import SinkTable
 from spark_groups.sink.writer import KafkaRows
 
 from sink_support import (

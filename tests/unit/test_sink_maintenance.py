@@ -20,7 +20,7 @@ from spark_groups.errors import MaintenanceError, MaintenanceRunningError, Optio
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.sink.group_commit import app_id
-from spark_groups.sink.maintenance import (
+from spark_groups.sink.live_maintenance import (
     _set_lease,
     lease_id,
     optimize,

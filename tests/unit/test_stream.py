@@ -21,7 +21,7 @@ from spark_groups.group.stream import GroupStream
 from spark_groups.ledger import OffsetLedger
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.options import parse_options
-from spark_groups.sink.arbiter import for_source
+from spark_groups.sink.delta_arbiter import for_source
 
 from support.broker import produce_ids
 

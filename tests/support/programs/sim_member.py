@@ -41,8 +41,8 @@ from spark_groups.group.stream import GroupStream
 from spark_groups.offsets import BatchOffset
 from spark_groups.options import parse_options
 from spark_groups.read.reader import read_ranges
-from spark_groups.sink.arbiter import for_source
 from spark_groups.sink.autocompact import compact_if_due
+from spark_groups.sink.delta_arbiter import for_source
 from spark_groups.sink.group_commit import DeltaSink
 from spark_groups.sink.options import SinkOptions
 from spark_groups.sink.plan import read_batch_plan

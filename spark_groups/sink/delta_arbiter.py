@@ -1,8 +1,8 @@
 """The ``delta-group`` table as the group's arbiter (``spark_groups.group.arbiter``).
 
 :class:`DeltaArbiter` answers the group's questions about one table and one consumer group
-with the sink's own modules: the positions (``spark_groups.sink.table``) and the claims
-(``spark_groups.sink.claims``). :func:`for_source` builds it for a ``kafka-group`` source
+with the sink's own modules: the positions (``spark_groups.sink.sink_table``) and the claims
+(``spark_groups.sink.claim_tokens``). :func:`for_source` builds it for a ``kafka-group`` source
 with ``sink.table``.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from spark_groups.group.arbiter import Claimed, Holdings
 from spark_groups.offsets import TopicPartition
 from spark_groups.options import SourceOptions
-from spark_groups.sink import claims
-from spark_groups.sink.table import app_id
+from spark_groups.sink import claim_tokens
+from spark_groups.sink.sink_table import app_id
 from spark_groups.storage.transactions import LatestTransactions
 
 
@@ -38,7 +38,7 @@ class DeltaArbiter:
         if found is None:
             return Holdings(exists=False)
         positions = {app_id(found.table_id, self.group_id, tp): tp for tp in wanted}
-        tokens = {claims.claim_app_id(found.table_id, self.group_id, tp): tp for tp in wanted}
+        tokens = {claim_tokens.claim_app_id(found.table_id, self.group_id, tp): tp for tp in wanted}
         return Holdings(
             True,
             {positions[a]: v for a, v in found.of(positions).items()},
@@ -47,13 +47,13 @@ class DeltaArbiter:
 
     def new_token(self) -> int:
         """A fresh claim token."""
-        return claims.new_token()
+        return claim_tokens.new_token()
 
     def claim(
         self, partitions: Iterable[TopicPartition], token: int, *, member: str
     ) -> Claimed | None:
-        """Claim ``partitions`` under ``token`` (``spark_groups.sink.claims.claim``)."""
-        return claims.claim(
+        """Claim ``partitions`` under ``token`` (``spark_groups.sink.claim_tokens.claim``)."""
+        return claim_tokens.claim(
             self.path,
             self.group_id,
             partitions,
@@ -66,8 +66,8 @@ class DeltaArbiter:
         self, tokens: Mapping[TopicPartition, int], *, member: str, timeout_s: float
     ) -> Claimed | None:
         """Release the partitions still held with ``tokens``
-        (``spark_groups.sink.claims.release``)."""
-        return claims.release(
+        (``spark_groups.sink.claim_tokens.release``)."""
+        return claim_tokens.release(
             self.path,
             self.group_id,
             tokens,

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 
 from spark_groups.errors import OptionError, SinkError
 from spark_groups.offsets import TopicPartition
-from spark_groups.sink.table import app_id, load, versions
+from spark_groups.sink.sink_table import app_id, load, versions
 from spark_groups.storage.files import table_uri
 
-log = logging.getLogger(__name__)
+# Logs under the logger it has always used (before the module's rename).
+log = logging.getLogger("spark_groups.sink.gaps")
 
 #: How many characters of ``--reason`` are kept in the commit info.
 MAX_REASON_CHARS = 500

@@ -1,7 +1,7 @@
 """Claims: which member may still write a partition into the sink's table (a fencing token).
 
 The sink's table already says, per Kafka partition, up to where a group's rows are complete
-(its position, ``spark_groups.sink.table``). A *claim* says who may add to it: one more Delta
+(its position, ``spark_groups.sink.sink_table``). A *claim* says who may add to it: one more Delta
 transaction id per partition and group,
 
     app id  = spark_groups.claim:<Delta table id>:<topic>:<partition>:<group id>
@@ -43,13 +43,14 @@ from typing import TYPE_CHECKING
 from spark_groups.errors import SinkClaimError
 from spark_groups.group.arbiter import Claimed
 from spark_groups.offsets import TopicPartition, positions_text
-from spark_groups.sink.table import SinkTable, versions
+from spark_groups.sink.sink_table import SinkTable, versions
 from spark_groups.storage.transactions import transaction_versions
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-log = logging.getLogger(__name__)
+# Logs under the logger it has always used (before the module's rename).
+log = logging.getLogger("spark_groups.sink.claims")
 
 #: Prefix of the claims' Delta transaction app ids.
 CLAIM_PREFIX = "spark_groups.claim"
@@ -81,7 +82,7 @@ def claims_of(
     storage_options: Mapping[str, str] | None = None,
 ) -> dict[TopicPartition, int]:
     """The claim token of ``group_id`` on each partition in the snapshot ``table`` (its
-    ``storage_options``: as :func:`spark_groups.sink.table.versions`); partitions never
+    ``storage_options``: as :func:`spark_groups.sink.sink_table.versions`); partitions never
     claimed are absent."""
     table_id = str(table.metadata().id)
     ids = {claim_app_id(table_id, group_id, tp): tp for tp in partitions}

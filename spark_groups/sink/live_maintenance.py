@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_groups.errors import MaintenanceError, MaintenanceRunningError, OptionError
-from spark_groups.sink.table import APP_ID_PREFIX
+from spark_groups.sink.sink_table import APP_ID_PREFIX
 from spark_groups.storage.delta import open_table
 from spark_groups.storage.files import table_uri
 from spark_groups.storage.maintenance import (
@@ -52,7 +52,8 @@ from spark_groups.storage.maintenance import (
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-log = logging.getLogger(__name__)
+# Logs under the logger it has always used (before the module's rename).
+log = logging.getLogger("spark_groups.sink.maintenance")
 
 #: How long a compaction's lease lasts: longer than a compaction of a sink table takes.
 LEASE_SECONDS = 3600

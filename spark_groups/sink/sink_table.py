@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
     from spark_groups.sink.writer import DataFile
 
-log = logging.getLogger(__name__)
+# Logs under the logger it has always used (before the module's rename).
+log = logging.getLogger("spark_groups.sink.table")
 
 #: Prefix of the sink's Delta transaction (``txn``) app ids.
 APP_ID_PREFIX = "spark_groups"
