@@ -6,7 +6,7 @@
   thread, and ``OnOwner``, how other threads ask that thread;
 * the steps' parts: :mod:`~spark_groups.group.partitions` (one state per owned partition),
   :mod:`~spark_groups.group.arrivals` (where newly assigned partitions resume, with
-  :mod:`~spark_groups.group.resume`, :mod:`~spark_groups.group.gaps` and
+  :mod:`~spark_groups.group.resume`, :mod:`~spark_groups.group.holds` and
   :mod:`~spark_groups.group.refresh`), :mod:`~spark_groups.group.replay` (a batch Spark runs
   again), :mod:`~spark_groups.group.log_ends` (the ends a plan reads up to, AvailableNow's
   targets), :mod:`~spark_groups.group.planner` (pure planning),

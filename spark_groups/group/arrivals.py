@@ -6,7 +6,7 @@ and with ``sink.table`` the sink's table, read in the commit that claims them th
 (``group.claims``); it brings Kafka and the ledger up to the sink where the sink is ahead,
 names the ranges other consumers of the group committed (handovers), starts a fully refreshed
 pipeline flow over (``group.refresh``) and holds the partitions the sink's table would get an
-unexplained gap in (``group.gaps``). Owner thread only: no revocation runs while it does.
+unexplained gap in (``group.holds``). Owner thread only: no revocation runs while it does.
 The steps in order: docs/architecture.md, "Where a partition resumes".
 """
 
@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 
 from spark_groups import crash_points
 from spark_groups.errors import CommitError, GroupTableMismatchError
-from spark_groups.group import gaps, refresh, resume
+from spark_groups.group import holds, refresh, resume
 from spark_groups.group.claims import Claims
 from spark_groups.group.committer import BatchCommitter
 from spark_groups.group.member import GroupMember
@@ -138,19 +138,19 @@ class Arrivals:
         log.info("resuming %d partitions: %s", len(new), _resumed_text(sources))
         if self.claims.enabled:
             who = {tp: commit_metadata.read(md).text for tp, (_, md) in committed.kafka.items()}
-            self._hold(gaps.unexplained(resumed, sink, handovers, who))
+            self._hold(holds.unexplained(resumed, sink, handovers, who))
 
     def recheck_held(self) -> None:
         """Every few seconds, release the held partitions the sink's table has reached (an
         operator ran ``spark-groups accept-gap``). Held partitions given up meanwhile went
         with their state."""
         held = self.state.partitions.held()
-        if not held or time.monotonic() - self._held_checked < gaps.RECHECK_S:
+        if not held or time.monotonic() - self._held_checked < holds.RECHECK_S:
             return
         self._held_checked = time.monotonic()
         assert self.claims.arbiter is not None
         table = self.claims.arbiter.holdings(held).positions
-        done = list(gaps.released(held, table))
+        done = list(holds.released(held, table))
         self.state.partitions.release(done)
         self.count_held()
         for tp in done:
@@ -160,7 +160,7 @@ class Arrivals:
         """Bring the metric ``held_partitions`` up to date."""
         self.metrics.extra["held_partitions"] = len(self.state.partitions.held())
 
-    def _hold(self, held: Mapping[TopicPartition, gaps.Held]) -> None:
+    def _hold(self, held: Mapping[TopicPartition, holds.Held]) -> None:
         """Hold back partitions the sink's table would get an unexplained gap in."""
         if not held:
             return

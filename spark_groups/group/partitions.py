@@ -28,7 +28,7 @@ Three facts about an owned partition ride on its state and go when it is given u
 * its *handover*: the range another consumer of the group committed where it resumed
   (:class:`~spark_groups.offsets.Handover`); the first batch that reads from there carries
   it, so the sink accepts exactly that gap;
-* its *hold*: the sink's table would get a gap nothing explains (``group.gaps``); a held
+* its *hold*: the sink's table would get a gap nothing explains (``group.holds``); a held
   partition is owned but not read until the table reaches its position;
 * its *claim*: with ``sink.table``, the token under which this member may write it into the
   sink's table (``spark_groups.sink.claim_tokens``); every batch that reads it carries the token.
@@ -49,7 +49,7 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from spark_groups.group.gaps import Held
+from spark_groups.group.holds import Held
 from spark_groups.offsets import Handover, OffsetRange, TopicPartition
 
 

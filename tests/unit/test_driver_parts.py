@@ -16,7 +16,7 @@ from spark_groups.group.barrier import RevocationBarrier
 from spark_groups.group.claims import Claims
 from spark_groups.group.committer import BatchCommitter, CommitMetadata
 from spark_groups.group.durable import DurabilityWatch
-from spark_groups.group.gaps import Held
+from spark_groups.group.holds import Held
 from spark_groups.group.log_ends import LogEnds
 from spark_groups.group.partitions import PartitionTable
 from spark_groups.group.state import DriverState, PlannedBatches

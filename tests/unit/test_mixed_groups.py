@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from deltalake import DeltaTable
 
 from spark_groups.errors import SinkError, SinkGapError
-from spark_groups.group import gaps, resume
+from spark_groups.group import holds, resume
 from spark_groups.group.member import GroupMember
 from spark_groups.ledger import OUTSIDE_BATCH, OffsetLedger
 from spark_groups.offsets import BatchOffset, Handover, OffsetRange, TopicPartition, commit_metadata
@@ -204,7 +204,7 @@ def test_the_ledger_keeps_where_spark_groups_itself_stood(tmp_path: Path) -> Non
 
 def test_a_partition_the_sink_would_get_an_unexplained_gap_in_is_held() -> None:
     h = Handover(TOPIC, 1, 10, 20, SERVICE)
-    held = gaps.unexplained(
+    held = holds.unexplained(
         positions={TP0: 20, TP1: 20, TopicPartition(TOPIC, 2): 5},
         table={TP0: 10, TP1: 10, TopicPartition(TOPIC, 2): 5},
         handovers={TP1: h},
@@ -215,5 +215,5 @@ def test_a_partition_the_sink_would_get_an_unexplained_gap_in_is_held() -> None:
     assert "[10, 20)" in message and "spark_groups member m" in message
     assert "spark-groups accept-gap g1 --sink-table /data/orders --partition orders:0" in message
     assert "--until 20 --offsets-table /data/_offsets" in message
-    assert list(gaps.released(held, {TP0: 19})) == []
-    assert list(gaps.released(held, {TP0: 20})) == [TP0]
+    assert list(holds.released(held, {TP0: 19})) == []
+    assert list(holds.released(held, {TP0: 20})) == [TP0]
