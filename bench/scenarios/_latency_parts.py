@@ -147,7 +147,7 @@ def compaction(table: Path, commits: int) -> dict[str, float]:
     """Compact ``table`` as ``compactEvery`` does after a run of ``commits`` batches."""
     from spark_groups.sink.live_maintenance import optimize
     from spark_groups.storage.delta import open_table
-    from spark_groups.storage.maintenance import active_files
+    from spark_groups.storage.maintenance_steps import active_files
 
     before = active_files(open_table(str(table))).files
     started = time.perf_counter()

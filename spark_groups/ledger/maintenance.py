@@ -33,7 +33,8 @@ commit and before returning. It:
    retention) refreshes it before appending, and a reader whose snapshot's next entries are
    gone loads the table afresh (:meth:`~spark_groups.ledger.store.LedgerStore.load`).
 
-The steps are shared with the sink table's maintenance (:mod:`spark_groups.storage.maintenance`).
+The steps are shared with the sink table's maintenance
+(:mod:`spark_groups.storage.maintenance_steps`).
 Exactly one append holds a given version, so exactly one writer maintains per period. This
 matters: delta-rs 1.6.6 does **not** detect two concurrent ``optimize.compact`` runs (both
 commit, each re-adding the same rows: duplicated data; ``app_transactions`` passed to
@@ -76,7 +77,7 @@ import time
 from typing import TYPE_CHECKING
 
 from spark_groups.storage.files import local_path
-from spark_groups.storage.maintenance import checkpoint_and_clean_log, compact, vacuum
+from spark_groups.storage.maintenance_steps import checkpoint_and_clean_log, compact, vacuum
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

@@ -17,8 +17,8 @@ Why it is safe beside the members:
   commit.
 
 The one unsafe case is two compactions at once: delta-rs 1.6.6 commits both, each re-adding
-the same rows (:mod:`spark_groups.storage.maintenance`). So :func:`optimize` first takes the table's
-**maintenance lease**: a commit without files that sets the transaction id
+the same rows (:mod:`spark_groups.storage.maintenance_steps`). So :func:`optimize` first takes
+the table's **maintenance lease**: a commit without files that sets the transaction id
 ``spark_groups:<table id>:maintenance`` to the time (ms since the epoch) the lease lapses.
 Two runs taking it at once both set that one id, so delta-rs lets exactly one commit and
 fails the other (the same compare-and-set the sink's commits use, safe on S3 with
@@ -40,7 +40,7 @@ from spark_groups.errors import MaintenanceError, MaintenanceRunningError, Optio
 from spark_groups.sink.sink_table import APP_ID_PREFIX
 from spark_groups.storage.delta import open_table
 from spark_groups.storage.files import table_uri
-from spark_groups.storage.maintenance import (
+from spark_groups.storage.maintenance_steps import (
     FileCount,
     active_files,
     checkpoint_and_clean_log,
@@ -277,9 +277,9 @@ def vacuum_table(
 ) -> VacuumResult:
     """Delete the data files the table at ``path`` no longer references, removed (or, for
     files no commit names, written) longer than ``retention_hours`` ago: Delta's VACUUM
-    (:func:`spark_groups.storage.maintenance.vacuum`, full mode; lite mode would miss every file
-    whose tombstone a checkpoint already dropped, which on a sink table checkpointed every
-    100 commits is nearly all of them).
+    (:func:`spark_groups.storage.maintenance_steps.vacuum`, full mode; lite mode would miss every
+    file whose tombstone a checkpoint already dropped, which on a sink table checkpointed
+    every 100 commits is nearly all of them).
 
     The retention (None: the table's ``delta.deletedFileRetentionDuration``, Delta's 7 days
     by default) is never below that property, which readers of older snapshots, time travel

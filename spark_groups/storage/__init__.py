@@ -6,7 +6,7 @@
 * :mod:`~spark_groups.storage.files`: resolved paths as pyarrow file systems;
 * :mod:`~spark_groups.storage.checkpoint`: Spark's checkpoint (offset and commit logs);
 * :mod:`~spark_groups.storage.delta`: opening, creating, appending to and querying Delta tables;
-* :mod:`~spark_groups.storage.maintenance`: the maintenance steps every table shares.
+* :mod:`~spark_groups.storage.maintenance_steps`: the maintenance steps every table shares.
 """
 
 from spark_groups.storage.object_stores import (

@@ -20,7 +20,7 @@ ALLOWED = {
     "confluent_kafka": ("kafka/",),
     "deltalake": (
         "storage/delta.py",
-        "storage/maintenance.py",
+        "storage/maintenance_steps.py",
         "storage/snapshots.py",
         "storage/transactions.py",
         "ledger/",

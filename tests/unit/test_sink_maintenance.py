@@ -119,7 +119,7 @@ def test_a_live_lease_refuses_another_run_until_released_or_taken_over(tmp_path:
 
 def test_concurrent_optimize_runs_never_duplicate_rows(tmp_path: Path) -> None:
     # Without the lease, delta-rs 1.6.6 commits both of two concurrent compactions, each
-    # re-adding every row (spark_groups/storage/maintenance.py).
+    # re-adding every row (spark_groups/storage/maintenance_steps.py).
     table = tmp_path / "t"
     sink_like_table(table, 30)
     before = ids(table)
