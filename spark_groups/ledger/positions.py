@@ -1,6 +1,6 @@
 """The group's positions replayed over a ledger's history, row by row (for lag and plots).
 
-The rule is :meth:`~spark_groups.ledger.table.OffsetLedger.latest_positions`': a partition's
+The rule is :meth:`~spark_groups.ledger.offset_ledger.OffsetLedger.latest_positions`': a partition's
 position is the highest ``until_offset`` since its last reset marker, the marker included.
 """
 
@@ -16,9 +16,10 @@ from spark_groups.offsets import TopicPartition
 
 
 def rows_with_positions(history: pa.Table) -> Iterator[tuple[dict, int]]:
-    """Each row of ``history`` (rows of :meth:`~spark_groups.ledger.table.OffsetLedger.history`)
-    in commit order, with its partition's position after it: the highest ``until_offset``
-    since the last reset marker."""
+    """Each row of ``history`` (rows of
+    :meth:`~spark_groups.ledger.offset_ledger.OffsetLedger.history`) in commit order, with its
+    partition's position after it: the highest ``until_offset`` since the last reset
+    marker."""
     rows = sorted(history.to_pylist(), key=lambda r: (r["committed_at"], r["batch"] == RESET_BATCH))
     positions: dict[TopicPartition, int] = {}
     for row in rows:

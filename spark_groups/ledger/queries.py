@@ -38,7 +38,7 @@ def latest_positions(
     """The group's position per partition (of ``partitions`` only, when given), without rows
     of offsets committed outside spark_groups with ``own_only``; ``{}`` when the table does
     not exist (:meth:`OffsetLedger.latest_positions
-    <spark_groups.ledger.table.OffsetLedger.latest_positions>`)."""
+    <spark_groups.ledger.offset_ledger.OffsetLedger.latest_positions>`)."""
     wanted = None if partitions is None else set(partitions)
     if wanted is not None and not wanted:
         return {}
@@ -82,7 +82,8 @@ def history(
     until: datetime | None,
 ) -> pa.Table:
     """The group's rows, oldest first, of ``partitions`` and ``since <= committed_at < until``
-    when given (:meth:`OffsetLedger.history <spark_groups.ledger.table.OffsetLedger.history>`)."""
+    when given (:meth:`OffsetLedger.history
+    <spark_groups.ledger.offset_ledger.OffsetLedger.history>`)."""
     # Imported here, not with the module: it is ~70 ms of every reader process's start, and
     # the reader process reads history only when its maintenance expires old rows.
     import pyarrow.compute as pc

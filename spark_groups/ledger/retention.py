@@ -33,7 +33,7 @@ from spark_groups.offsets import TopicPartition
 from spark_groups.storage.delta import sql_string, sql_timestamp
 
 if TYPE_CHECKING:
-    from spark_groups.ledger.table import OffsetLedger
+    from spark_groups.ledger.offset_ledger import OffsetLedger
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ key through ``DeltaTable.create(..., raise_if_key_not_exists=False)``; ``write_d
 rejects it). Opening a table of another group, a Delta table with another schema, or a
 directory holding files but no Delta log raises :class:`~spark_groups.errors.LedgerError`.
 The table keeps the minimal Delta protocol (reader 1, writer 2), with the retention and
-checkpoint settings of :mod:`spark_groups.ledger.maintenance`.
+checkpoint settings of :mod:`spark_groups.ledger.self_maintenance`.
 
 Every error of delta-rs or Arrow becomes a :class:`~spark_groups.errors.LedgerError` with the
 ledger's path as data.
@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from spark_groups.errors import LedgerError
-from spark_groups.ledger.maintenance import (
+from spark_groups.ledger.rows import LEDGER_SCHEMA, SCHEMA_WITHOUT_LOG_END
+from spark_groups.ledger.self_maintenance import (
     CHECKPOINT_INTERVAL,
     CHECKPOINT_INTERVAL_KEY,
     DELETED_FILE_RETENTION,
     LOG_RETENTION,
 )
-from spark_groups.ledger.rows import LEDGER_SCHEMA, SCHEMA_WITHOUT_LOG_END
 from spark_groups.storage.delta import create_table, open_table, query, sql_string
 from spark_groups.storage.files import local_path
 

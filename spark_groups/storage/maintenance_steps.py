@@ -2,7 +2,7 @@
 files removed by commits, a checkpoint and the clean-up of expired log entries.
 
 Who runs them, and when, is each table's own business: the ledger after every
-``compact_every``-th append (:mod:`spark_groups.ledger.maintenance`), the ``delta-group``
+``compact_every``-th append (:mod:`spark_groups.ledger.self_maintenance`), the ``delta-group``
 sink's table when an operator runs ``spark-groups optimize`` / ``vacuum``
 (:mod:`spark_groups.sink.live_maintenance`). None of these steps touches Delta transaction ids
 (``txn`` actions): they stay in the snapshot, and the checkpoint carries them.

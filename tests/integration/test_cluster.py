@@ -18,7 +18,7 @@ import pytest
 from deltalake import DeltaTable
 from spark_cluster import SPARK_HOME, SparkCluster
 
-from spark_groups.ledger.table import OffsetLedger
+from spark_groups.ledger.offset_ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.tools.s3_server import S3Server

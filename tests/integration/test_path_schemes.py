@@ -13,7 +13,7 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
-from spark_groups.ledger.table import OffsetLedger
+from spark_groups.ledger.offset_ledger import OffsetLedger
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.sink.plan import read_batch_plan
 from spark_groups.storage import checkpoint

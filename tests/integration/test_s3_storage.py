@@ -11,7 +11,7 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from spark_groups.group.history import history_path, read_history
-from spark_groups.ledger.table import OffsetLedger
+from spark_groups.ledger.offset_ledger import OffsetLedger
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.sink.plan import read_batch_plan

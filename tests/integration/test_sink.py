@@ -12,7 +12,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import functions as F
 
-from spark_groups.ledger.table import OffsetLedger
+from spark_groups.ledger.offset_ledger import OffsetLedger
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink import committed_positions
 from spark_groups.sink.spark import has_delta, read_delta, read_table

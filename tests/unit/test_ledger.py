@@ -27,10 +27,10 @@ from spark_groups.ledger import (
     OffsetLedger,
     positions_over_time,
 )
-from spark_groups.ledger import commit as ledger_commit
-from spark_groups.ledger import table as ledger_module
-from spark_groups.ledger.maintenance import CHECKPOINT_INTERVAL, LOG_RETENTION
-from spark_groups.ledger.maintenance import maintain as maintain_ledger
+from spark_groups.ledger import append as ledger_append
+from spark_groups.ledger import offset_ledger as ledger_module
+from spark_groups.ledger.self_maintenance import CHECKPOINT_INTERVAL, LOG_RETENTION
+from spark_groups.ledger.self_maintenance import maintain as maintain_ledger
 from spark_groups.offsets import TopicPartition
 from spark_groups.storage.delta import create_table
 
@@ -437,7 +437,7 @@ def test_an_append_on_a_snapshot_older_than_the_log_refreshes_it_first(
         busy.append(rows_of(batch, {("t", 1): (batch, batch + 1)}))
     # Its maintenance deleted the log entries after the slow writer's snapshot.
     assert not (path / "_delta_log" / f"{1:020d}.json").exists()
-    monkeypatch.setattr(ledger_commit, "REFRESH_AFTER_S", 0.0)  # the snapshot is "old"
+    monkeypatch.setattr(ledger_append, "REFRESH_AFTER_S", 0.0)  # the snapshot is "old"
     slow.append(rows_of(12, {("t", 0): (1, 2)}))
     assert slow.latest_positions() == {TopicPartition("t", 0): 2, TopicPartition("t", 1): 12}
 
@@ -681,7 +681,7 @@ def test_commit_failed_too_often_raises_ledger_error(
         raise CommitFailedError("Failed to commit transaction: 15")
 
     monkeypatch.setattr(deltalake, "write_deltalake", always_fails)
-    monkeypatch.setattr(ledger_commit, "MAX_COMMIT_ATTEMPTS", 3)
+    monkeypatch.setattr(ledger_append, "MAX_COMMIT_ATTEMPTS", 3)
     with pytest.raises(LedgerError, match="concurrent") as info:
         ledger.append(rows_of(1, {("t", 0): (1, 5)}))
     assert str(path) in str(info.value)

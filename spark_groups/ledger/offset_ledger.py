@@ -12,12 +12,12 @@ marker, the marker included: the maximum alone could never move back.
 * :mod:`~spark_groups.ledger.rows`: the schema, the special batch numbers, valid rows;
 * :mod:`~spark_groups.ledger.store`: the table (one group per table), opened, validated and
   created on first use;
-* :mod:`~spark_groups.ledger.commit`: one append, retried on concurrent commits;
+* :mod:`~spark_groups.ledger.append`: one append, retried on concurrent commits;
 * :mod:`~spark_groups.ledger.queries`: positions, history, last batch;
 * :mod:`~spark_groups.ledger.positions`: positions replayed over a history.
 
 **Maintenance** (compaction, vacuum, checkpoints, log clean-up) is in
-:mod:`spark_groups.ledger.maintenance`: the append whose commit is table version
+:mod:`spark_groups.ledger.self_maintenance`: the append whose commit is table version
 ``n * compact_every`` runs it, right after its commit, and then, with a ``retention``,
 deletes the rows older than that which no position depends on
 (:mod:`spark_groups.ledger.retention`).
@@ -33,8 +33,7 @@ import pyarrow as pa
 
 from spark_groups.errors import OptionError
 from spark_groups.ledger import queries
-from spark_groups.ledger.commit import MAX_COMMIT_ATTEMPTS, REFRESH_AFTER_S, commit
-from spark_groups.ledger.maintenance import maintain
+from spark_groups.ledger.append import MAX_COMMIT_ATTEMPTS, REFRESH_AFTER_S, commit
 from spark_groups.ledger.positions import positions_over_time, rows_with_positions
 from spark_groups.ledger.retention import expire
 from spark_groups.ledger.rows import (
@@ -46,6 +45,7 @@ from spark_groups.ledger.rows import (
     invalid_row,
     to_arrow,
 )
+from spark_groups.ledger.self_maintenance import maintain
 from spark_groups.ledger.store import FORMAT_KEY, GROUP_ID_KEY, LEDGER_FORMAT, LedgerStore
 from spark_groups.offsets import TopicPartition
 
@@ -66,7 +66,8 @@ __all__ = [
     "rows_with_positions",
 ]
 
-logger = logging.getLogger(__name__)
+# The ledger logs under the logger it has always used (spark_groups.ledger.table).
+logger = logging.getLogger("spark_groups.ledger.table")
 
 #: The default maintenance period of the ledger, in table versions. Measured
 #: (docs/benchmarks.md, "The ledger's commit"): every 50 commits keeps an append's p50 at

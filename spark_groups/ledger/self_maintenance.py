@@ -29,7 +29,7 @@ commit and before returning. It:
    append: after 10,000 commits in a few minutes an append's p50 was 38 ms with an hour of
    log and 26 ms with two minutes of it (docs/benchmarks.md, issue 34's notes). Nothing
    reads a ledger's old versions: its history lives in its rows. A writer whose snapshot is
-   older than ``REFRESH_AFTER_S`` (:mod:`spark_groups.ledger.commit`, 60 s, half the
+   older than ``REFRESH_AFTER_S`` (:mod:`spark_groups.ledger.append`, 60 s, half the
    retention) refreshes it before appending, and a reader whose snapshot's next entries are
    gone loads the table afresh (:meth:`~spark_groups.ledger.store.LedgerStore.load`).
 
@@ -82,12 +82,13 @@ from spark_groups.storage.maintenance_steps import checkpoint_and_clean_log, com
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-logger = logging.getLogger(__name__)
+# Logs under the logger it has always used (before the module's rename).
+logger = logging.getLogger("spark_groups.ledger.maintenance")
 
 #: How long files removed by compaction are kept before vacuum may delete them.
 DELETED_FILE_RETENTION = "interval 1 hours"
 #: How long Delta log entries are kept (only those before a checkpoint are ever deleted);
-#: twice ``spark_groups.ledger.commit.REFRESH_AFTER_S``.
+#: twice ``spark_groups.ledger.append.REFRESH_AFTER_S``.
 LOG_RETENTION = "interval 2 minutes"
 #: Commits between two checkpoints of the ledger (Delta's default is 100; see the module doc).
 CHECKPOINT_INTERVAL = "10"

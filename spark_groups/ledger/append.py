@@ -24,7 +24,7 @@ logger = logging.getLogger("spark_groups.ledger.table")
 MAX_COMMIT_ATTEMPTS = 8
 #: An append refreshes its table snapshot first when it is older than this. Fresher
 #: snapshots are written on as they are (delta-rs rebases the commit); a snapshot older than
-#: the ledger's log retention (2 minutes, ``maintenance.LOG_RETENTION``) could not be: the
+#: the ledger's log retention (2 minutes, ``self_maintenance.LOG_RETENTION``) could not be: the
 #: commits after it are deleted and delta-rs fails with "Invalid table version" (a query
 #: with a slow trigger beside a busy member of the same ledger). Half the retention leaves a
 #: minute for clocks that disagree between the machines writing one ledger.
