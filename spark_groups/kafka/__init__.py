@@ -3,7 +3,7 @@
 * :mod:`~spark_groups.kafka.client`: client creation with scrubbed errors, and the client types
   the rest of the library uses;
 * :mod:`~spark_groups.kafka.config`: layering defaults, the caller's settings and requirements;
-* :mod:`~spark_groups.kafka.errors` and :mod:`~spark_groups.kafka.auth`: librdkafka's errors as
+* :mod:`~spark_groups.kafka.classify` and :mod:`~spark_groups.kafka.auth`: librdkafka's errors as
   typed errors;
 * :mod:`~spark_groups.kafka.watermarks`: log start and end offsets you can trust, over
   :mod:`~spark_groups.kafka.list_offsets` and :mod:`~spark_groups.kafka.confirmed_ends`.

@@ -23,8 +23,8 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from spark_groups.errors import SparkGroupsError
+from spark_groups.kafka.classify import config_error
 from spark_groups.kafka.config import bootstrap_servers_of
-from spark_groups.kafka.errors import config_error
 from spark_groups.kafka.logs import with_logger
 from spark_groups.secrets import scrub
 

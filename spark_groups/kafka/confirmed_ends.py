@@ -17,9 +17,9 @@ from typing import Any
 
 from spark_groups.errors import SparkGroupsError
 from spark_groups.kafka import auth
+from spark_groups.kafka.classify import NO_ANSWER_CODES, UNKNOWN_TOPIC_CODES
 from spark_groups.kafka.client import Consumer, KafkaError, KafkaTopicPartition
 from spark_groups.kafka.config import bootstrap_servers_of
-from spark_groups.kafka.errors import NO_ANSWER_CODES, UNKNOWN_TOPIC_CODES
 from spark_groups.kafka.list_offsets import partition_names
 from spark_groups.offsets import TopicPartition
 from spark_groups.secrets import scrub

@@ -21,9 +21,9 @@ from typing import Any
 
 from spark_groups.errors import BrokerUnreachableError, SparkGroupsError, TopicNotFoundError
 from spark_groups.kafka import auth
+from spark_groups.kafka.classify import LEADERSHIP_MOVED_CODES, NO_ANSWER_CODES, UNKNOWN_TOPIC_CODES
 from spark_groups.kafka.client import Consumer, KafkaError, KafkaException, KafkaTopicPartition
 from spark_groups.kafka.config import bootstrap_servers_of
-from spark_groups.kafka.errors import LEADERSHIP_MOVED_CODES, NO_ANSWER_CODES, UNKNOWN_TOPIC_CODES
 from spark_groups.offsets import TopicPartition
 from spark_groups.offsets.starting import LATEST
 from spark_groups.secrets import scrub

@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 
 from spark_groups.errors import BrokerUnreachableError, DataLossError, SparkGroupsError
 from spark_groups.kafka import auth
+from spark_groups.kafka.classify import TRANSIENT_FETCH_CODES, UNREACHABLE_CODES, error_text
 from spark_groups.kafka.client import KafkaError, KafkaException, KafkaTopicPartition
 from spark_groups.kafka.config import bootstrap_servers_of
-from spark_groups.kafka.errors import TRANSIENT_FETCH_CODES, UNREACHABLE_CODES, error_text
 from spark_groups.read.pool import PooledConsumer
 from spark_groups.read.progress import RangeState, describe
 from spark_groups.secrets import scrub

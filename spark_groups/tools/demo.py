@@ -42,7 +42,7 @@ from spark_groups.offsets import TopicPartition as TP
 from spark_groups.sink.group_commit import committed_positions
 from spark_groups.storage.delta import open_table, query
 from spark_groups.tools.checkout import checkout_root
-from spark_groups.tools.embedded import EmbeddedBroker
+from spark_groups.tools.tansu import EmbeddedBroker
 
 
 def source_root() -> Path:

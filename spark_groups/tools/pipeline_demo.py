@@ -26,7 +26,7 @@ from spark_groups.kafka.client import KafkaTopicPartition as TopicPartition
 from spark_groups.kafka.logs import with_logger
 from spark_groups.storage.delta import open_table, query
 from spark_groups.tools.demo import PARTITIONS, TOPIC, produce_orders, sample_order, source_root
-from spark_groups.tools.embedded import EmbeddedBroker
+from spark_groups.tools.tansu import EmbeddedBroker
 
 #: The example's work directory (its spec, conf and definitions name it).
 WORK = Path("/tmp/spark-groups-pipeline")

@@ -3,7 +3,7 @@ until it serves, and stopped (its stop signal, then SIGKILL after a grace period
 
 The launchers of the broker, the S3 server, the tests' Spark daemons and the tests' member
 processes (:mod:`spark_groups.tools.kafka_broker`, :mod:`spark_groups.tools.s3_server`,
-:mod:`spark_groups.tools.embedded`, ``tests/integration/spark_cluster.py``,
+:mod:`spark_groups.tools.tansu`, ``tests/integration/spark_cluster.py``,
 ``tests/integration/connect_server.py`` and ``tests/support/launch.py``) share this part;
 what they start and how they know it serves stays theirs.
 

@@ -42,8 +42,8 @@ from spark_groups.group.member import commits
 from spark_groups.group.member.callbacks import Callbacks, RebalanceListener, parse_generation
 from spark_groups.group.member.owner import OwnerThread
 from spark_groups.group.member.topics import Subscription
+from spark_groups.kafka.classify import config_error
 from spark_groups.kafka.client import Consumer, KafkaException
-from spark_groups.kafka.errors import config_error
 from spark_groups.kafka.logs import with_logger
 from spark_groups.offsets import TopicPartition
 

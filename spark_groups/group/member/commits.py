@@ -7,7 +7,7 @@ What a failure becomes:
 * refused credentials or a denied topic or group: :class:`AuthenticationError` /
   :class:`AuthorizationError` (retrying cannot help: the query must stop, not go on);
 * a commit refused because this member was fenced or a rebalance moved on
-  (:data:`~spark_groups.kafka.errors.FENCED_CODES`): :class:`StaleGenerationError`, with the
+  (:data:`~spark_groups.kafka.classify.FENCED_CODES`): :class:`StaleGenerationError`, with the
   generation the commit went out under;
 * any other failed commit: :class:`CommitError`; a failed fetch: :class:`GroupMembershipError`.
 """
@@ -19,8 +19,8 @@ from typing import Protocol, TypeVar
 
 from spark_groups.errors import CommitError, GroupMembershipError, StaleGenerationError
 from spark_groups.kafka import auth
+from spark_groups.kafka.classify import FENCED_CODES, code_of, error_of
 from spark_groups.kafka.client import Consumer, KafkaException, KafkaTopicPartition
-from spark_groups.kafka.errors import FENCED_CODES, code_of, error_of
 from spark_groups.offsets import TopicPartition
 
 T = TypeVar("T")

@@ -21,7 +21,8 @@ from typing import Self
 from spark_groups.errors import BrokerUnreachableError, SparkGroupsError
 from spark_groups.tools.processes import Launcher, ManagedProcess, free_ports, port_open
 
-log = logging.getLogger(__name__)
+# Logs under the logger it has always used (before the module's rename).
+log = logging.getLogger("spark_groups.tools.embedded")
 
 
 def free_port() -> int:
