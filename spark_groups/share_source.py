@@ -39,8 +39,8 @@ from spark_groups import crash_points
 from spark_groups.errors import OptionNeedsSparkError, SparkGroupsError
 from spark_groups.kafka.share_client import ShareGroupSettings
 from spark_groups.offsets import BatchOffset
+from spark_groups.options.share import ShareOptions, parse_share_options
 from spark_groups.read.schema import spark_ddl
-from spark_groups.share.options import ShareOptions, parse_share_options
 from spark_groups.share.read import DELIVERY_COUNT, ShareTask
 from spark_groups.spark import planner_accumulators
 from spark_groups.spark.compat import (

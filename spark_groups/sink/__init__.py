@@ -13,7 +13,7 @@
   offsets the table's recent share commits wrote (:mod:`~spark_groups.sink.share_info`);
 * :mod:`~spark_groups.sink.accepted_gaps`: ``accept_gap``, an operator's decision to leave a
   partition's missing records out of the table, recorded in it;
-* :mod:`~spark_groups.sink.options`: the sink's options;
+* its options are :mod:`spark_groups.options.sink`;
 * :mod:`~spark_groups.sink.spark`: the Spark adapter (the only module here importing Spark).
 """
 

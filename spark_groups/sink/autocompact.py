@@ -16,7 +16,7 @@ import logging
 import time
 
 from spark_groups.errors import MaintenanceRunningError
-from spark_groups.sink.options import SinkOptions
+from spark_groups.options.sink import SinkOptions
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from spark_groups.errors import OptionError, PipelineMismatchError, SinkError
 from spark_groups.offsets import BatchOffset, Pipeline
-from spark_groups.sink.options import SinkOptions
+from spark_groups.options.sink import SinkOptions
 from spark_groups.sink.plan import pipeline_of
 from spark_groups.storage.checkpoint import newest_entry, offset_log_path
 from spark_groups.storage.object_stores import STORAGE_PREFIX, check_commit_safety

@@ -52,9 +52,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
 
 from spark_groups.errors import SinkError, SparkGroupsError
+from spark_groups.options.sink import SinkOptions, parse_sink_options
 from spark_groups.sink.autocompact import compact_if_due
 from spark_groups.sink.group_commit import DeltaSink
-from spark_groups.sink.options import SinkOptions, parse_sink_options
 from spark_groups.sink.pipeline import SinkTarget, check_target, target_for_next_batch, target_of
 from spark_groups.sink.placement import check_table_reachable
 from spark_groups.sink.plan import read_batch_plan

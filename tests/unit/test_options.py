@@ -308,7 +308,7 @@ SINK_BASE = {"path": "/t", "group.id": "g", "checkpointlocation": "/cp"}
     ],
 )
 def test_bad_sink_input_table(changes: dict[str, str | None], option: str, words: str) -> None:
-    from spark_groups.sink.options import parse_sink_options
+    from spark_groups.options.sink import parse_sink_options
 
     opts = {**SINK_BASE, **changes}
     for key in [k for k, v in opts.items() if v is None]:
@@ -323,7 +323,7 @@ def test_bad_sink_input_table(changes: dict[str, str | None], option: str, words
 def test_sink_path_and_group_are_optional_at_parse_time_the_source_gives_them() -> None:
     """Said once: without path and group.id the sink takes both from the batch's source
     (tests/unit/test_pipeline.py checks where neither side gives them)."""
-    from spark_groups.sink.options import parse_sink_options
+    from spark_groups.options.sink import parse_sink_options
 
     parsed = parse_sink_options({"path": " ", "group.id": "", "checkpointlocation": "/cp"})
     assert parsed.path is None and parsed.group_id is None

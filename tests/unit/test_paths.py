@@ -13,7 +13,7 @@ import pytest
 
 from spark_groups.errors import OptionError, StoragePathError
 from spark_groups.options import parse_options
-from spark_groups.sink.options import parse_sink_options
+from spark_groups.options.sink import parse_sink_options
 from spark_groups.storage.files import check_location, local_path, location, table_uri
 from spark_groups.storage.object_stores import azure_filesystem_args, check_commit_safety
 from spark_groups.storage.paths import DBFS_MOUNT_ENV, is_databricks_fuse, resolve

@@ -24,10 +24,10 @@ from spark_groups.group.state import DriverState
 from spark_groups.metrics import StreamMetrics
 from spark_groups.offsets import BatchOffset, OffsetRange, Pipeline, TopicPartition, commit_metadata
 from spark_groups.options import parse_options
+from spark_groups.options.sink import SinkOptions, parse_sink_options
 from spark_groups.sink import claim_tokens
 from spark_groups.sink.delta_arbiter import DeltaArbiter
 from spark_groups.sink.group_commit import DeltaSink
-from spark_groups.sink.options import SinkOptions, parse_sink_options
 from spark_groups.sink.pipeline import SinkTarget, check_target, target_of
 from spark_groups.sink.plan import parse_offset_log
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spark_groups.errors import OptionError
-from spark_groups.share.options import parse_share_options
+from spark_groups.options.share import parse_share_options
 
 BASE = {
     "kafka.bootstrap.servers": "broker:9092", "group.id": "q", "subscribe": "orders",

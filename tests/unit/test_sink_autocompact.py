@@ -9,9 +9,9 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from spark_groups.errors import OptionError
+from spark_groups.options.sink import SinkOptions, parse_sink_options
 from spark_groups.sink.autocompact import compact_if_due
 from spark_groups.sink.live_maintenance import release_lease, take_lease
-from spark_groups.sink.options import SinkOptions, parse_sink_options
 
 
 def small_files(path: Path, n: int) -> None:

@@ -7,7 +7,7 @@ import pickle
 import pytest
 
 from spark_groups import LocalTableOnClusterError, OptionError
-from spark_groups.sink.options import parse_sink_options
+from spark_groups.options.sink import parse_sink_options
 from spark_groups.sink.placement import check_table_reachable, is_local_master, is_shared_mount
 
 CLUSTERS = ["spark://10.0.0.5:7077", "yarn", "k8s://https://api:6443", "mesos://m:5050"]

@@ -12,7 +12,7 @@ import pytest
 
 from spark_groups.errors import OptionError, SinkError
 from spark_groups.offsets import OffsetRange, TopicPartition
-from spark_groups.sink.options import parse_sink_options
+from spark_groups.options.sink import parse_sink_options
 from spark_groups.sink.plan import parse_offset_log, read_batch_plan
 from spark_groups.sink.writer import (
     KafkaRows,

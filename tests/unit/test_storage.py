@@ -8,8 +8,8 @@ import pytest
 
 from spark_groups.errors import OptionError
 from spark_groups.options import parse_options
+from spark_groups.options.sink import parse_sink_options
 from spark_groups.secrets import is_secret, redact
-from spark_groups.sink.options import parse_sink_options
 from spark_groups.storage.files import location
 from spark_groups.storage.object_stores import (
     check_commit_safety,

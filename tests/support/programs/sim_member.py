@@ -40,11 +40,11 @@ import pyarrow.compute as pc
 from spark_groups.group.stream import GroupStream
 from spark_groups.offsets import BatchOffset
 from spark_groups.options import parse_options
+from spark_groups.options.sink import SinkOptions
 from spark_groups.read.reader import read_ranges
 from spark_groups.sink.autocompact import compact_if_due
 from spark_groups.sink.delta_arbiter import for_source
 from spark_groups.sink.group_commit import DeltaSink
-from spark_groups.sink.options import SinkOptions
 from spark_groups.sink.plan import read_batch_plan
 from spark_groups.sink.writer import TaskFileWriter
 from spark_groups.storage.checkpoint import is_committed, latest_logged, spark_batch_id

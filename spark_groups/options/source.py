@@ -11,12 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal, cast, get_args
 
-from spark_groups import option_values as values
 from spark_groups.errors import OptionError
 from spark_groups.kafka.client import validate_config
 from spark_groups.kafka.watermarks import END_OFFSET_MODES, EndOffsetsMode
 from spark_groups.offsets.ranges import Pipeline
 from spark_groups.offsets.starting import StartingOffsets, parse_starting
+from spark_groups.options import values
 from spark_groups.read.native import READ_PATHS, ReadPath
 from spark_groups.read.tasks import DEFAULT_RECORDS_PER_TASK
 from spark_groups.secrets import is_secret

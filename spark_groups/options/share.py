@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from spark_groups import option_values as values
 from spark_groups.errors import OptionError
 from spark_groups.offsets import Pipeline
+from spark_groups.options import values
 from spark_groups.secrets import is_secret
 from spark_groups.storage.files import check_location
 from spark_groups.storage.object_stores import storage_options_of
