@@ -83,9 +83,9 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 def register(spark: Any) -> None:
     """Register the ``kafka-group`` source, the ``delta-group`` sink and the experimental
     ``kafka-share`` source with a SparkSession."""
-    from spark_groups.share_source import KafkaShareDataSource
     from spark_groups.sink.spark import DeltaGroupDataSource
-    from spark_groups.source import KafkaGroupDataSource
+    from spark_groups.sources.kafka_group import KafkaGroupDataSource
+    from spark_groups.sources.kafka_share import KafkaShareDataSource
 
     spark.dataSource.register(KafkaGroupDataSource)
     spark.dataSource.register(DeltaGroupDataSource)

@@ -5,7 +5,7 @@ partition stands and which member may still write it (docs/architecture.md, "Han
 exactly"). The group asks it through :class:`Arbiter` and imports nothing of the sink: the
 ``delta-group`` sink implements it (``spark_groups.sink.delta_arbiter.DeltaArbiter``) and whoever
 builds a :class:`~spark_groups.group.stream.GroupStream` hands it over (the Spark adapter,
-``spark_groups.source``).
+``spark_groups.sources.kafka_group``).
 
 Where a partition resumes, when several records disagree, is decided in
 ``spark_groups.group.resume``; the table's answer here is one of them (the order of

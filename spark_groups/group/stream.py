@@ -4,8 +4,8 @@
 from that process's main thread, and the thread SIGTERM starts calls :meth:`GroupStream.stop`;
 every step that reads or changes the driver's state is a request to the group member's owner
 thread (``group.state``), which also runs librdkafka's callbacks: assigned, revoked (the
-barrier) and lost. It knows nothing about Spark: ``spark_groups.source`` adapts it. The steps,
-in order: docs/architecture.md, "The driver, step by step".
+barrier) and lost. It knows nothing about Spark: ``spark_groups.sources.kafka_group`` adapts
+it. The steps, in order: docs/architecture.md, "The driver, step by step".
 """
 
 from __future__ import annotations

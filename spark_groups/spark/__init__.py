@@ -2,10 +2,10 @@
 exports them), what the running pyspark offers (:mod:`~spark_groups.spark.compat`) and
 logging in Spark's Python workers (:mod:`~spark_groups.spark.worker_logging`).
 
-The adapters are :mod:`spark_groups.source` (the ``kafka-group`` source) and
-:mod:`spark_groups.sink.spark` (the ``delta-group`` sink). Only they and ``compat`` import
-Spark (and :mod:`spark_groups.deadletter`, inside its functions); everything they adapt is
-plain Python, tested without a JVM.
+The adapters are :mod:`spark_groups.sources` (the ``kafka-group`` and ``kafka-share``
+sources) and :mod:`spark_groups.sink.spark` (the ``delta-group`` sink). Only they and
+``compat`` import Spark (and :mod:`spark_groups.deadletter`, inside its functions);
+everything they adapt is plain Python, tested without a JVM.
 """
 
 #: The format name of the ``kafka-group`` source, for ``spark.readStream.format(...)``.

@@ -16,7 +16,7 @@ BENCH_SMOKE = "integration/test_bench_smoke.py"
 
 #: Third-party root module -> where in spark_groups it may be imported.
 ALLOWED = {
-    "pyspark": ("spark/", "source.py", "share_source.py", "sink/spark.py", "deadletter.py"),
+    "pyspark": ("spark/", "sources/", "sink/spark.py", "deadletter.py"),
     "confluent_kafka": ("kafka/",),
     "deltalake": (
         "storage/delta.py",

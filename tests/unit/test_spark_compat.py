@@ -21,7 +21,7 @@ from spark_groups.errors import OptionNeedsSparkError, UnsupportedSparkError
 from spark_groups.offsets import BatchOffset, OffsetRange
 from spark_groups.options import parse_options
 from spark_groups.sink.spark import rows_as_batches
-from spark_groups.source import KafkaGroupStreamReader, check_for_this_spark
+from spark_groups.sources.kafka_group import KafkaGroupStreamReader, check_for_this_spark
 from spark_groups.spark import compat
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "group.id": "g"}
@@ -154,7 +154,7 @@ def test_our_data_sources_keep_planner_workers_from_sending_empty_profilers(
     )
 
     from spark_groups.sink.spark import DeltaGroupDataSource
-    from spark_groups.source import KafkaGroupDataSource
+    from spark_groups.sources.kafka_group import KafkaGroupDataSource
 
     try:
         import pyspark.sql.worker.utils as planner

@@ -46,7 +46,8 @@ from spark_groups.spark.compat import (
 )
 from spark_groups.storage import checkpoint
 
-log = logging.getLogger(__name__)
+# Logs under the logger it has always used (before the module's rename).
+log = logging.getLogger("spark_groups.source")
 
 
 class RangesPartition(InputPartition):

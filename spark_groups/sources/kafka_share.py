@@ -52,7 +52,8 @@ from spark_groups.spark.compat import (
 )
 from spark_groups.storage import checkpoint
 
-log = logging.getLogger(__name__)
+# Logs under the logger it has always used (before the module's rename).
+log = logging.getLogger("spark_groups.share_source")
 
 #: The format name, for ``spark.readStream.format(...)``.
 SHARE_FORMAT = "kafka-share"
