@@ -17,7 +17,7 @@ query = (df.writeStream.format("delta-group")          # exactly-once into Delta
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_groups.errors import (
     AuthenticationError,
@@ -45,6 +45,9 @@ from spark_groups.errors import (
     UnsupportedSparkError,
 )
 from spark_groups.spark import FORMAT, SINK_FORMAT
+
+if TYPE_CHECKING:
+    from spark_groups.storage.flow_checkpoints import flow_checkpoints
 
 __version__ = "0.1.0"
 
@@ -74,6 +77,7 @@ __all__ = [
     "StaleGenerationError",
     "TopicNotFoundError",
     "UnsupportedSparkError",
+    "flow_checkpoints",
     "register",
 ]
 
@@ -90,3 +94,13 @@ def register(spark: Any) -> None:
     spark.dataSource.register(KafkaGroupDataSource)
     spark.dataSource.register(DeltaGroupDataSource)
     spark.dataSource.register(KafkaShareDataSource)
+
+
+def __getattr__(name: str) -> Any:
+    """``flow_checkpoints`` (a pipeline flow's checkpoints directory, for a definitions file),
+    imported on first use: ``import spark_groups`` stays light (no pyarrow)."""
+    if name == "flow_checkpoints":
+        from spark_groups.storage.flow_checkpoints import flow_checkpoints
+
+        return flow_checkpoints
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

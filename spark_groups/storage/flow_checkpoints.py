@@ -10,19 +10,35 @@ a sink: its name), ``<flow>`` the flow's name, and ``<n>`` counts full refreshes
 runs in the highest numbered directory there (``0`` when there is none), and a full refresh of
 its target creates the next one (``SystemMetadata.getLatestCheckpointDir`` in Spark). A Python
 source is not told that path, so the ``kafka-group`` source takes the flow's directory (the
-option ``pipelines.flowCheckpoints``, :func:`spark_groups.pipelines.flow_checkpoints` makes
-it) and finds the checkpoint there by the same rule when its query starts
-(:func:`current`): on Spark 4.0 and 4.1 it is the source's ``checkpointLocation``, and
-``<n>`` > 0 tells the source that its flow was refreshed.
+option ``pipelines.flowCheckpoints``, which :func:`flow_checkpoints` makes from the spec) and
+finds the checkpoint there by the same rule when its query starts (:func:`current`): on Spark
+4.0 and 4.1 it is the source's ``checkpointLocation``, and ``<n>`` > 0 tells the source that
+its flow was refreshed (``spark_groups.group.refresh``). In a definitions file
+(``spark_groups.flow_checkpoints`` is this module's function, the public import path)::
+
+    from spark_groups import flow_checkpoints
+
+    @dp.table
+    def orders_raw():
+        return (spark.readStream.format("kafka-group")
+                ...
+                .option("pipelines.flowCheckpoints", flow_checkpoints("orders_raw"))
+                .load())
+
+See docs/pipelines.md.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pyarrow.fs as pafs
 
+from spark_groups.errors import OptionError
 from spark_groups.storage.files import location
 
 #: The source option naming a pipeline flow's checkpoints directory.
@@ -50,3 +66,73 @@ def current(root: str, storage_options: Mapping[str, str] | None = None) -> Flow
     ]
     refresh = max(numbers, default=0)
     return FlowCheckpoint(f"{root.rstrip('/')}/{refresh}", refresh)
+
+
+#: The names ``spark-pipelines`` looks for, in a directory and then in each of its parents.
+SPEC_FILE_NAMES = ("spark-pipeline.yml", "spark-pipeline.yaml")
+#: The catalog and database a spec that names none puts its tables in (the session's).
+DEFAULT_CATALOG, DEFAULT_DATABASE = "spark_catalog", "default"
+
+
+def find_spec(start: str | os.PathLike[str] | None = None) -> Path:
+    """The pipeline spec ``spark-pipelines`` uses when run from ``start`` (default: the
+    current directory, which is the spec's own while the CLI imports definitions files):
+    the first directory from ``start`` up that holds one of :data:`SPEC_FILE_NAMES`."""
+    here = Path(start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        found = [directory / name for name in SPEC_FILE_NAMES if (directory / name).is_file()]
+        if len(found) > 1:
+            raise OptionError(
+                FLOW_CHECKPOINTS_OPTION,
+                f"{directory} holds both {' and '.join(SPEC_FILE_NAMES)}: keep one",
+            )
+        if found:
+            return found[0]
+    raise OptionError(
+        FLOW_CHECKPOINTS_OPTION,
+        f"no {SPEC_FILE_NAMES[0]} in {here} or above it: call flow_checkpoints() from a "
+        "definitions file that spark-pipelines runs, or pass spec=<the spec file>",
+    )
+
+
+def flow_checkpoints(
+    target: str,
+    flow: str | None = None,
+    *,
+    sink: bool = False,
+    spec: str | os.PathLike[str] | None = None,
+) -> str:
+    """The checkpoints directory of the pipeline flow ``flow`` (default: ``target``'s own
+    flow, named as the dataset) into ``target``, for the source option
+    ``pipelines.flowCheckpoints``.
+
+    ``target`` is a table (``name``, ``database.name`` or ``catalog.database.name``; the
+    spec's ``catalog`` and ``database`` fill in what it leaves out) or, with ``sink=True``,
+    a sink made by ``dp.create_sink``. The spec is the one ``spark-pipelines`` runs (found as
+    it finds it, :func:`find_spec`) unless ``spec`` names it."""
+    settings = _read_spec(Path(spec) if spec is not None else find_spec())
+    storage = settings.get("storage")
+    if not isinstance(storage, str) or not storage.strip():
+        raise OptionError(FLOW_CHECKPOINTS_OPTION, "the pipeline spec names no storage root")
+    parts = target.split(".")
+    if any(not part or "`" in part for part in parts) or len(parts) > (1 if sink else 3):
+        raise OptionError(
+            FLOW_CHECKPOINTS_OPTION,
+            f"{target!r} is not a {'sink name' if sink else 'table name'} this helper reads "
+            "(plain names joined by dots, no backticks)",
+        )
+    if not sink:
+        database = str(settings.get("database") or settings.get("schema") or DEFAULT_DATABASE)
+        catalog = str(settings.get("catalog") or DEFAULT_CATALOG)
+        parts = [catalog, database][: 3 - len(parts)] + parts
+    return "/".join([storage.rstrip("/"), "_checkpoints", *parts, flow or parts[-1]])
+
+
+def _read_spec(path: Path) -> Mapping[str, Any]:
+    import yaml  # pyspark[pipelines] brings it, as spark-pipelines needs it
+
+    with path.open(encoding="utf-8") as f:
+        settings = yaml.safe_load(f)
+    if not isinstance(settings, dict):
+        raise OptionError(FLOW_CHECKPOINTS_OPTION, f"{path} is not a pipeline spec (no mapping)")
+    return settings

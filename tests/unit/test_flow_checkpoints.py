@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from spark_groups import flow_checkpoints  # the public import path
 from spark_groups.errors import OptionError
 from spark_groups.group import refresh
 from spark_groups.offsets import BatchOffset
 from spark_groups.options import SourceOptions, in_flow_checkpoint, parse_options
-from spark_groups.pipelines import find_spec, flow_checkpoints
-from spark_groups.storage.flow_checkpoints import FLOW_CHECKPOINTS_OPTION, current
+from spark_groups.storage.flow_checkpoints import FLOW_CHECKPOINTS_OPTION, current, find_spec
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "group.id": "g"}
 

@@ -18,7 +18,7 @@ from pyspark import pipelines as dp
 from pyspark.sql import SparkSession
 
 import spark_groups
-from spark_groups.pipelines import flow_checkpoints
+from spark_groups import flow_checkpoints
 
 spark = SparkSession.active()  # Spark 4.2+ also hands definitions files `spark`; 4.1 does not
 spark_groups.register(spark)
