@@ -12,6 +12,29 @@ query = (df.writeStream.format("delta-group")          # exactly-once into Delta
          .option("group.id", "orders-etl")
          .option("checkpointLocation", "/data/_checkpoints/orders-etl")
          .start("/data/tables/orders"))
+
+The public surface, besides :func:`register`, the format names and the errors exported here
+(and :func:`flow_checkpoints`, a pipeline flow's checkpoints directory):
+
+* :mod:`~spark_groups.handover`: ``SinkTableHandover``, a plain confluent-kafka service's
+  ``on_assign`` that claims its partitions in the ``delta-group`` table;
+* :mod:`~spark_groups.metrics`: the coordinator metrics in the query progress, read back
+  (``coordinator_metrics``, ``log_end_offsets``);
+* :mod:`~spark_groups.deadletter`: opt-in dead letters;
+* :mod:`~spark_groups.embedded`: ``EmbeddedBroker``, the demo's and the notebooks' broker;
+* :mod:`~spark_groups.errors`: the exception hierarchy, one root: ``SparkGroupsError``.
+
+Below it (docs/architecture.md, "Packages and modules"): :mod:`~spark_groups.topic_partition`
+(``TopicPartition``), :mod:`~spark_groups.secrets` (which settings are secrets),
+:mod:`~spark_groups.crash_points` (the named points of a batch's life, for tests), and the
+packages :mod:`~spark_groups.sources` (the sources' Spark adapters),
+:mod:`~spark_groups.options` (every option), :mod:`~spark_groups.offsets` (Kafka positions),
+:mod:`~spark_groups.storage` (where tables and checkpoints live), :mod:`~spark_groups.kafka`
+(the one place that talks to librdkafka), :mod:`~spark_groups.group` (the driver),
+:mod:`~spark_groups.read` (the executor side), :mod:`~spark_groups.ledger` (the offsets
+table), :mod:`~spark_groups.sink` (the ``delta-group`` sink), :mod:`~spark_groups.share` (the
+``kafka-share`` source's parts), :mod:`~spark_groups.spark` (what the adapters share) and
+:mod:`~spark_groups.tools` (the ``spark-groups`` command and the test processes).
 """
 
 from __future__ import annotations

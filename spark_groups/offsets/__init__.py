@@ -6,7 +6,9 @@
 * :mod:`~spark_groups.offsets.starting`: the ``starting*`` options, where a partition with no
   committed offset starts;
 * :mod:`~spark_groups.offsets.commit_metadata`: the metadata of every OffsetCommit the source
-  makes (who committed), and reading it back.
+  makes (who committed), and reading it back;
+* :mod:`~spark_groups.offsets.offset_sets`: ``OffsetSet`` / ``PartitionOffsets``, a share
+  batch's offsets per partition kept as ranges.
 """
 
 from spark_groups.offsets.ranges import (

@@ -1,11 +1,18 @@
-"""What the Spark adapters share: the format names Spark knows them by (``spark_groups``
-exports them), what the running pyspark offers (:mod:`~spark_groups.spark.compat`) and
-logging in Spark's Python workers (:mod:`~spark_groups.spark.worker_logging`).
+"""What the Spark adapters share: the format names Spark knows them by (here; ``spark_groups``
+exports them) and:
+
+* :mod:`~spark_groups.spark.compat`: what the running pyspark offers (admission control, the
+  Arrow stream writer, Arrow types in UTC);
+* :mod:`~spark_groups.spark.worker_logging`: logging in Spark's Python workers;
+* :mod:`~spark_groups.spark.task_context`: ``TaskAttempt``, a task's streaming batch from its
+  ``TaskContext``, and the note a ``kafka-share`` reader leaves the writer of its task;
+* :mod:`~spark_groups.spark.planner_accumulators`: Spark 4.2+'s planner workers send no empty
+  profiler accumulators (SPARK-55161).
 
 The adapters are :mod:`spark_groups.sources` (the ``kafka-group`` and ``kafka-share``
-sources) and :mod:`spark_groups.sink.spark` (the ``delta-group`` sink). Only they and
-``compat`` import Spark (and :mod:`spark_groups.deadletter`, inside its functions);
-everything they adapt is plain Python, tested without a JVM.
+sources) and :mod:`spark_groups.sink.spark` (the ``delta-group`` sink). Only they and this
+package import Spark (and :mod:`spark_groups.deadletter`, inside its functions); everything
+they adapt is plain Python, tested without a JVM.
 """
 
 #: The format name of the ``kafka-group`` source, for ``spark.readStream.format(...)``.

@@ -1,9 +1,11 @@
-"""The rules of the house (docs/architecture.md): which modules may import which clients, and
-no import cycles between packages, and that the tests import no benchmark code."""
+"""The rules of the house (docs/architecture.md): which modules may import which clients, no
+import cycles between packages, package indexes that are true, and that the tests import no
+benchmark code."""
 
 from __future__ import annotations
 
 import ast
+import re
 from collections import deque
 from collections.abc import Iterator
 from itertools import pairwise
@@ -142,6 +144,43 @@ def test_no_import_cycles_between_packages() -> None:
         for cycle in cycles
     ]
     assert not report, "import cycles between packages:\n  " + "\n  ".join(report)
+
+
+#: How a package's index names a module: ``:mod:`spark_groups.group.stream``` (or with ``~``).
+MODULE_REFERENCE = re.compile(r":mod:`~?(spark_groups(?:\.\w+)*)`")
+
+
+def exists(module: str) -> bool:
+    """True when the dotted ``module`` is a module or a package of spark_groups."""
+    path = PACKAGE.joinpath(*module.split(".")[1:])
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def test_every_package_index_names_its_modules() -> None:
+    """A package's ``__init__`` docstring is its index: it names each of its modules and
+    subpackages as a ``:mod:`` reference (``:mod:`~spark_groups.group.stream```, a line or a
+    phrase each: what it is), and every ``:mod:`` reference in it names a module that exists."""
+    wrong = []
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        package = module_of(init)
+        named = set(MODULE_REFERENCE.findall(ast.get_docstring(ast.parse(init.read_text())) or ""))
+        parts = {p.stem for p in init.parent.glob("*.py")} - {"__init__"}
+        parts |= {p.parent.name for p in init.parent.glob("*/__init__.py")}
+        wrong += [
+            f"{package}'s index does not name {package}.{m}"
+            for m in sorted(parts)
+            if f"{package}.{m}" not in named
+        ]
+        wrong += [
+            f"{package}'s index names {m}: no such module" for m in sorted(named) if not exists(m)
+        ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    """A module's file name alone says which module it is (``__init__.py`` aside)."""
+    names = [p.name for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
 
 
 def test_tests_import_no_benchmark_code() -> None:
