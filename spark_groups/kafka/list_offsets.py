@@ -6,8 +6,10 @@ the log end (:data:`LATEST`), the log start (:data:`EARLIEST`; both from
 :mod:`spark_groups.offsets.starting`) or, per partition, the first offset at or after a
 timestamp. Leadership that moved (a broker restarted or frozen, an election) refreshes the
 metadata and asks again; a topic the consumer's metadata does not know yet is looked up once
-more; no answer by the deadline raises :class:`~spark_groups.errors.BrokerUnreachableError`
-naming the bootstrap servers; an unknown topic raises
+more, and one that fresh metadata knows is asked again (a broker restarted and still loading
+its log answers "unknown" for a while); no answer by the deadline raises
+:class:`~spark_groups.errors.BrokerUnreachableError` naming the bootstrap servers; an unknown
+topic raises
 :class:`~spark_groups.errors.TopicNotFoundError`; a denied one the authorization error of
 :mod:`spark_groups.kafka.auth`. Secrets never reach a message.
 """
@@ -82,6 +84,14 @@ def list_offsets(
                 refreshed = True
                 _refresh_metadata(consumer, tps, deadline)
                 continue
+            if (
+                code in UNKNOWN_TOPIC_CODES
+                and err is not None
+                and _in_metadata(consumer, tps, deadline)
+            ):
+                moved = err  # a broker that restarted and is still loading the log: wait
+                _await_new_leaders(consumer, tps, err, deadline, servers)
+                continue
             if code in UNKNOWN_TOPIC_CODES:
                 raise TopicNotFoundError(
                     f"unknown topic or partition on {servers}: {partition_names(tps)}",
@@ -102,11 +112,11 @@ def list_offsets(
                 f"ListOffsets on {servers} failed {what}: {err.name()}: {scrub(err.str(), config)}"
             ) from None
         by_tp = {TopicPartition(got.topic, got.partition): got for got in answer}
-        moving = [
-            error
-            for error in (by_tp[tp].error for tp in tps if tp in by_tp)
-            if error is not None and error.code() in LEADERSHIP_MOVED_CODES
-        ]
+        errors = [e for e in (by_tp[tp].error for tp in tps if tp in by_tp) if e is not None]
+        moving = [e for e in errors if e.code() in LEADERSHIP_MOVED_CODES]
+        unknown = [e for e in errors if e.code() in UNKNOWN_TOPIC_CODES]
+        if not moving and unknown and _in_metadata(consumer, tps, deadline):
+            moving = unknown  # the metadata knows them: a broker still loading the log
         if moving:
             moved = moving[0]
             _await_new_leaders(consumer, tps, moved, deadline, servers)
@@ -178,6 +188,26 @@ def _await_new_leaders(
     )
     _refresh_metadata(consumer, tps, deadline)
     time.sleep(min(_RETRY_BACKOFF_S, max(deadline - time.monotonic(), 0)))
+
+
+def _in_metadata(consumer: Consumer, tps: list[TopicPartition], deadline: float) -> bool:
+    """Whether fresh metadata knows every partition of ``tps`` (ListOffsets answered that it
+    does not: right after a broker restarted, before it loaded the log, it does so for
+    partitions that exist)."""
+    for topic in sorted({tp.topic for tp in tps}):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        try:
+            found = consumer.list_topics(topic, timeout=left).topics.get(topic)
+        except KafkaException:
+            return False
+        if found is None or found.error is not None:
+            return False
+        wanted = {tp.partition for tp in tps if tp.topic == topic}
+        if not wanted <= set(found.partitions):
+            return False
+    return True
 
 
 def _refresh_metadata(consumer: Consumer, tps: list[TopicPartition], deadline: float) -> None:
