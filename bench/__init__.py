@@ -11,9 +11,10 @@ finds scenarios by name):
 * ``scenarios/NAME.py``: one per figure or table; ``scenarios/_NAME_*.py`` are its pieces.
 
 The tests' support package (``tests/support``, imported as ``support``: topics, waiting, the
-member programs and their launcher, a plain consumer service) is the benchmarks' too: this
-package puts ``tests/`` on ``sys.path``, as pytest does for the tests. Tests import nothing
-from here (``tests/unit/test_layers.py``), except the benchmark's own smoke test.
+member programs and their launcher, a plain consumer service) is the benchmarks' too: install
+it beside the project (``pip install -e tests/support``; pytest finds it beside the tests).
+Tests import nothing from here (``tests/unit/test_layers.py``), except the benchmark's own
+smoke test.
 
 A scenario (copy ``scenarios/split.py``) has a docstring whose first line names what it
 measures (``python -m bench`` lists it) and whose first paragraph ``--help`` shows, saying
@@ -23,13 +24,6 @@ the sides, the records and the rounds; ``SECTION`` (its ``<!-- SECTION:start -->
 the runner adds ``command``, ``when``, ``load_before``, ``load_after``); ``render(results) ->
 str`` naming ``results["command"]`` next to its figures; optionally ``child(spec)``, run in a
 fresh process by ``python -m bench NAME --child JSON``. Then ``python -m bench NAME
---write-docs`` and a line in README.md. Hand-written notes go after a section's end marker.
-Retired scenarios' sections name the commit that still has their code.
+--write-docs``. Hand-written notes go after a section's end marker; what was tried and retired
+goes to docs/history.md.
 """
-
-import sys
-from pathlib import Path
-
-_TESTS = str(Path(__file__).resolve().parents[1] / "tests")
-if _TESTS not in sys.path:
-    sys.path.append(_TESTS)

@@ -12,7 +12,7 @@
 * ``services``: a plain consumer service in a group, in a thread;
 * ``programs/``: the member programs themselves.
 
-``tests/`` is on ``sys.path`` for every test (pytest puts it there for ``tests/conftest.py``)
-and for the benchmarks (``bench/__init__.py``), so nothing else has to be. The dependency goes
-one way: ``bench`` imports ``support``; nothing here imports ``bench``.
+The tests find it on ``sys.path`` (pytest puts ``tests/`` there for ``tests/conftest.py``); the
+benchmarks find it installed (``pip install -e tests/support``, its own ``pyproject.toml``).
+The dependency goes one way: ``bench`` imports ``support``; nothing here imports ``bench``.
 """
