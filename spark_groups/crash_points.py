@@ -1,57 +1,15 @@
 """Named crash points of a batch's life, for tests that stop a member exactly there.
 
-A batch of a ``kafka-group`` query goes through these points, in this order (some in the
-reader process on the driver, some in the sink's commit, some on executors):
-
-==========================  ==========================================================
-point                       reached
-==========================  ==========================================================
-``planned``                 the source planned the batch (``latestOffset`` returns it)
-``read``                    an executor task read its ranges
-``sink.files_written``      the ``delta-group`` sink's driver got every task's files
-``sink.commit_in_flight``   the sink decided and is about to commit to Delta
-``sink.committed``          the sink's Delta commit landed
-``spark.commit_log``        Spark wrote its commit log and asked for the next batch
-``kafka.committed``         the source committed the batch to Kafka
-``ledger.written``          the source wrote the batch's ledger rows
-``revocation``              the group takes partitions away (the barrier starts)
-``leave``                   the member committed what it could and is about to leave
-==========================  ==========================================================
-
-A batch of a ``kafka-share`` query reaches ``planned``, ``read`` (a task acquired records and
-handed them to its worker's acknowledger), the three ``sink.*`` points and
-``spark.commit_log``, and then, in each reading task's Python worker:
-
-==========================  ==========================================================
-``share.dead_letters``      a task wrote the records on their last delivery to the
-                            dead-letter table; their REJECT is about to go (in the task)
-``share.accepting``         the table names the task attempt; its ACCEPT is about to go
-==========================  ==========================================================
-
-One point belongs to a partition's arrival rather than to a batch (:data:`GROUP_POINTS`):
-
-==========================  ==========================================================
-``resuming``                the source is about to find where newly assigned partitions
-                            resume (Kafka, the ledger, and with ``sink.table`` their
-                            claim in the sink's table); the group may revoke them meanwhile
-==========================  ==========================================================
-
-Every point is inert unless a test turns it on, in one of two ways:
-
-* in-process: :func:`installed` runs a function at every point reached;
-* across processes (a member started by a test in a session of its own): the environment
-  variable :data:`CRASH_ENV` = ``point:SIGKILL`` (or ``SIGTERM``) makes the first process
-  of the member that reaches ``point`` stop the member, once the *arm file* named by
-  :data:`ARM_ENV` exists (no arm file variable: armed from the start). SIGKILL goes to every
-  process of the session (the driver, the JVM, the reader process and pyspark's daemon and
-  workers, which sit in a process group of their own): the member dies at once, whole.
-  SIGTERM goes to the session leader's process group, as a deployment stops a member (the
-  driver and the JVM, whose shutdown then ends the Python workers). The first process to
-  fire renames the arm file to ``<arm>.fired`` (atomic: one firing) and writes the point
-  and its pid into it. A test arms a member when it has seen what it waits for (say, two
-  committed batches): no sleep decides which batch is hit. ``point:SIGKILL:process`` kills
-  only the process that reaches the point (one Python worker of an executor: a task's
-  process dies, the member lives on).
+:data:`POINTS` are a ``kafka-group`` batch's, in order; :data:`SHARE_POINTS` those a
+``kafka-share`` batch reaches after ``spark.commit_log`` (in its reading tasks' workers);
+:data:`GROUP_POINTS` a partition's arrival. What each means: docs/guarantees.md, "Crash
+points". Every point is inert unless a test turns it on: in-process, :func:`installed` runs a
+hook at every point reached; across processes, :data:`CRASH_ENV` = ``point:SIGKILL`` (or
+``SIGTERM``) stops the member at the first process that reaches ``point`` once the arm file
+named by :data:`ARM_ENV` exists (no such variable: armed from the start). SIGKILL goes to
+every process of the member's session, SIGTERM to the session leader's process group,
+``point:SIGKILL:process`` to the reaching process alone. The first process to fire renames the
+arm file to ``<arm>.fired`` (one firing) and writes the point and its pid into it.
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """Dead letters: records the user's parsing fails on go to their own table, not into an error.
 
 Opt-in. :func:`parse` adds the parsed value and an error column to a ``kafka-group``
-DataFrame; :func:`good_rows` keeps the records that parsed, :func:`dead_letters` the ones that
-did not, with their topic, partition, offset, key, value and the error. A streaming query has
-one sink, so the two go to two queries, each with its own consumer group (both read every
-record; each is exactly-once through the ``delta-group`` sink)::
-
-    from spark_groups import deadletter
-
-    def source(group):
-        return spark.readStream.format("kafka-group").option("group.id", group)...load()
-
-    def to_order(value: bytes) -> dict:  # raises on bad input
-        return json.loads(value)
-
-    good = deadletter.good_rows(deadletter.parse(source("orders"), to_order, ORDER_SCHEMA))
-    bad = deadletter.dead_letters(deadletter.parse(source("orders-dlq"), to_order, ORDER_SCHEMA))
-    good.select("parsed.*", "topic", "partition", "offset").writeStream.format("delta-group")...
-    bad.writeStream.format("delta-group")...  # the dead-letter table
-
-The parser is either a Python function of the record's value (``bytes`` or ``None``) that
-returns a dict (or tuple) matching ``schema`` and raises on bad input -- the exception's type
-and message become the error -- or a Spark :class:`~pyspark.sql.Column` over the record
-(e.g. ``from_json(col("value").cast("string"), schema)``) that is null for bad input. See
-docs/reliability.md.
+DataFrame; :func:`good_rows` keeps the records that parsed, :func:`dead_letters` the others
+(:data:`DEAD_LETTER_COLUMNS`). A query has one sink, so the two go to two queries, each with
+its own consumer group. The parser is a Python function of the value (``bytes`` or ``None``;
+its exception's type and message become the error) or a Spark :class:`~pyspark.sql.Column`
+that is null for bad input. Spark is imported inside the functions only. Example:
+docs/reliability.md, "Dead letters".
 """
 
 from __future__ import annotations

@@ -1,36 +1,14 @@
 """For plain consumer services in a group with spark_groups members: start where the table ends.
 
-A Spark member with the ``delta-group`` sink commits a batch to its Delta table first and to
-Kafka right after. A member killed between the two (SIGKILL, an OOM, a lost node) leaves
-Kafka's committed offset one batch behind the table, and a plain consumer that takes the
-partition over from Kafka's offset processes that batch again: its records end up in the
-table *and* in the service's output. The batch may even still be landing in the table while
-the service starts (the killed member's sink commit was in flight).
-
-:class:`SinkTableHandover` closes that window for a confluent-kafka consumer. Give its
-:meth:`~SinkTableHandover.on_assign` to ``subscribe`` (or call it from your own
-``on_assign``). For the newly assigned partitions it
-
-1. *claims* them in the sink's table (``spark_groups.sink.claim_tokens``): from this commit on,
-   no batch of the previous Spark owner can land them any more, so the table's positions
-   read in the same commit are final;
-2. commits those positions to Kafka where the table is ahead of the group's committed
-   offset, before the consumer fetches: the consumer then starts exactly where the table
-   ends, and lag tools see the right offset.
-
-::
-
-    from confluent_kafka import Consumer
-    from spark_groups.handover import SinkTableHandover
-
-    handover = SinkTableHandover("/data/tables/orders", group_id="orders-etl")
-    consumer = Consumer({"group.id": "orders-etl", "enable.auto.commit": False, ...})
-    consumer.subscribe(["orders"], on_assign=handover.on_assign)
-
-It needs ``deltalake`` (a dependency of spark_groups) and read/write access to the table's
-``_delta_log`` (``storage_options`` as delta-rs takes them, for object stores). Without a
-table yet there is nothing to claim and the consumer starts from Kafka's offsets as usual.
-The guarantees per kind of next owner: docs/guarantees.md.
+A member killed between its sink's Delta commit and its Kafka commit leaves Kafka one batch
+behind the ``delta-group`` table; a plain consumer that took the partition over from Kafka's
+offset would process that batch again. :meth:`SinkTableHandover.on_assign` (give it to
+``subscribe``, or call it from your own ``on_assign``) claims the newly assigned partitions in
+the table, so no batch of the previous owner can land them any more, and commits the table's
+positions to Kafka where the table is ahead, before the consumer fetches. Without a table yet
+the consumer starts from Kafka's offsets. It needs read/write access to the table's
+``_delta_log`` (``storage_options`` as delta-rs takes them). Example and guarantees:
+docs/guarantees.md, "Hard kills and the next owner".
 """
 
 from __future__ import annotations
@@ -81,10 +59,11 @@ class SinkTableHandover:
         return f"SinkTableHandover(table={self.table!r}, group_id={self.group_id!r})"
 
     def on_assign(self, consumer: Any, partitions: Sequence[Any]) -> None:
-        """confluent-kafka's ``on_assign``: steps 1 and 2 of the module doc for
-        ``partitions``. Raises :class:`~spark_groups.errors.SinkClaimError` when the table
-        cannot be claimed in time (the consumer's poll raises it: better than starting from
-        an offset that may repeat the table's records)."""
+        """confluent-kafka's ``on_assign``: claim ``partitions`` in the table and commit its
+        positions where it is ahead (the module doc). Raises
+        :class:`~spark_groups.errors.SinkClaimError` when the table cannot be claimed in time (the
+        consumer's poll raises it: better than starting from an offset that may repeat the table's
+        records)."""
         wanted = [TopicPartition(p.topic, p.partition) for p in partitions]
         if not wanted:
             return

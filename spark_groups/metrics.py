@@ -1,17 +1,11 @@
 """Coordinator metrics of a ``kafka-group`` query, carried in its streaming progress.
 
-Spark 4.3's Python data source API has no metrics hook: ``sources[].metrics`` of a
-``StreamingQueryProgress`` stays empty for Python sources, and the reader runs in its own
-process on the driver, out of reach of the user's listeners. What a Python source *can* put
-into the progress is the JSON of ``reportLatestOffset``, which Spark shows verbatim as
-``sources[].latestOffset``. So the source reports the log end offsets there in the shape of
-Spark's kafka source (``{"orders": {"0": 120, "1": 98}}``) and adds one more key,
-:data:`METRICS_KEY`, holding a snapshot of the member's coordinator metrics. ``@`` cannot
-appear in a Kafka topic name, so the key never collides with a topic.
-
-The user's side reads them back with :func:`coordinator_metrics` (from ``query.lastProgress``
-or a ``StreamingQueryListener`` event) and :func:`log_end_offsets`. docs/metrics.md lists the
-metrics and how to alert on them.
+A Python source has no metrics hook, so the source returns its log end offsets from
+``reportLatestOffset`` (Spark shows them as ``sources[].latestOffset``, in the shape of
+Spark's kafka source) plus one key, :data:`METRICS_KEY`, holding :func:`snapshot` of the
+member's metrics (``@`` never appears in a topic name). :func:`coordinator_metrics` and
+:func:`log_end_offsets` read them back from a progress. The metrics and how to alert on them:
+docs/metrics.md.
 """
 
 from __future__ import annotations

@@ -12,10 +12,8 @@ from typing import NamedTuple
 class TopicPartition(NamedTuple):
     """One partition of one topic (a plain, hashable value; not confluent_kafka's class).
 
-    A named tuple, so hashing and ordering run in C: a member of 5,000 partitions sorts and
-    looks them up many times a batch, and a dataclass's generated ``__lt__`` and
-    ``__hash__`` took a few hundred milliseconds of it (issue 45).
-    """
+    A named tuple, so hashing and ordering run in C (a member of thousands of partitions sorts
+    and looks them up many times a batch)."""
 
     topic: str
     partition: int
