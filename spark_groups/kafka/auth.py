@@ -1,21 +1,12 @@
 """librdkafka's authentication and authorization failures as typed errors.
 
-Where each shows up (Apache Kafka 4.3, librdkafka 2.16, ``tests/integration/test_sasl_acl.py``):
-
-* a wrong SASL user or password (or SASL against a listener without it): ``_AUTHENTICATION``
-  through the client's ``error_cb``, about 0.3 s after connecting (the broker delays its
-  answer), then again at every reconnect. Metadata calls meanwhile just time out with
-  ``_TRANSPORT``, and ``error_cb`` only runs inside ``poll()``/``consume()``;
-* no ACL on the topic at all: the topic is missing from an all-topics Metadata answer (Kafka
-  hides what a client may not describe); asked by name, it carries
-  ``TOPIC_AUTHORIZATION_FAILED``, which a subscribing consumer also gets as a ``poll()``
-  event (``Subscribed topic not available``);
-* DESCRIBE but no READ on the topic: joining and ListOffsets work; the first Fetch (the
-  executors' readers) and every OffsetCommit fail with ``TOPIC_AUTHORIZATION_FAILED``;
-* no ACL on the group: FindCoordinator fails with ``GROUP_AUTHORIZATION_FAILED``, a
-  ``poll()`` event within milliseconds of ``subscribe()``; committed-offset requests just time
-  out. librdkafka looks up the coordinator of *every* consumer's ``group.id``, also of
-  assign-only consumers that never use their group (the readers): their event is ignored.
+:func:`classify` makes refused credentials an :class:`~spark_groups.errors.AuthenticationError`
+and a denied topic or group an :class:`~spark_groups.errors.AuthorizationError` naming the
+principal and the ACL to add. ``_AUTHENTICATION`` arrives only through the client's
+``error_cb`` (inside ``poll``/``consume``; metadata calls meanwhile just time out). librdkafka
+looks up the coordinator of every consumer's ``group.id``, also of the assign-only readers
+that never use it, so their ``GROUP_DENIED`` is harmless. Where each failure shows up and what
+the query does: docs/reliability.md, "Credentials and ACLs".
 """
 
 from __future__ import annotations

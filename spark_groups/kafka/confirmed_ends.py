@@ -1,10 +1,9 @@
 """Log ends confirmed by a fetch, for brokers whose ListOffsets under-reports them (Tansu).
 
-Tansu's ListOffsets answers the base offset of the last record batch + 1; the high watermark
-in a *fetch* response is the log end. :func:`fetch_high_watermarks` fetches each partition
-at ``listed - 1`` and reads that high watermark. :class:`ConfirmedEnds` remembers what a
-fetch confirmed: while a partition's listed end is unchanged it has no new record batch, so
-the confirmed end still holds and no fetch is needed, as long as the log is the same log
+The high watermark in a fetch response is the log end: :func:`fetch_high_watermarks`
+fetches each partition at ``listed - 1`` and reads it. :class:`ConfirmedEnds` remembers what
+a fetch confirmed: while a partition's listed end is unchanged it has no new record batch, so
+the confirmed end still holds, as long as the log is the same log
 (:meth:`ConfirmedEnds.forget` the partitions whose log may have been replaced).
 """
 

@@ -1,16 +1,11 @@
-"""ListOffsets for a set of partitions, within a deadline: asked again while their leadership
-moves, and its errors told as spark_groups errors.
+"""ListOffsets for a set of partitions within a deadline, asked again while leadership moves.
 
-Requests of at most :data:`REQUEST_PARTITIONS` partitions through a ``Consumer`` ask for
-the log end (:data:`LATEST`), the log start (:data:`EARLIEST`; both from
-:mod:`spark_groups.offsets.starting`) or, per partition, the first offset at or after a
-timestamp. Leadership that moved (a broker restarted or frozen, an election) refreshes the
-metadata and asks again; a topic the consumer's metadata does not know yet is looked up once
-more, and one that fresh metadata knows is asked again (a broker restarted and still loading
-its log answers "unknown" for a while); no answer by the deadline raises
-:class:`~spark_groups.errors.BrokerUnreachableError` naming the bootstrap servers; an unknown
-topic raises
-:class:`~spark_groups.errors.TopicNotFoundError`; a denied one the authorization error of
+Requests of at most :data:`REQUEST_PARTITIONS` partitions ask for the log end
+(:data:`LATEST`), the log start (:data:`EARLIEST`) or the first offset at or after a
+timestamp. Leadership that moved refreshes the metadata and asks again; a partition answered
+"unknown" that fresh metadata knows (a restarted broker still loading its log) is asked again
+too. No answer by the deadline raises :class:`~spark_groups.errors.BrokerUnreachableError`, an
+unknown topic :class:`~spark_groups.errors.TopicNotFoundError`, a denied one the error of
 :mod:`spark_groups.kafka.auth`. Secrets never reach a message.
 """
 
@@ -149,10 +144,8 @@ def list_offsets(
 def _in_requests(
     consumer: Consumer, request: list[KafkaTopicPartition], deadline: float
 ) -> list[KafkaTopicPartition]:
-    """librdkafka's answer to ``request``, asked :data:`REQUEST_PARTITIONS` at a time.
-
-    A request's cost per partition grows with its size: for 5,000 partitions one request
-    took 160 ms, ten of 500 took 46 ms (docs/benchmarks.md, "Many partitions")."""
+    """librdkafka's answer to ``request``, asked :data:`REQUEST_PARTITIONS` at a time (a
+    request's cost per partition grows with its size: docs/history.md, "Many partitions")."""
     answer: list[KafkaTopicPartition] = []
     for first in range(0, len(request), REQUEST_PARTITIONS):
         left = max(0.001, deadline - time.monotonic())

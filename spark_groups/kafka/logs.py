@@ -1,20 +1,13 @@
 """librdkafka's own log lines, through Python logging, with repeats folded.
 
-librdkafka logs to stderr unless its client is given a logger. Every client spark_groups
-creates (the driver's member, the log-end probe, the executors' readers, admin clients) gets
-a :class:`LibrdkafkaLog` instead, so its lines reach the ``spark_groups.kafka.librdkafka``
-logger, with its levels and handlers. confluent-kafka serves them on the client's own thread,
-inside ``poll``/``consume``; the native read path hands them back with its other events.
-
-librdkafka's syslog levels become Python's: 0-2 (emergency, alert, critical) CRITICAL,
-3 (error) ERROR, 4 (warning) WARNING, 5-6 (notice, info) INFO, 7 (debug) DEBUG.
-
-A broker that stays unreachable makes librdkafka repeat one line every few tens of
-milliseconds. Repeats are folded: the first line is logged, and the same line again (the
-same client, level and text, its "after N ms" left out) is only counted; the next time it
-comes after :data:`FOLD_S` seconds it is logged once more with how often it came meanwhile
-("... (97 more times in the last 5.0 s)"). Secrets in a line (a SASL password echoed back
-in an error) are scrubbed, as everywhere else.
+Every client spark_groups creates gets a :class:`LibrdkafkaLog` (:func:`with_logger`), so its
+lines reach the ``spark_groups.kafka.librdkafka`` logger instead of stderr, at Python's level
+for librdkafka's syslog level (:data:`SYSLOG_LEVELS`). confluent-kafka serves them on the
+client's own thread, inside ``poll``/``consume``; the native read path hands them back with
+its other events. A line repeated by the same client (same level and text, its "after N ms"
+left out) is logged once, then counted, and logged again at most every :data:`FOLD_S` seconds
+with how often it came. Secrets in a line are scrubbed. docs/operations.md, "Logs:
+spark_groups' and librdkafka's".
 """
 
 from __future__ import annotations

@@ -1,39 +1,15 @@
 """End offsets a planner can trust, on Kafka and on brokers that under-report them.
 
-A micro-batch reads every partition up to its *log end*: the high watermark, or the last
-stable offset when the consumer configuration says ``isolation.level=read_committed``. Kafka
-reports it through ListOffsets. Tansu (the embedded broker) does not: its ListOffsets answers
-the base offset of the last record batch + 1, so after batches of 50, 50, 7 records it says
-101 where the log ends at 107. The high watermark inside a *fetch* response is right on both.
-
-:class:`EndOffsetResolver` has three modes:
-
-``auto`` (default)
-    ``listOffsets`` on Apache Kafka and every broker that reports its log end, ``fetch`` on a
-    broker known to under-report it. The first call asks the cluster's metadata once; a
-    cluster id that names Tansu (its default id is ``tansu_cluster``) selects ``fetch``.
-    A broker that under-reports under another name needs ``endOffsets=fetch`` set by hand.
-``listOffsets``
-    Trust ListOffsets (one request per leader). Right on Kafka; on Tansu it leaves the tail of
-    the log unread until a later batch is appended.
-``fetch``
-    Ask ListOffsets, then fetch at ``listed - 1`` and take the high watermark of that fetch
-    response (librdkafka caches it per partition). Verified on Tansu and on librdkafka's mock
-    cluster: the fetch answer is the log end on both; on Kafka it equals ListOffsets, on Tansu
-    it is the true end. The result is ``max(listed, fetched)``. A partition whose listed end is
-    unchanged since this resolver's last fetch has no new record batch, so the earlier answer
-    is reused without fetching; in a quiet stream most calls cost one ListOffsets request.
-    That holds while the log is the same log: callers :meth:`~EndOffsetResolver.forget`
-    partitions whose log may have been replaced (a restarted broker, a recreated topic).
-
-Its parts: :mod:`spark_groups.kafka.list_offsets` asks ListOffsets (retries, errors);
-:mod:`spark_groups.kafka.confirmed_ends` confirms ends by fetch and remembers them.
-
-The resolver owns one ``confluent_kafka.Consumer`` (created on first use, never joining a
-group, never committing). A Consumer must not be used by two threads at once (a thread
-blocked in ``poll()`` makes others' calls hang): the resolver is **single-threaded**, owned by
-its caller, and raises :class:`~spark_groups.errors.SparkGroupsError` when two threads call it
-at the same time instead of hanging.
+A batch reads each partition up to its log end: the high watermark, or the last stable offset
+under ``isolation.level=read_committed``. :class:`EndOffsetResolver` finds it by mode
+(:data:`END_OFFSET_MODES`, the ``endOffsets`` option): ``listOffsets`` trusts ListOffsets
+(:mod:`~spark_groups.kafka.list_offsets`); ``fetch`` also confirms the end with a fetch at
+``listed - 1`` and takes ``max(listed, fetched)``, reusing a confirmation while the listed end
+is unchanged (:mod:`~spark_groups.kafka.confirmed_ends`); ``auto`` is ``fetch`` on a cluster
+whose id names a broker known to under-report (Tansu), decided once from the metadata, else
+``listOffsets``. The resolver owns one consumer that never joins a group or commits; it is
+single-threaded and raises :class:`~spark_groups.errors.SparkGroupsError` when two threads call
+it at once instead of hanging. docs/brokers.md, "Where Tansu differs from Kafka".
 """
 
 from __future__ import annotations
