@@ -1,9 +1,8 @@
 """One append to the ledger table: one Delta commit, retried on concurrent commits.
 
-**Concurrent writers.** Appends never conflict logically. delta-rs rebases a commit onto
-newer versions itself (``max_commit_retries``, 15 by default); when it still gives up with
-``CommitFailedError`` the whole append is retried with jittered back-off, up to
-:data:`MAX_COMMIT_ATTEMPTS` times. A failed commit writes nothing to the log, so retrying
+Appends never conflict logically: delta-rs rebases a commit onto newer versions itself; when
+it still gives up (``CommitFailedError``) the whole append is retried with jittered back-off,
+up to :data:`MAX_COMMIT_ATTEMPTS` times. A failed commit writes nothing to the log, so a retry
 never duplicates rows.
 """
 
@@ -23,11 +22,10 @@ logger = logging.getLogger("spark_groups.ledger.table")
 #: How many times :func:`commit` tries a commit that delta-rs gave up on.
 MAX_COMMIT_ATTEMPTS = 8
 #: An append refreshes its table snapshot first when it is older than this. Fresher
-#: snapshots are written on as they are (delta-rs rebases the commit); a snapshot older than
-#: the ledger's log retention (2 minutes, ``self_maintenance.LOG_RETENTION``) could not be: the
-#: commits after it are deleted and delta-rs fails with "Invalid table version" (a query
-#: with a slow trigger beside a busy member of the same ledger). Half the retention leaves a
-#: minute for clocks that disagree between the machines writing one ledger.
+#: snapshots are written on as they are (delta-rs rebases the commit); one older than the
+#: log retention (``self_maintenance.LOG_RETENTION``) could not be: the commits after it are
+#: deleted and delta-rs fails with "Invalid table version". Half the retention leaves room
+#: for clocks that disagree between the machines writing one ledger.
 REFRESH_AFTER_S = 60.0
 
 
@@ -44,12 +42,12 @@ def commit(store: LedgerStore, data: pa.Table) -> int:
         custom_metadata={GROUP_ID_KEY: store.group_id, "spark_groups.batches": str(batches)}
     )
     # delta-rs' own checkpoint every delta.checkpointInterval commits is kept; its
-    # expired-log cleanup is not: it lists the whole log on *every* commit (~10 ms at a
-    # thousand log entries, growing), and the maintenance does it every compact_every.
+    # expired-log cleanup is not: it lists the whole log on *every* commit, and the
+    # maintenance does it every compact_every.
     hooks = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
     for attempt in range(1, MAX_COMMIT_ATTEMPTS + 1):
         # No refresh before writing: a stale snapshot is fine for a blind append (delta-rs
-        # rebases it onto newer versions), and refreshing cost ~5 ms per commit.
+        # rebases it onto newer versions), and a refresh would cost every commit.
         stale = time.monotonic() - store.fresh_at > REFRESH_AFTER_S
         table = store.table if store.table is not None and not stale else store.load()
         if table is None:

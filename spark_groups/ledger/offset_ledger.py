@@ -1,26 +1,14 @@
 """The Delta offsets ledger: which offset ranges a consumer group has processed.
 
-The ledger is a Delta table written with ``deltalake`` (delta-rs, no JVM). Every committed
-micro-batch appends one row per partition it read, in a single Delta commit
-(:mod:`spark_groups.ledger.rows`: the schema and the special rows). A partition's position
+A Delta table written with ``deltalake`` (no JVM): every committed batch appends one row per
+partition it read, in one Delta commit. A partition's position
 (:meth:`OffsetLedger.latest_positions`) is the highest ``until_offset`` since its last reset
-marker, the marker included: the maximum alone could never move back.
-
-:class:`OffsetLedger` is the ledger's API; its parts, each a module of
-:mod:`spark_groups.ledger`:
-
-* :mod:`~spark_groups.ledger.rows`: the schema, the special batch numbers, valid rows;
-* :mod:`~spark_groups.ledger.store`: the table (one group per table), opened, validated and
-  created on first use;
-* :mod:`~spark_groups.ledger.append`: one append, retried on concurrent commits;
-* :mod:`~spark_groups.ledger.queries`: positions, history, last batch;
-* :mod:`~spark_groups.ledger.positions`: positions replayed over a history.
-
-**Maintenance** (compaction, vacuum, checkpoints, log clean-up) is in
-:mod:`spark_groups.ledger.self_maintenance`: the append whose commit is table version
-``n * compact_every`` runs it, right after its commit, and then, with a ``retention``,
-deletes the rows older than that which no position depends on
-(:mod:`spark_groups.ledger.retention`).
+marker, the marker included (the maximum alone could never move back). :class:`OffsetLedger`
+is the API over :mod:`~spark_groups.ledger.rows`, :mod:`~spark_groups.ledger.store`,
+:mod:`~spark_groups.ledger.append`, :mod:`~spark_groups.ledger.queries` and
+:mod:`~spark_groups.ledger.positions`; the append whose commit is version
+``n * compact_every`` runs :mod:`~spark_groups.ledger.self_maintenance` and then
+:mod:`~spark_groups.ledger.retention`. docs/offsets.md.
 """
 
 from __future__ import annotations
@@ -69,10 +57,8 @@ __all__ = [
 # The ledger logs under the logger it has always used (spark_groups.ledger.table).
 logger = logging.getLogger("spark_groups.ledger.table")
 
-#: The default maintenance period of the ledger, in table versions. Measured
-#: (docs/benchmarks.md, "The ledger's commit"): every 50 commits keeps an append's p50 at
-#: about half of every 200 (fewer small files in the snapshot each commit works on), and
-#: the mean lower too; every 20 made the slowest appends slower without a better mean.
+#: The default maintenance period of the ledger, in table versions (why 50: docs/history.md,
+#: "The ledger's commit time").
 DEFAULT_COMPACT_EVERY = 50
 
 

@@ -1,16 +1,11 @@
 """Reading the ledger: the group's positions, its rows, its last batch.
 
 A partition's position is the highest ``until_offset`` since its last reset marker
-(:data:`~spark_groups.ledger.rows.RESET_BATCH`), the marker included: the maximum alone could
-never move back.
-
-Reads refresh the table (``update_incremental``, ~2 ms) and go through delta-rs' DataFusion
-``QueryBuilder``: only the needed columns are read, the group predicate is pushed down to
-the scan, and partitions are picked from the (small) result. Their cost is about 0.4 ms per
-active file, which is what compaction keeps small. Reading through
-``DeltaTable.to_pyarrow_table()`` with its default file system (a Python ``PyFileSystem``
-over delta-rs) made the interpreter abort at exit ("terminate called without an active
-exception", exit code 134) in about a third of the runs with deltalake 1.6.6 / pyarrow 26.
+(:data:`~spark_groups.ledger.rows.RESET_BATCH`), the marker included. Reads refresh the table
+and go through delta-rs' DataFusion (:func:`spark_groups.storage.delta.query`): only the
+needed columns, the group predicate pushed down to the scan; their cost grows with the active
+files, which compaction keeps few. Never ``DeltaTable.to_pyarrow_table()`` with its default
+file system: docs/sink.md, "Reading it back".
 """
 
 from __future__ import annotations
@@ -43,8 +38,8 @@ def latest_positions(
     if wanted is not None and not wanted:
         return {}
     # Partitions are picked after the aggregation, not in the SQL: an OR of
-    # topic/partition terms made DataFusion twice as slow per file, and Parquet
-    # statistics cannot skip anything here (every file holds every partition).
+    # topic/partition terms slows DataFusion down per file, and Parquet statistics cannot
+    # skip anything here (every file holds every partition).
     where = store.where
     sql = (
         f'WITH r AS (SELECT "topic" AS r_topic, "partition" AS r_partition, '
@@ -84,7 +79,7 @@ def history(
     """The group's rows, oldest first, of ``partitions`` and ``since <= committed_at < until``
     when given (:meth:`OffsetLedger.history
     <spark_groups.ledger.offset_ledger.OffsetLedger.history>`)."""
-    # Imported here, not with the module: it is ~70 ms of every reader process's start, and
+    # Imported here, not with the module: it would slow every reader process's start, and
     # the reader process reads history only when its maintenance expires old rows.
     import pyarrow.compute as pc
 

@@ -1,21 +1,12 @@
 """Retention of the offsets ledger: old rows go, every position stays.
 
-A ledger gains a row per partition per batch forever; after months most rows only tell
-history. :func:`expire` deletes the rows committed before a cutoff **that cannot change any
-position**. A partition's position (:meth:`OffsetLedger.latest_positions`) is the highest
-``until_offset`` since its last reset marker, the marker included, and the same over the
-group's own rows (``own_only``: without :data:`OUTSIDE_BATCH` rows). So, per partition, an
-old row is kept when it is
-
-1. the newest reset marker, or
-2. after that marker and holding the highest ``until_offset`` of all rows, or
-3. after that marker, not an outside row, and holding the highest ``until_offset`` of the
-   group's own rows;
-
-every other row older than the cutoff is deleted, in one Delta ``DELETE``. Rows appended
-meanwhile by running members are newer than the cutoff and can only raise the maxima, so
-expiring beside them is safe; a concurrent commit that conflicts makes delta-rs refuse the
-delete, which is then simply skipped until the next maintenance (nothing was removed).
+:func:`expire` deletes, in one Delta ``DELETE``, the rows committed before a cutoff that no
+position depends on. Per partition it keeps the newest reset marker and, after it, the rows
+holding the highest ``until_offset`` of all rows and of the group's own rows (without
+:data:`~spark_groups.ledger.rows.OUTSIDE_BATCH` rows, for ``own_only``). Rows that running
+members append meanwhile are newer than the cutoff and only raise the maxima, so expiring
+beside them is safe; a delete that conflicts with a concurrent commit is skipped until the
+next maintenance. docs/offsets.md, "Retention".
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """The ledger's rows: the table's schema, the special batch numbers, and what a valid row is.
 
-Every committed micro-batch appends one row per partition it read, in a single Delta commit::
-
-    group_id string, topic string, partition int32, from_offset int64, until_offset int64,
-    member_id string, generation int32, batch int64, committed_at timestamp[us, UTC],
-    log_end int64
-
-All columns but ``log_end`` are non-nullable. ``log_end`` is the partition's log end offset
-the member saw at (or just before) the commit, so ``log_end - until_offset`` is the lag *at
-commit time*; it is null for rows that are no batch's (reset markers, outside offsets) and
-for rows written before the column existed: a ledger without it gets the column, by a schema
-merge, at its next append.
-
-**Special rows.** ``batch = -1`` (:data:`CATCH_UP_BATCH`) records that a new owner brought
-the group up to the exactly-once sink's offsets. ``batch = -2`` (:data:`RESET_BATCH`) is a
-*reset marker*, written by ``spark-groups reset``: an operator set the group's position to
-``until_offset`` (it was at ``from_offset``; generation ``-1``; ``member_id`` names who reset).
-``batch = -3`` (:data:`OUTSIDE_BATCH`) records offsets committed *outside* spark_groups:
-``[from_offset, until_offset)`` was committed in Kafka by another consumer of the group (a
-plain consumer service; ``member_id`` says who, from the commit's metadata) or accepted by an
-operator (``spark-groups accept-gap``; ``member_id`` ``accept-gap:user@host``); generation
-``-1``.
+One row per partition of each committed batch (:data:`LEDGER_SCHEMA`); every column but
+``log_end`` is non-nullable. ``log_end`` is the partition's log end the member saw at the
+commit (``log_end - until_offset`` is the lag at commit time); it is null for rows that are no
+batch's and for rows written before the column existed (such a ledger gets the column by a
+schema merge at its next append). Rows with a negative ``batch`` (generation ``-1``) are no
+batch's: :data:`CATCH_UP_BATCH`, :data:`RESET_BATCH` (a reset marker, whose range may run
+backwards) and :data:`OUTSIDE_BATCH`. docs/cli.md, "history".
 """
 
 from __future__ import annotations

@@ -1,72 +1,15 @@
 """Keeping the offsets ledger small: compaction, vacuum, checkpoints and log clean-up.
 
-A ledger appended once per micro-batch gathers one tiny Parquet file and one
-log entry per commit, and every commit and read gets slower. The append whose commit *is*
-table version ``n * compact_every`` (the count comes from the table itself, so it survives
-restarts and is shared by all writers of the table) calls :func:`maintain`, right after its
-commit and before returning. It:
-
-1. compacts small files (``optimize.compact`` with a bounded :data:`COMPACT_TARGET_SIZE`, so
-   one compaction never rewrites more than about that many bytes once the table is large);
-2. vacuums in *full* mode (Delta's own VACUUM): every file the current version does not
-   reference and that was removed (or, for a file no commit names, written) longer ago than
-   ``delta.deletedFileRetentionDuration`` is deleted. Not *lite* mode: a checkpoint drops
-   tombstones older than the retention, and with a slow trigger 200 commits take longer
-   than that, so lite mode would never see those files again and they would stay forever.
-   Full mode is safe beside the other writers of a ledger: an append writes its file and
-   commits it in the same call, milliseconds apart, far inside the retention. The table is
-   created with a retention of :data:`DELETED_FILE_RETENTION`
-   (1 hour): a reader (a CLI, a notebook, another ledger) that reads the files within an
-   hour of loading its snapshot finds every one of them, even if the snapshot's files were
-   compacted away meanwhile; and the directory does not keep a week of tiny files, as
-   Delta's default of 7 days would. Time travel further back than that is not
-   needed: the ledger's history lives in its rows, not in old table versions;
-3. writes a checkpoint of the compacted state, so that opening the table reads one small
-   Parquet checkpoint instead of replaying thousands of JSON commits;
-4. deletes log entries older than ``delta.logRetentionDuration`` (:data:`LOG_RETENTION`,
-   2 minutes) that lie before a checkpoint (Delta's own rule, so every kept version stays
-   loadable). delta-rs lists the log on every commit, so its length is paid by every
-   append: after 10,000 commits in a few minutes an append's p50 was 38 ms with an hour of
-   log and 26 ms with two minutes of it (docs/benchmarks.md, issue 34's notes). Nothing
-   reads a ledger's old versions: its history lives in its rows. A writer whose snapshot is
-   older than ``REFRESH_AFTER_S`` (:mod:`spark_groups.ledger.append`, 60 s, half the
-   retention) refreshes it before appending, and a reader whose snapshot's next entries are
-   gone loads the table afresh (:meth:`~spark_groups.ledger.store.LedgerStore.load`).
-
-The steps are shared with the sink table's maintenance
-(:mod:`spark_groups.storage.maintenance_steps`).
-Exactly one append holds a given version, so exactly one writer maintains per period. This
-matters: delta-rs 1.6.6 does **not** detect two concurrent ``optimize.compact`` runs (both
-commit, each re-adding the same rows: duplicated data; ``app_transactions`` passed to
-``compact`` are not even recorded). Deciding by "my commit crossed a multiple since the
-version I last saw" instead elected several writers at once in the tests and duplicated rows.
-Within one process, a lock per table path also keeps ledger objects from compacting at the
-same time (a writer finding it taken skips its turn). Across processes, two compactions can
-still overlap only if ``compact_every`` commits land while one runs (it takes tens to a few
-hundred milliseconds), so keep ``compact_every`` large (default 200) when several processes
-write one table. Duplicated rows would not change ``OffsetLedger.latest_positions`` or
-``OffsetLedger.last_batch`` (maxima since a marker), only ``OffsetLedger.history``. If a
-maintenance commit happens to hold the multiple, that period is skipped and the next one
-compacts twice as many files.
-
-Maintenance failures are logged as warnings and do not fail the append (its rows are
-already committed; raising would invite the caller to append them twice). Because the
-retention settings are table properties, Spark's Delta ``VACUUM`` and other delta-rs
-writers respect them too. Appends keep delta-rs' own checkpoint every
-``delta.checkpointInterval`` commits, also when ``compact_every`` is 0, but turn off
-its expired-log cleanup after every commit: that hook lists the whole log each time (about
-10 ms per commit with a thousand log entries, and growing); step 4 does the same job once
-per period. So with ``compact_every=0`` nothing is ever deleted.
-
-The ledger's ``delta.checkpointInterval`` is :data:`CHECKPOINT_INTERVAL` (10), not Delta's
-100: delta-rs reads the JSON commits since the last checkpoint concurrently, one blocking
-thread each, and keeps those threads alive between commits. At 100 the driver's reader
-process held ~100 such threads and ~25 MB more memory than at 10 (measured with deltalake
-1.6.6); a checkpoint of a compacted ledger is one small Parquet file.
-
-Ledgers created by earlier versions get these settings at their next maintenance
-(:data:`UPGRADED_PROPERTIES`: a property still at the value earlier versions gave it, or
-unset, is changed; one an operator set to anything else is left alone).
+The append whose commit *is* table version ``n * compact_every`` calls :func:`maintain` right
+after its commit: it compacts small files (at most about :data:`COMPACT_TARGET_SIZE` rewritten
+at once), vacuums in full mode past :data:`DELETED_FILE_RETENTION`, writes a checkpoint, and
+deletes log entries older than :data:`LOG_RETENTION` that lie before a checkpoint (the steps
+are :mod:`spark_groups.storage.maintenance_steps`, shared with the sink's table). Exactly one
+append holds a version, so one writer maintains per period; a lock per table path keeps two
+ledger objects of one process from compacting at once (two concurrent compactions would
+duplicate rows). Tables of earlier versions get :data:`UPGRADED_PROPERTIES` at their next
+maintenance (a value an operator set is left alone). The settings and why:
+docs/offsets.md, "Maintenance".
 """
 
 from __future__ import annotations
@@ -90,7 +33,7 @@ DELETED_FILE_RETENTION = "interval 1 hours"
 #: How long Delta log entries are kept (only those before a checkpoint are ever deleted);
 #: twice ``spark_groups.ledger.append.REFRESH_AFTER_S``.
 LOG_RETENTION = "interval 2 minutes"
-#: Commits between two checkpoints of the ledger (Delta's default is 100; see the module doc).
+#: Commits between two checkpoints of the ledger (Delta's default is 100: docs/offsets.md).
 CHECKPOINT_INTERVAL = "10"
 CHECKPOINT_INTERVAL_KEY = "delta.checkpointInterval"
 #: Table properties a maintenance brings up to date: key -> (the values earlier versions of

@@ -1,16 +1,12 @@
-"""The Delta table behind a ledger: opened at its newest version, validated, created on first
-use, and kept as a snapshot between calls.
+"""The Delta table behind a ledger: opened at its newest version, validated, created on first use.
 
-**One table, one group.** The group id is stored in the table's configuration under
-:data:`GROUP_ID_KEY` when the table is created (delta-rs only accepts such a non-``delta.*``
-key through ``DeltaTable.create(..., raise_if_key_not_exists=False)``; ``write_deltalake``
-rejects it). Opening a table of another group, a Delta table with another schema, or a
-directory holding files but no Delta log raises :class:`~spark_groups.errors.LedgerError`.
-The table keeps the minimal Delta protocol (reader 1, writer 2), with the retention and
-checkpoint settings of :mod:`spark_groups.ledger.self_maintenance`.
-
-Every error of delta-rs or Arrow becomes a :class:`~spark_groups.errors.LedgerError` with the
-ledger's path as data.
+One table, one group: the group id is stored in the table's configuration
+(:data:`GROUP_ID_KEY`, which delta-rs accepts only through ``DeltaTable.create(...,
+raise_if_key_not_exists=False)``). Opening a table of another group, a Delta table with
+another schema, or a directory holding files but no Delta log raises
+:class:`~spark_groups.errors.LedgerError`, as does every error of delta-rs or Arrow (the
+ledger's path as data). The table keeps the minimal Delta protocol (reader 1, writer 2), with
+the settings of :mod:`spark_groups.ledger.self_maintenance`.
 """
 
 from __future__ import annotations
