@@ -1,24 +1,15 @@
 """Who committed an offset: the metadata string of every OffsetCommit the source makes.
 
-Kafka stores a free metadata string with each committed offset (OffsetCommit /
-OffsetFetch; ``offset.metadata.max.bytes``, 4096 by default). Every commit of the
-``kafka-group`` source carries a short JSON object there::
+Every commit of the ``kafka-group`` source carries a short JSON object (:func:`make`)::
 
     {"by":"spark_groups","member":"rdkafka-6b1c…","client":"orders-etl-a","what":"batch 7",
      "sink":"/tables/orders"}
 
-``member`` is the group member id of the query's driver (as ``kafka-consumer-groups
---describe`` shows it), ``client`` its ``kafka.client.id`` when set, ``what`` the batch
-(``batch N``), ``sink catch-up`` or ``starting offset``, and ``sink`` the ``delta-group``
-table the query writes (its source option ``sink.table``, resolved) when it has one: the
-next owner of the partition checks that it writes the same table (one group feeds one
-table). It holds no configuration value other than those ids and the table's path, so no
-secret.
-
-A commit whose metadata is not of this form was made by someone else: a plain consumer of
-the group (kafka-python and most clients send an empty string), a tool, or a spark_groups
-release older than this format. :func:`read` tells them apart; the source uses it to find
-ranges a partition's other consumers committed (``spark_groups.sink.accepted_gaps``).
+It holds ids and the table's path only, never a secret, and stays well under the broker's
+``offset.metadata.max.bytes``. A commit whose metadata is not of this form was made by someone
+else (a plain consumer, a tool): :func:`read` tells them apart, so a partition that resumes
+from another consumer's commit is seen as a handover. The fields: docs/offsets.md, "Who
+committed: commit metadata".
 """
 
 from __future__ import annotations

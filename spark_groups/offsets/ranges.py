@@ -1,31 +1,16 @@
 """Offset ranges and the JSON form of the source's Spark offsets.
 
-A Spark offset of this source is the exact plan of one micro-batch: for every partition the
-batch reads, the half-open range ``[from, until)``. Spark writes it to the checkpoint's
-offset log, so replaying a batch after a crash reads exactly the same records, whatever the
-group's assignment is by then. The JSON form is::
+A Spark offset of this source is the exact plan of one micro-batch (:class:`BatchOffset`): for
+every partition it reads, the half-open range ``[from, until)``, so a batch replayed from the
+checkpoint's offset log reads the same records whatever the assignment is by then::
 
-    {"v": 1, "batch": 7, "ranges": {"orders": {"0": [100, 250], "3": [80, 90]}},
-     "outside": {"orders": {"3": [40, 80, "another consumer of the group (...)"]}}}
+    {"v": 1, "batch": 7, "ranges": {"orders": {"0": [100, 250], "3": [80, 90]}}}
 
-``batch`` is the source's own sequence number of planned batches (-1 before the first).
-``outside`` (only present when needed) lists, for a range that starts where another consumer
-of the group committed, the :class:`Handover`: ``[since, until, by]``, where ``since`` (or
-``null``) is where spark_groups itself last stood and ``until`` is the range's start. The
-exactly-once sink accepts the gap ``[since, until)`` it explains (``spark_groups.sink``).
-``claims`` (only present with the source option ``sink.table``) holds, per partition, the
-claim token under which this member read it: the ``delta-group`` sink writes a partition
-only while the table's claim is still that token (``spark_groups.sink.claim_tokens``), so a batch
-whose member gave the partition up cannot land it afterwards::
-
-    "claims": {"orders": {"0": 8121975233051, "3": 8121975233051}}
-
-``group`` and ``sink`` (the :class:`Pipeline`) name the consumer group that planned the batch
-and, with ``sink.table``, the ``delta-group`` table its claims are in. The sink takes both
-from here, so a pipeline says each once, and refuses a batch whose values differ from its
-own options (``spark_groups.sink.pipeline``)::
-
-    "group": "orders-etl", "sink": "/tables/orders"
+Besides, only when present: ``outside``, the :class:`Handover` of a range that starts where
+another consumer committed (``[since, until, by]``; the sink accepts the gap it explains);
+``claims``, the claim token each partition was read under (the sink writes a partition only
+while the table's claim is that token); ``group``, ``sink`` and the rest of the
+:class:`Pipeline`, which the sink takes its table and group from. docs/offsets.md.
 """
 
 from __future__ import annotations
@@ -52,8 +37,8 @@ class OffsetRange:
 
     @cached_property
     def topic_partition(self) -> TopicPartition:
-        """The partition this range belongs to (made once: a batch of 5,000 partitions asked
-        for it ~30,000 times in its planning and commit)."""
+        """The partition this range belongs to (made once: planning and committing ask for it
+        many times a batch)."""
         return TopicPartition(self.topic, self.partition)
 
     @property
@@ -146,7 +131,7 @@ class BatchOffset:
         """Build a batch offset with its ranges (handovers, claims) in a canonical (sorted)
         order; only the claims of partitions it reads are kept."""
         # A key of plain tuples: the dataclasses' own ordering builds two tuples per
-        # comparison (~10 ms for a thousand ranges, in every batch's planning).
+        # comparison, in every batch's planning.
         ranges = tuple(sorted(ranges, key=_range_key))
         kept: tuple[tuple[TopicPartition, int], ...] = ()
         if claims:

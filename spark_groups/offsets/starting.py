@@ -1,22 +1,12 @@
 """Where a partition with no committed offset starts: the ``starting*`` options.
 
-Spark's kafka source has four options for it, and so does this source, with the same
-precedence (the first one given wins):
-
-1. ``startingTimestamp``: one timestamp (ms since the epoch) for every partition;
-2. ``startingOffsetsByTimestamp``: a timestamp per partition, as JSON
-   ``{"topic": {"0": 1700000000000}}``;
-3. ``startingOffsets``: ``earliest``, ``latest`` (the default) or JSON offsets per partition.
-
-A timestamp means the first record whose timestamp is at or after it (Kafka's
-ListOffsets by time). Where a partition has no such record (the timestamp is later than
-its last record), ``startingOffsetsByTimestampStrategy`` decides: ``error`` (the default,
-as in Spark) fails the query naming the partition, ``latest`` starts at the log end.
-
-Partitions a JSON option does not list start at ``latest``; partitions that appear while
-the query runs (a topic grew, a pattern matched a new topic) start at ``earliest``, as in
-Spark's kafka source. None of this applies to a partition with a committed offset: the
-group's position always wins (``spark_groups.group.resume``).
+Spark's kafka source's options and precedence (the first one given wins):
+``startingTimestamp`` (one timestamp for every partition), ``startingOffsetsByTimestamp``
+(JSON, a timestamp per partition), ``startingOffsets`` (``earliest``, ``latest``, the default,
+or JSON offsets). A timestamp means the first record at or after it; where there is none,
+``startingOffsetsByTimestampStrategy`` fails the query (``error``) or starts at the log end
+(``latest``). Partitions a JSON option does not list start at ``latest``. A committed offset
+always wins over all of this (``spark_groups.group.resume``). docs/options.md.
 """
 
 from __future__ import annotations
