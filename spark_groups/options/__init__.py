@@ -1,5 +1,6 @@
-"""The options of the sources and the sink: names, defaults, parsing and validation, checked
-where the query is defined (``load()``, ``start()``), so a bad option fails there.
+"""The options of the sources and the sink, checked where the query is defined.
+
+Names, defaults, parsing and validation, so a bad option fails ``load()`` or ``start()``:
 
 * :mod:`~spark_groups.options.source`: the ``kafka-group`` source's options
   (``SourceOptions``, ``parse_options``), the member's and readers' librdkafka configs;

@@ -1,22 +1,11 @@
-"""The options of the ``kafka-share`` source (experimental), checked where the query is
-defined.
+"""The options of the ``kafka-share`` source (experimental), checked where the query is defined.
 
-::
-
-    spark.readStream.format("kafka-share")
-        .option("kafka.bootstrap.servers", "broker:9092")
-        .option("group.id", "orders-queue")       # the share group
-        .option("subscribe", "orders")
-        .option("sink.table", "/lake/orders")     # the delta-group table (required)
-        .option("tasks", "8")                     # share consumers reading each batch
-        .option("deadLetter.table", "/lake/orders_dead")  # records on their last delivery
-        .load()
-
-``sink.table`` is required: a record may be ACCEPTed only once it is in that table
-(``spark_groups.share.acks``), so the reading tasks follow its commits. ``deadLetter.table``
-(a Delta table, made when missing) takes the records the group gives out for the last time
+``sink.table`` is required: a record may be ACCEPTed only once it is in that ``delta-group``
+table (``spark_groups.share.acks``), so the reading tasks follow its commits. ``tasks`` is the
+number of share consumers reading each batch. ``deadLetter.table`` (a Delta table, made when
+missing) takes the records the group gives out for the last time
 (``share.delivery.count.limit``): they are written there and REJECTed, not read into the
-batch (``spark_groups.share.dead_letters``).
+batch (``spark_groups.share.dead_letters``). docs/share-groups.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""A source's options, parsed: :class:`OptionTable` splits a source's option map by its
-table of options, and each parser of :class:`GivenOptions` names the option in its
-:class:`OptionError` and says what it expected. Shared by the ``kafka-group`` and
-``kafka-share`` sources' options."""
+"""A source's options parsed, each error naming its option; shared by the two sources.
+
+:class:`OptionTable` splits a source's option map by its table of options; each parser of
+:class:`GivenOptions` names the option in its :class:`OptionError` and says what it expected.
+"""
 
 from __future__ import annotations
 
