@@ -1,15 +1,9 @@
 """Arrow columns of read records: chunks of librdkafka Messages into record batches.
 
-Columns match Spark's built-in kafka source:
-    * ``timestampType`` is Kafka's id: 0 CreateTime, 1 LogAppendTime, -1 no timestamp.
-    * ``timestamp`` is null for records without a timestamp (type -1). Spark's source gives
-      ``1969-12-31 23:59:59.999`` there (``new Timestamp(-1)``); a null is the honest value.
-    * ``headers`` is null for a record without headers, as in Spark's source (it builds the
-      array only ``if (headers.iterator().hasNext)``). librdkafka does not tell an empty header
-      list from none, so an empty list is never produced.
-
-Each ``consume()`` chunk is turned into column values at once and its Messages dropped
-(:func:`consume_chunk` sizes the chunks), so the garbage collector does not run.
+The columns and values of Spark's built-in kafka source, but for a record without a
+timestamp, whose ``timestamp`` is null (docs/options.md, "Columns"). Each ``consume()`` chunk
+is turned into column values at once and its Messages dropped (:func:`consume_chunk` sizes
+the chunks), so the garbage collector does not run.
 """
 
 from __future__ import annotations
@@ -30,8 +24,8 @@ from spark_groups.read.schema import HEADER_TYPE
 #: Most messages asked of one ``consume()`` call, as a share of the garbage collector's
 #: generation-0 threshold (700 by default). Each chunk is turned into column values and its
 #: Messages freed before the next one, so the count of live GC-tracked objects never reaches
-#: the threshold and no collection runs at all. Chunks of 10k set off collections that
-#: promoted the Messages and led to full collections: ~40% of the read time (profiled).
+#: the threshold and no collection runs at all (larger chunks promote the Messages and lead
+#: to full collections).
 _CHUNK_SHARE_OF_GC_THRESHOLD = 0.7
 _CHUNK_MIN, _CHUNK_MAX = 100, 10_000
 
@@ -79,14 +73,12 @@ class Columns:
     """The column values of one batch as plain Python lists, filled chunk by chunk.
 
     Each ``consume()`` chunk is turned into column values at once and its Message objects
-    dropped. Holding thousands of Messages (GC-tracked) until a batch is full made them survive
-    into the oldest GC generation and set off full collections, which cost more than all the
-    rest of the conversion together.
+    dropped: Messages held until a batch is full survive into the oldest GC generation and set
+    off full collections.
 
     A batch may hold the records of several ranges (partitions): ``runs`` and ``counts`` say
     which range's records come in which order (the index of the range in the task, and how
-    many rows in a row), from which the ``topic`` and ``partition`` columns are built.
-    """
+    many rows in a row), from which the ``topic`` and ``partition`` columns are built."""
 
     __slots__ = (
         "counts",
@@ -116,7 +108,7 @@ class Columns:
         n = len(msgs)
         self.keys += map(_msg_key, msgs)
         self.values += map(_msg_value, msgs)
-        pairs = list(map(_msg_timestamp, msgs))  # (librdkafka type, ms); zip(*) is 10x slower
+        pairs = list(map(_msg_timestamp, msgs))  # (librdkafka type, ms); zip(*) is slower
         self.types += map(_first, pairs)
         self.millis += map(_second, pairs)
         if self.headers is not None:

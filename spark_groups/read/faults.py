@@ -1,15 +1,11 @@
 """When a task's ranges cannot be read as planned: Kafka errors as typed errors, and data loss.
 
-A range that stalls for ``poll_timeout_s`` or whose offsets the broker says are out of range
-loses records: :class:`~spark_groups.errors.DataLossError`, or a warning with
-``fail_on_data_loss=False``; an unreachable broker is
-:class:`~spark_groups.errors.BrokerUnreachableError` either way (the rules:
-:mod:`spark_groups.read.reader`'s module doc, "When it cannot end"). Refused credentials, a
-denied topic and Kafka errors that retrying cannot fix raise at once; transient fetch errors
-are waited out (librdkafka retries them).
-
-:class:`Faults` decides and reports; the read loop keeps the ranges' progress. Errors name the
-range's partition; nothing here logs or raises configuration values.
+:class:`Faults` decides and reports; the read loop keeps the ranges' progress. A stalled or
+out-of-range range loses records or fails, an unreachable broker is
+:class:`~spark_groups.errors.BrokerUnreachableError` (the rules: :mod:`spark_groups.read.reader`,
+"When it cannot end"); refused credentials, a denied topic and Kafka errors that retrying
+cannot fix raise at once; transient fetch errors are waited out (librdkafka retries them).
+Errors name the range's partition; nothing here logs or raises configuration values.
 """
 
 from __future__ import annotations

@@ -165,9 +165,9 @@ class TaskRead:
         log.debug("read %d records of %s", rows, describe(self.states))
 
     def _stop_fetching(self, now: float) -> None:
-        """Unassign the partitions of finished ranges, a few at a time (each call costs about
-        as much as reading a hundred records), but at once when records past a range's end
-        arrive: until then they are fetched and dropped."""
+        """Unassign the partitions of finished ranges, a few at a time (each call costs as
+        much as reading many records), but at once when records past a range's end arrive:
+        until then they are fetched and dropped."""
         if not self.active:  # the last ones are unassigned with the rest, at check-in
             self.finished.clear()
             return

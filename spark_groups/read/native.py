@@ -1,24 +1,14 @@
-"""The native read path: a task's ranges read by the C extension ``spark_groups.read._native``
-into Arrow batches, without a Python object per record (issue 26).
+"""The native read path: a task's ranges read by the C extension ``spark_groups.read._native``.
 
 An optional accelerator of :func:`spark_groups.read.reader.read_ranges`, with the same output
-and the same semantics. C only keeps each range's records and fills the Arrow columns; every
-decision stays here and in :mod:`~spark_groups.read.faults`, as on the Python path (the rules:
-:mod:`spark_groups.read.reader`'s module doc): C hands back the events it meets (client errors,
-fetch errors, out-of-range errors), and :class:`NativeTaskRead` turns them into typed errors,
-data loss or a new fetch offset, and checks for stalls.
-
-Which path runs (:func:`use_native`): the ``readPath`` option (``read_path``) and the
-``SPARK_GROUPS_READ_PATH`` environment variable, each ``auto`` (the default), ``python`` or
-``native``. ``python`` on either side forces the Python path. ``native`` requires the native
-path: :class:`~spark_groups.errors.SparkGroupsError` when it cannot load. ``auto`` uses it when
-the extension was built (a wheel from PyPI carries it; an sdist builds it where a C compiler
-is) and librdkafka loads; otherwise the Python path runs. Each process says once, at INFO,
-which path it reads with and why. A task whose consumer configuration holds values other
-than text, numbers and booleans (confluent-kafka's Python callbacks) is read by the Python path.
-
-librdkafka is not linked: :func:`available` loads the one confluent-kafka ships (the same build
-the Python path uses), with the same settings (:func:`~spark_groups.read.pool.reader_config`).
+and rules. C only keeps each range's records and fills the Arrow columns, without a Python
+object per record; it hands back the events it meets, and :class:`NativeTaskRead` decides on
+them as the Python path does (:mod:`~spark_groups.read.faults`) and checks for stalls.
+:func:`use_native` picks the path from ``readPath`` and :data:`READ_PATH_ENV` (``python`` on
+either wins; ``native`` requires this path), and says once per process, at INFO, which path
+reads and why; a consumer configuration with values other than text, numbers and booleans
+(Python callbacks) is read by the Python path. librdkafka is not linked: :func:`available`
+loads the one confluent-kafka ships. docs/architecture.md, "The executor read path".
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """The read path's Kafka consumers: their configuration, and a pool of them per process.
 
-Spark's executor Python workers are forked from ``pyspark.daemon`` and reused between tasks,
-so consumers are kept between tasks, per worker process and configuration. They only ever
-assign partitions at explicit offsets: they never join a group, never commit and never store
-offsets. A consumer inherited through ``fork()`` is never used, closed or freed (its
-librdkafka threads do not exist in the child). Beyond that, librdkafka is not fork-safe: a
-child forked while one of the parent's librdkafka threads held a lock of the C library (glibc's
-``getaddrinfo()`` lock, while resolving a broker's address) waits on it forever in its own
-clients. PySpark forks its workers from ``pyspark.daemon``, which holds no Kafka client; code
-that forks a process holding one (``multiprocessing`` with the fork start method in a UDF)
-should start its children with ``spawn`` instead. The pool holds the consumers of both read paths,
-apart: confluent-kafka's for the Python path, :class:`~spark_groups.read.native.NativeConsumer`
-for the native one; and the ``kafka-share`` source's share consumers
-(``spark_groups.share.consumers``), by their subscription, under the same rules.
+Spark's executor Python workers are reused between tasks, so consumers are kept per worker
+process and configuration: confluent-kafka's for the Python path,
+:class:`~spark_groups.read.native.NativeConsumer` for the native one, and the ``kafka-share``
+source's share consumers (``spark_groups.share.consumers``) by their subscription. They only
+assign partitions at explicit offsets: never join a group, commit or store offsets. A consumer
+inherited through ``fork()`` is never used, closed or freed (:func:`abandon`). librdkafka and
+fork: docs/architecture.md, "The executor read path".
 """
 
 from __future__ import annotations
@@ -42,7 +36,7 @@ READER_DEFAULTS: dict[str, str] = {
     # How long an empty fetch waits at the log end. Ranges lie below the log end, so this only
     # matters (a) for the end-of-partition event of a range that ends in offsets without records
     # and (b) for the next range on a reused consumer: its first fetch waits for the empty
-    # prefetch still in flight from the previous range (~100 ms per range at 100 ms).
+    # prefetch still in flight from the previous range.
     "fetch.wait.max.ms": "10",
     # Brokers close idle connections; that is not worth a log line per consumer.
     "log.connection.close": "false",

@@ -1,22 +1,12 @@
 """Which Spark task reads which offset ranges: a batch's ranges split and packed into tasks.
 
-Pure and deterministic: the tasks of a batch depend only on the ranges Spark logged for it
-(the checkpoint's offsets, in :attr:`~spark_groups.offsets.BatchOffset.ranges` order), on
-what of them is still to be read (a replay after a restart may read less), and on three
-options. :func:`plan_tasks` runs the steps in order:
-
-1. **Split** (:func:`split_ranges`, the options ``maxRecordsPerPartition`` and
-   ``minPartitions`` with the meaning Spark's kafka source gives them): a partition's range
-   becomes several pieces, so that a batch reads on more cores than it has partitions.
-2. **Clip** to what is still to be read: pieces of partitions a replay leaves out are
-   dropped, and a piece is cut where the partition was committed already. The pieces are
-   those of the logged ranges, so a replay reads the same pieces again, or parts of them.
-3. **Pack** (:func:`pack_ranges`, ``recordsPerTask``): small pieces share a task, never two
-   pieces of one partition, and never more records than the split allows
-   (:func:`packing_limit`).
-
-Splitting and packing change only which task reads which records; the barrier, the ledger
-and the sink stay per Kafka partition (a split partition's rows are in several files of one commit).
+Pure and deterministic: a batch's tasks depend only on the ranges Spark logged for it, on what
+of them is still to be read (a replay may read less) and on three options, so a replay reads
+the same pieces. :func:`plan_tasks` splits (:func:`split_ranges`, ``maxRecordsPerPartition``
+and ``minPartitions`` as Spark's kafka source means them), clips (:func:`clip_pieces`) and
+packs (:func:`pack_ranges`, ``recordsPerTask``, within :func:`packing_limit`). Only which task
+reads which records changes; the barrier, the ledger and the sink stay per Kafka partition.
+docs/architecture.md, "Tasks: a batch's ranges split and packed".
 """
 
 from __future__ import annotations
@@ -124,7 +114,7 @@ def pack_ranges(
     The rule, with ``N = records_per_task`` (a range's records counted as its
     :attr:`~spark_groups.offsets.OffsetRange.size`, its offsets):
 
-    * ``N <= 0``: one task per range, empty ranges included (the behaviour before packing).
+    * ``N <= 0``: one task per range, empty ranges included.
     * Otherwise empty ranges are left out (they hold nothing to read), a range of ``N`` or more
       records is a task of its own, and the smaller ones are packed greedily in the given
       order: each goes into the open task unless that would take it past ``N`` records or
@@ -134,8 +124,7 @@ def pack_ranges(
       open task is emitted when it closes (and the last one at the end).
 
     Every non-empty range is in exactly one task, a task has at most one range per partition,
-    and a task's ranges keep the given order. The same arguments always give the same tasks.
-    """
+    and a task's ranges keep the given order. The same arguments always give the same tasks."""
     if max_ranges_per_task < 1:
         raise ValueError(f"max_ranges_per_task must be >= 1, got {max_ranges_per_task}")
     if records_per_task <= 0:
@@ -207,7 +196,7 @@ def plan_tasks(
     packed (:func:`pack_ranges` within :func:`packing_limit`), as the module doc says. A batch
     read as planned passes the same ranges twice."""
     if min_partitions is None and max_records_per_partition is None:
-        pieces: tuple[OffsetRange, ...] = tuple(planned)  # as before splitting existed
+        pieces: tuple[OffsetRange, ...] = tuple(planned)  # no split option: the logged ranges
     else:
         pieces = split_ranges(planned, min_partitions, max_records_per_partition)
     if list(to_read) != list(planned):
