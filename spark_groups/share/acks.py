@@ -1,26 +1,15 @@
 """Acknowledging a share batch's records once the sink's table holds the batch.
 
-A record of a share group may be ACCEPTed only by the consumer that acquired it, and only
-once it is durable; the sink commits on the driver after every task of the batch ended. So a
-reading task hands its consumer and what it acquired (:class:`Acquired`) to the
-:class:`Acknowledger` of its worker process, whose thread follows the sink table's commits
-(:class:`CommitWatch`) and settles each one:
-
-1. **Accepted**: a commit names the task attempt (``spark_groups.sink.share_info``): its
-   output is in the table, so every record it acquired is ACCEPTed, also those the query
-   filtered out and those the sink left out as already there.
-2. **Released**: a commit of the same run and batch does not name it (a retried or a
-   speculative attempt won): its output is not in the table, and RELEASE gives its records
-   back at once.
-3. **Expired**: no such commit before the records' lock ran out: the broker gives them to
-   another consumer already; the late acknowledgement would be refused, so the records are
-   released (refused too, harmlessly: explicit mode wants every record of a poll
-   acknowledged before the consumer polls again).
-
-Then the consumer goes back to its pool (``on_done``); one whose acknowledgement failed is
-closed instead (closing releases what it holds). Records the broker refuses to
-settle (``INVALID_RECORD_STATE``: the lock expired just before) are logged and come back
-with a higher delivery count; the sink's deduplication keeps them out of the table.
+A record may be ACCEPTed only by the consumer that acquired it, and only once it is durable.
+So a reading task hands its consumer and what it acquired (:class:`Acquired`) to its worker's
+:class:`Acknowledger`, whose thread follows the table's commits (:class:`CommitWatch`) and
+settles each (:class:`Outcome`): ACCEPTed when a commit names the task attempt (every record
+it acquired, also those filtered out or left out as already there); RELEASEd when a commit of
+the same run and batch names another attempt; released when no such commit came before the
+lock ran out (refused, harmlessly). Then the consumer goes back to its pool, or is closed
+when its acknowledgement failed. Records the broker refuses to settle come back with a
+higher delivery count; the sink's deduplication keeps them out of the table.
+docs/share-groups.md, "Durable before ACCEPT".
 """
 
 from __future__ import annotations

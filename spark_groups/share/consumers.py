@@ -1,13 +1,11 @@
-"""Share consumers of an executor's Python worker, and the one
-:class:`~spark_groups.share.acks.Acknowledger` per sink table that settles their records.
+"""A worker's share consumers and its one Acknowledger per sink table.
 
 A reading task takes an idle consumer (:func:`checkout`), polls it, and hands it with what it
-acquired to the table's acknowledger (:func:`acknowledger`); the acknowledger gives it back
-(:func:`checkin`) once its records are settled, so a consumer is never polled while records
-of its last poll wait (explicit acknowledgement requires that). Spark reuses its Python
-workers, so consumers and acknowledgers outlive the task that made them. Idle consumers wait
-in the read path's pool (``spark_groups.read.pool``: per process and configuration, emptied
-in a forked child, whose inherited consumers are never touched).
+acquired to the table's :func:`acknowledger`, which gives it back (:func:`checkin`) once its
+records are settled: a consumer is never polled while records of its last poll wait
+(explicit acknowledgement requires it). Consumers and acknowledgers outlive their task (Spark
+reuses its Python workers); idle consumers wait in the read path's pool
+(``spark_groups.read.pool``).
 """
 
 from __future__ import annotations
@@ -37,11 +35,9 @@ class PooledShareConsumer:
     was drained since its last exposure).
 
     An acknowledgement's commit, and a fetch a poll that returned nothing left open, can
-    acquire the group's next records for the consumer, which wait in its buffer, their lock
-    running, until it is polled again (seen: a pooled consumer's first poll returned records
-    whose lock ran out a second later; docs/share-groups.md). So the lock of what a pooled
-    consumer's next poll returns is counted from the first such exposure.
-    """
+    acquire the group's next records for the consumer, their lock running until it is polled
+    again (docs/share-groups.md, "What the broker and the client do"), so the lock of what a
+    pooled consumer's next poll returns is counted from the first such exposure."""
 
     key: pool.PoolKey
     consumer: Any

@@ -1,28 +1,13 @@
 """Records a share group gives out for the last time go to the dead-letter table.
 
-A share group gives a record out at most ``share.delivery.count.limit`` times. After its last
-delivery, a RELEASE or a lock that runs out archives it: no consumer of the group gets it
-again. A record that comes that far failed every batch it was read into before (a poison
-record that crashes its task, or a batch that kept failing), so with the source option
-``deadLetter.table`` a reading task does not read it into the batch once more:
-
-1. **Split** the poll's records: those whose delivery count reached the limit.
-2. **Leave out** those the sink's table has already: an earlier delivery's batch committed
-   them and their ACCEPT was lost or came after the lock (the table's recent share commits
-   say so, as the sink checks a redelivered record, ``spark_groups.sink.share_info``).
-3. **Write** the rest to the dead-letter table: one delta-rs append from the task (the table
-   is made by the driver when the query starts, :func:`ensure_table`), with the columns of
-   ``spark_groups.deadletter`` plus ``deliveryCount`` and ``group``.
-4. **Acknowledge** on the consumer that acquired them: ACCEPT those of step 2, REJECT those
-   of step 3. The commit of the rest of the poll's acknowledgements carries it, or, when
-   nothing else was read, a commit at once.
-
-A task killed between 3 and 4 leaves its records to their lock, after which the broker
-archives them: they are in the dead-letter table once. A task killed before 3 leaves them
-archived and not in the table: their offsets stay in the topic's log until its retention
-(docs/share-groups.md says how to read them). When the write fails, the records are read
-into the batch instead (logged): a table that cannot be written never costs a record.
-Without ``deadLetter.table`` the records are read into the batch, with a warning naming them.
+After a record's last delivery (``share.delivery.count.limit``) a RELEASE or an expired lock
+archives it, so with ``deadLetter.table`` a reading task does not read it into the batch once
+more. The steps, each a function here: split the poll's records (:func:`last_deliveries`);
+leave out those the sink's table has already (:func:`landed`); write the rest to the
+dead-letter table in one append from the task (:func:`write`; the driver made the table,
+:func:`ensure_table`); then ACCEPT the first kind and REJECT the second on the consumer that
+acquired them. When the write fails the records are read into the batch instead: a table that
+cannot be written never costs a record. docs/share-groups.md, "Poison records".
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """One reading task of a ``kafka-share`` batch: poll a share consumer, hand its records over.
 
-The task takes a share consumer of its worker (``share.consumers``), polls until a poll
-acquires records (as many as the consumer's ``max.poll.records``, which the broker takes as
-a hint: it hands out whole record batches) or ``poll_budget_s`` has passed,
-and yields them as one Arrow batch:
-the columns of Spark's kafka source plus ``deliveryCount``. Before yielding, it hands the
-consumer and what it acquired to the sink table's acknowledger, which ACCEPTs the records
-once a commit of the table names this task attempt (``share.acks``): whatever happens to the
-task after that (a failure, a kill of the writer), the records are settled, RELEASEd or
-given back when their lock runs out. The lock is counted from just before the poll that
-returned them, or from when the consumer was last exposed to acquiring records for its
-buffer, when that came first (``PooledShareConsumer``), less ``lock_margin_s``, so an
-acknowledgement is never sent after the broker gave the records to someone else.
+The task takes a share consumer of its worker (``share.consumers``), polls until one poll
+acquires records or ``poll_budget_s`` has passed, and yields them as one Arrow batch (the
+kafka source's columns plus ``deliveryCount``). Before yielding, it hands the consumer and
+what it acquired to the sink table's acknowledger (``share.acks``): whatever happens to the
+task after that, the records are settled. Their lock is counted from just before the poll, or
+from the consumer's earlier exposure (``PooledShareConsumer``), less ``lock_margin_s``, so an
+acknowledgement never goes out after the broker gave the records to someone else.
 """
 
 from __future__ import annotations
