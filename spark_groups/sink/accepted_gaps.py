@@ -1,15 +1,12 @@
-"""Accepting a gap: an operator's decision, recorded in the sink's table, that records of a
-partition are left out of it.
+"""Accepting a gap: an operator's decision, recorded in the sink's table, to leave records out.
 
-``spark-groups accept-gap`` calls :func:`accept_gap` when a partition is held (or a batch
-refused) because the table ends before where the group resumes and nothing accounts for the
-records in between (docs/sink.md, "Gaps"). It makes one Delta commit with **no data
-files** that moves the partition's transaction version from the table's offset ``v`` to
-``until`` and says so in the commit info (``spark_groups.accepted_gap``:
-``{"topic": {"p": [v, until]}}``, ``spark_groups.member``: who, ``spark_groups.reason``).
-The commit is made on the snapshot ``v`` was read from, so a member that commits the
-partition in between wins and the decision is made again (compare-and-set on the
-transaction id, as every sink commit).
+``spark-groups accept-gap`` calls :func:`accept_gap` for a partition held (or a batch
+refused) because the table ends before where the group resumes. One Delta commit with no data
+files moves the partition's transaction version from the table's offset ``v`` to ``until``
+and says so in the commit info (``spark_groups.accepted_gap``, ``spark_groups.member``,
+``spark_groups.reason``). It is made on the snapshot ``v`` was read from, so a member that
+commits the partition meanwhile wins and the decision is made again. docs/sink.md, "Gaps:
+mixed groups and `accept-gap`".
 """
 
 from __future__ import annotations

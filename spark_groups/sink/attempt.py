@@ -1,15 +1,11 @@
 """One attempt at a batch's Delta commit, on the snapshot its decision was made on.
 
-The decision's files (add actions) and one transaction id per partition written
-(``spark_groups.sink.sink_table``) go into one ``append`` commit carrying the batch's commit info
-(:data:`COMMIT_INFO_KEYS`, and the transaction versions as ``userMetadata``). delta-rs fails
-it with ``CommitFailedError`` when a commit after the snapshot set one of those transaction
-ids: a *conflict*, and the caller decides again on a fresh snapshot. Commits that touched
-other partitions it rebases over.
-
-Any other error leaves it open whether the commit landed, so the table is read back to tell
-(:meth:`CommitAttempt.landed`): landed is success, not landed a
-:class:`~spark_groups.errors.SinkError`, and a table that cannot be read
+The decision's files and one transaction id per partition written go into one ``append``
+commit carrying the batch's commit info (:data:`COMMIT_INFO_KEYS`; the transaction versions
+as ``userMetadata``). delta-rs fails it with ``CommitFailedError`` when a commit after the
+snapshot set one of those ids (a conflict: the caller decides again) and rebases it over
+others. Any other error is resolved by reading the table back (:meth:`CommitAttempt.landed`):
+landed is success, not landed a :class:`~spark_groups.errors.SinkError`, unreadable a
 :class:`CommitUnknownError`, after which the batch's files must stay in place.
 """
 

@@ -1,13 +1,10 @@
 """Compaction of the sink's table between batches (the sink option ``compactEvery``).
 
-The sink adds small files every batch (one per task and partition value). With
-``compactEvery=N`` the batch whose commit is table version ``n * N`` compacts the table right
-after its commit, on the driver, with :func:`spark_groups.sink.live_maintenance.optimize`: the same
-compaction as ``spark-groups optimize``, under the table's maintenance lease, keeping every
-transaction id. Exactly one commit holds a given version, so one member per period compacts,
-whichever it is; a member finding the lease taken (an operator's ``optimize``, or another member
-whose compaction is still running) skips its turn. The batch is committed before this runs, so a
-compaction that fails is logged and never fails the batch; the next period tries again.
+With ``compactEvery=N`` the batch whose commit is table version ``n * N`` compacts the table
+right after its commit, on the driver, with :func:`spark_groups.sink.live_maintenance.optimize`
+(under the maintenance lease, every transaction id kept). One commit holds a version, so one
+member per period compacts; a member finding the lease taken skips its turn. The batch is
+committed already, so a failed compaction is logged and never fails the batch.
 """
 
 from __future__ import annotations

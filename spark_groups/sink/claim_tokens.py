@@ -1,34 +1,15 @@
 """Claims: which member may still write a partition into the sink's table (a fencing token).
 
-The sink's table already says, per Kafka partition, up to where a group's rows are complete
-(its position, ``spark_groups.sink.sink_table``). A *claim* says who may add to it: one more Delta
-transaction id per partition and group,
-
-    app id  = spark_groups.claim:<Delta table id>:<topic>:<partition>:<group id>
-    version = the claim token of the member that owns the partition (0: released)
-
-1. **Claim.** A member that resumes a partition (``group.arrivals``) sets the claim to a
-   fresh token of its own (:func:`new_token`) in one Delta commit, and reads the partition's
-   position in the same snapshot. Every batch it plans carries the token
-   (``BatchOffset.claims``).
-2. **Write.** The sink writes a partition only while the table's claim is the batch's token,
-   and its commit sets the claim again (to the same token): a claim or release committed
-   after the sink's snapshot makes the sink's commit conflict, and its new decision then sees
-   the new claim and leaves the partition out (``sink.decision``: ``fenced``).
-3. **Release.** A member that gives partitions up while a batch of them may still be in
-   flight (leaving the group, a revocation whose barrier timed out) sets their claims to
-   :data:`RELEASED`, compare-and-set on its own tokens, in one commit. From that commit on,
-   no batch planned under those tokens can land: the position read in the release's snapshot
-   is final, and the member commits exactly that to Kafka before it leaves. A partition whose
-   claim is no longer the member's token was claimed by its next owner already: the member
-   commits nothing of it.
-
-Plain consumers of the group can claim too (``spark_groups.handover``): a service that takes
-a partition over from a killed Spark member fences the member's last batch out of the table
-and starts exactly where the table ends.
-
-A table whose claim for a partition is absent (written before claims existed, or never
-claimed) accepts any batch, as before. Nothing here imports Spark.
+A claim is one more Delta transaction id per partition and group (:func:`claim_app_id`), its
+version the claim token of the member that owns the partition (:data:`RELEASED`: none). A
+member resuming partitions sets their claims to a fresh token (:func:`claim`) and reads their
+positions in the same snapshot; the sink writes a partition only while the table's claim is
+the batch's token, and sets it again with its commit, so a later claim or release makes the
+sink's commit conflict and decide again. A member giving partitions up while a batch may be
+in flight sets them to :data:`RELEASED`, compare-and-set on its own tokens (:func:`release`):
+the positions read there are final. A partition with no claim accepts any batch. Plain
+consumers claim through ``spark_groups.handover``. docs/sink.md, "Claims: who may still write
+a partition".
 """
 
 from __future__ import annotations
@@ -59,9 +40,9 @@ RELEASED = 0
 #: How long a claim or release keeps trying against concurrent commits, by default.
 DEFAULT_TIMEOUT_S = 15.0
 #: How many newer commits delta-rs may rebase one claim or release over before it gives up
-#: (its default, 15, lost to 20 members committing ~10 times a second on 2 busy cores:
-#: docs/benchmarks.md, "A big group's rolling restart"). A claim adds no files and conflicts
-#: only with a commit that sets the same claims or positions, so rebasing is always right.
+#: (its default, 15, is too few beside a big group's commits: docs/history.md, "A big
+#: group's rolling restart"). A claim adds no files and conflicts only with a commit that
+#: sets the same claims or positions, so rebasing is always right.
 COMMIT_RETRIES = 200
 
 

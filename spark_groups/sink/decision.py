@@ -1,30 +1,15 @@
 """What the sink writes of a batch, decided from the batch's plan and the table's versions.
 
-No table, no clock: :class:`~spark_groups.sink.group_commit.DeltaSink` reads the table's
-transaction version of every partition (one snapshot) and asks :func:`decide_batch`, which
-takes the batch's files and a function that cuts them (the only I/O, the caller's), and
-answers with the :class:`BatchDecision` to commit, or refuses a gap. :func:`decide` is the
-pure rule: for each planned partition, with ``v`` the table's version (the next offset it
-expects, or none) and ``[from, until)`` the planned range:
-
-==========================  ============================================================
-the table                   the decision
-==========================  ============================================================
-``v >= until``              ``drop``: the range is in the table already (a replay)
-no ``v``, or ``v == from``  ``write`` from ``from``
-``from < v < until``        ``write`` from ``v``: the rows below ``v`` are in the table
-``v < from``, explained     ``write`` from ``from``, recording ``[v, from)`` as committed
-                            by another consumer of the group (the plan's handover)
-``v < from``, unexplained   ``gap``: writing from ``from`` would leave records that were
-                            never written; the sink refuses the batch (``SinkGapError``)
-                            unless ``failOnGap=false``, which writes it anyway
-==========================  ============================================================
-
-Before all of these, the claim (``spark_groups.sink.claim_tokens``): a partition the batch read
-under a claim token that is no longer the table's claim is ``fenced``: its member gave it up
-(or lost it) after planning the batch, and its next owner reads it from the table's
-position. Nothing of it is written. A table without a claim on the partition, or a batch
-without a token for it, is decided by the table above alone.
+No table, no clock: :class:`~spark_groups.sink.group_commit.DeltaSink` reads one snapshot's
+transaction versions and claims and asks :func:`decide_batch`, which cuts files through the
+caller's function and answers with the :class:`BatchDecision` to commit, or refuses a gap.
+:func:`decide` is the pure rule per partition, with ``v`` the table's next offset and
+``[from, until)`` the planned range: ``fenced`` when the batch's claim token is no longer the
+table's claim; else ``drop`` when ``v >= until``; ``write`` from ``from`` (no ``v``, ``v ==
+from``, or ``v < from`` explained by the plan's handover, recorded as outside), from ``v``
+when ``from < v < until``; and ``gap`` for an unexplained ``v < from`` (``SinkGapError``
+unless ``failOnGap=false``). docs/sink.md, "Fencing: what happens to each partition of a
+batch".
 """
 
 from __future__ import annotations

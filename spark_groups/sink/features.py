@@ -1,19 +1,12 @@
 """Which Delta table features the delta-group sink can honour on an existing table.
 
-The sink writes its own Parquet files (with the table's logical column names, no computed
-columns) and commits them as plain appends with delta-rs. A table created by another engine
-(delta-spark, Databricks) may use features that such an append would break: column mapping
-(physical column names differ), generated and identity columns, CHECK constraints (not
-checked), row tracking, in-commit timestamps, clustering, ... Those tables are refused before
-anything is committed, with :class:`~spark_groups.errors.SinkFeatureError` naming the features.
-
-delta-spark's defaults (``appendOnly`` and ``invariants`` at writer version 2) and deletion
-vectors (appends add no vectors; delta-rs keeps the ones that exist) are accepted.
-
-Table properties that break exactly-once are refused too
-(:class:`~spark_groups.errors.SinkTablePropertyError`): ``delta.setTransactionRetentionDuration``
-expires the transaction ids (``txn`` actions) of partitions not written for that long, and
-those ids are how the sink knows which batches a partition already holds (docs/sink.md).
+The sink appends its own Parquet files with delta-rs (logical column names, no computed
+columns). A table using features such an append would break (column mapping, generated and
+identity columns, CHECK constraints, row tracking, ...) is refused before anything is
+committed (:class:`~spark_groups.errors.SinkFeatureError`); delta-spark's defaults and
+deletion vectors are accepted (:data:`SAFE_FEATURES`). Properties that break exactly-once
+are refused too (:class:`~spark_groups.errors.SinkTablePropertyError`,
+:data:`UNSAFE_PROPERTIES`). docs/sink.md, "Tables made by other engines".
 """
 
 from __future__ import annotations

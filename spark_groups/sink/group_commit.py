@@ -1,55 +1,15 @@
-"""A ``kafka-group`` batch's commit, driver side: one Delta commit per batch, fenced per
-partition (a ``kafka-share`` batch's is ``spark_groups.sink.share_commit``).
+"""A ``kafka-group`` batch's commit, driver side: one Delta commit per batch, fenced per partition.
 
-A ``delta-group`` batch arrives here as the files its tasks wrote (``spark_groups.sink.writer``,
-each holding rows of the Kafka partitions its task read, with their offsets) and the batch's
-plan (``spark_groups.sink.plan``: ``[from, until)`` per Kafka partition, from Spark's
-checkpoint). :meth:`DeltaSink.commit` turns them into **one** Delta commit that adds the files
-and sets one Delta transaction id per Kafka partition, in the spirit of
-delta-io/kafka-delta-ingest::
-
-    app id  = spark_groups:<Delta table id>:<topic>:<partition>:<group id>
-    version = the next offset of that partition (the batch's ``until``)
-
-So the table itself says, per partition, up to where its rows are complete. Before
-committing, each partition of the batch is compared with that version ``v``:
-
-* ``v >= until``: every row is already in the table (a replayed batch, a zombie member):
-  nothing of the partition is written (a file holding its rows and others' is rewritten
-  without them, read back from storage by the driver; a file of its rows alone is dropped).
-* ``from < v < until``: the rows ``< v`` are in the table: they are left out the same way
-  (this happens only when two members planned different ranges of a partition), and the
-  transaction moves to ``until``.
-* ``v < from``: the records ``[v, from)`` are not in the table. When the batch's plan says
-  another consumer of the group committed them (a :class:`~spark_groups.offsets.Handover`
-  from ``since <= v`` up to exactly ``from``; the source builds it from Kafka's committed
-  offset and its metadata), the gap is accounted for: the partition is written and the
-  commit info records the range under ``spark_groups.outside``. Any other gap refuses the
-  batch with :class:`~spark_groups.errors.SinkGapError` (``failOnGap=false`` logs and writes
-  instead).
-* no ``v`` (the partition was never written by this group) or ``v == from``: written.
-
-**Compare-and-set.** The versions are read from one snapshot of the table and the commit is
-made on that same snapshot. delta-rs fails a commit whose transaction ids were set by any
-commit after the snapshot (``CommitFailedError``, "concurrent transaction"), and rebases it
-over commits that touched other partitions. On a failure the whole decision is made again
-on a fresh snapshot (``spark_groups.sink.retry``), so two writers can never both
-commit the same offsets of a partition.
-
-**Files.** Every file is checked (exists, has the size its task reported) before the
-commit; a batch that does not commit (missing file, gap, error, aborted by Spark) has its
-files deleted, and dropped or rewritten files are deleted after the commit. A commit that
-fails in an unclear way (an error after the log entry may have been written) is resolved by
-reading the table back: files are deleted only when they are certainly not in the table.
-
-**Parts.** :class:`DeltaSink` keeps the order of a commit (:meth:`DeltaSink.commit`) and
-its retries; the parts are ``spark_groups.sink.staged`` (the batch's files: checked, cut,
-deleted), ``spark_groups.sink.sink_table`` (opening the table; the transaction versions),
-``spark_groups.sink.decision`` (each partition against the versions) and
-``spark_groups.sink.attempt`` (one Delta commit on one snapshot, and reading it back).
-
-Nothing here imports Spark: ``spark_groups.sink.spark`` adapts it to Spark's Python data
-source API, and everything is tested without a JVM.
+:meth:`DeltaSink.commit` turns the files a batch's tasks wrote (``spark_groups.sink.writer``)
+and its plan (``spark_groups.sink.plan``) into one Delta commit that adds the files and sets
+one transaction id per Kafka partition, its version the partition's next offset
+(``spark_groups.sink.sink_table``). Each partition is decided against one snapshot's versions
+and claims (``spark_groups.sink.decision``) and committed on that snapshot
+(``spark_groups.sink.attempt``); a concurrent commit of the same partitions makes it decide
+again (``spark_groups.sink.retry``), so two writers never both commit the same offsets. Files
+are checked before the commit and deleted only when certainly not in the table
+(``spark_groups.sink.staged``). No Spark here (``spark_groups.sink.spark`` adapts it); a
+``kafka-share`` batch's commit is ``spark_groups.sink.share_commit``. docs/sink.md, "Design".
 """
 
 from __future__ import annotations
@@ -167,11 +127,9 @@ class DeltaSink:
     def abort(self, files: Iterable[DataFile]) -> None:
         """Delete the files of a batch Spark aborted, except those the table references.
 
-        Spark also aborts a batch whose commit *call* failed, and that call can fail after
-        the Delta commit landed (the Python worker running it died right after, say): those
-        files are the table's now and must stay. When the table cannot be read to tell, the
-        files are kept (an orphan file costs storage until ``vacuum``; a deleted one that the
-        table references breaks every reader)."""
+        Spark also aborts a batch whose commit *call* failed after the Delta commit landed: those
+        files are the table's. When the table cannot be read to tell, the files are kept (an
+        orphan costs storage until ``vacuum``; a deleted referenced file breaks every reader)."""
         paths = [f.path for f in files]
         if not paths:
             return
@@ -201,32 +159,23 @@ class DeltaSink:
         """Commit one batch: ``files`` (written by its tasks) under ``plan``, in one Delta
         commit with one transaction id per partition written. ``schema`` is the query's.
 
-        1. **Check** the batch: every file's rows in its partition's planned range, every
-           file in storage with the size its task reported, the query's columns and the
-           partition columns usable.
-        2. **Open** the table at its newest version, one snapshot (on the first attempt the
-           one step 1 loaded, a few milliseconds before): created when missing, its
-           features and partition columns checked, new columns added (``mergeSchema``).
-        3. **Decide** each partition against the snapshot's transaction versions and claims:
-           leave it out (its claim moved on: ``spark_groups.sink.claim_tokens``), drop it (in the
-           table already), write it (rows the table holds already left out of its files), or
-           refuse the batch for a gap.
-        4. **Nothing to write** (every partition was in the table or left out): delete the
-           files, return.
-        5. **Commit** the kept files and one transaction id per partition written (and its
-           claim again, when the batch read it under one), on that snapshot. A concurrent
-           commit of the same partitions or claims (a conflict), or an error after which the
-           commit is certainly not in the table: wait a moment and go back to 2, at most
+        1. **Check** the files (rows in their partition's planned range, in storage with the
+           reported size), the query's columns and the partition columns.
+        2. **Open** the table at its newest version, one snapshot (created when missing, features
+           and partition columns checked, new columns added with ``mergeSchema``).
+        3. **Decide** each partition against the snapshot: fenced, dropped, written (rows the
+           table holds left out of its files), or a gap that refuses the batch.
+        4. **Nothing to write**: delete the files, return.
+        5. **Commit** the kept files and the transaction ids (and claims) on that snapshot; a
+           conflict, or a failure certainly not in the table, goes back to 2, at most
            :data:`~spark_groups.sink.retry.MAX_COMMIT_ATTEMPTS` times.
-        6. **Clean up**: find the commit's table version, delete the files it does not
-           reference (dropped, cut, rewritten), return what went in.
+        6. **Clean up**: delete the files the commit does not reference, return what went in.
 
-        Raises :class:`~spark_groups.errors.SinkError` (nothing committed, the batch's files
-        deleted) for files outside the plan or missing, an incompatible table, a gap
+        Raises :class:`~spark_groups.errors.SinkError` (nothing committed, the files deleted) for
+        files outside the plan or missing, an incompatible table, a gap
         (:class:`~spark_groups.errors.SinkGapError`), or concurrent commits that kept winning;
-        its :class:`~spark_groups.sink.attempt.CommitUnknownError` (the files left in place)
-        when a commit failed and the table cannot be read to tell whether it landed.
-        """
+        :class:`~spark_groups.sink.attempt.CommitUnknownError` (the files left in place) when the
+        table cannot be read to tell whether a failed commit landed."""
         crash_points.reached("sink.files_written")
         staged = StagedFiles(self.table, files, self.compression)
         loaded, partition_by = self._check(plan, staged, schema)  # 1

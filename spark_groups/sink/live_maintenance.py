@@ -1,31 +1,15 @@
-"""Compaction and vacuum of a ``delta-group`` sink table beside running members, through
-delta-rs (the writer the members use, so the commits are safe wherever theirs are: local
-disk, and S3 with ``aws_conditional_put=etag`` or a lock).
+"""Compaction and vacuum of a ``delta-group`` sink table beside running members, through delta-rs.
 
-Why it is safe beside the members:
-
-- the sink's commits only *add* files (and set transaction ids); a compaction only removes
-  files that are already committed and adds their rewrite (``dataChange=false``). delta-rs
-  rebases either over the other, so neither has to give way. A compaction that does meet a
-  conflict fails with ``CommitFailedError``, committing nothing (its new files are
-  referenced by no commit), and is tried again from a fresh snapshot;
-- compaction does not touch the transaction ids (``txn``) the sink's exactly-once rests on:
-  they stay in the snapshot, the checkpoint carries them;
-- vacuum deletes files the table no longer references only when they were removed (or, for
-  files no commit names, written) longer ago than the retention, at least an hour while
-  members run: a member's data files are unreferenced only from their task to the batch's
-  commit.
-
-The one unsafe case is two compactions at once: delta-rs 1.6.6 commits both, each re-adding
-the same rows (:mod:`spark_groups.storage.maintenance_steps`). So :func:`optimize` first takes
-the table's **maintenance lease**: a commit without files that sets the transaction id
-``spark_groups:<table id>:maintenance`` to the time (ms since the epoch) the lease lapses.
-Two runs taking it at once both set that one id, so delta-rs lets exactly one commit and
-fails the other (the same compare-and-set the sink's commits use, safe on S3 with
-conditional writes). A run finding a live lease refuses with
-:class:`~spark_groups.errors.MaintenanceRunningError`; the holder releases it at the end by
-setting the id to the time of release. A run that died keeps the lease for
-:data:`LEASE_SECONDS`, or until a run with ``take_over`` takes it.
+Safe beside the members (delta-rs is their writer, so wherever their commits are safe): the
+sink's commits only add files and a compaction only rewrites committed ones, so delta-rs
+rebases either over the other, and neither touches the transaction ids; vacuum deletes
+unreferenced files only past the retention, never below :data:`MIN_RETAIN_HOURS_BESIDE_MEMBERS`
+while members run. Two compactions at once would duplicate rows, so :func:`optimize` first
+takes the table's maintenance lease (:func:`take_lease`): a commit without files setting the
+transaction id :func:`lease_id` to when it lapses, which only one of two concurrent runs can
+commit. A live lease refuses with :class:`~spark_groups.errors.MaintenanceRunningError`; a
+dead run's lease lapses after :data:`LEASE_SECONDS`, or ``take_over``. docs/cli.md,
+"optimize" and "vacuum".
 """
 
 from __future__ import annotations
@@ -276,17 +260,14 @@ def vacuum_table(
     members_stopped: bool = False,
 ) -> VacuumResult:
     """Delete the data files the table at ``path`` no longer references, removed (or, for
-    files no commit names, written) longer than ``retention_hours`` ago: Delta's VACUUM
-    (:func:`spark_groups.storage.maintenance_steps.vacuum`, full mode; lite mode would miss every
-    file whose tombstone a checkpoint already dropped, which on a sink table checkpointed
-    every 100 commits is nearly all of them).
+    files no commit names, written) longer than ``retention_hours`` ago: Delta's VACUUM in
+    full mode (:func:`spark_groups.storage.maintenance_steps.vacuum`; docs/cli.md, "vacuum").
 
     The retention (None: the table's ``delta.deletedFileRetentionDuration``, Delta's 7 days
     by default) is never below that property, which readers of older snapshots, time travel
     and streaming readers of the table rely on, nor, unless ``members_stopped``, below
     :data:`MIN_RETAIN_HOURS_BESIDE_MEMBERS`: a running member's data files are referenced
-    by no commit until its batch commits. :class:`OptionError` names ``--retain-hours``.
-    """
+    by no commit until its batch commits. :class:`OptionError` names ``--retain-hours``."""
     table = _open(path, storage_options)
     floor = deleted_file_retention_hours(table)
     used = floor if retention_hours is None else float(retention_hours)

@@ -1,22 +1,13 @@
 """The table and the group a batch is written to, said once: by the source that planned it.
 
-A ``kafka-group`` source writes into every batch's Spark offset the consumer group that
-planned it and the ``delta-group`` table it claims partitions in (``BatchOffset.pipeline``:
-its options ``group.id`` and ``sink.table``). The sink takes both from there, so a pipeline
-names each once:
-
-1. **Before any task writes** (``streamWriter``, which Spark calls for every micro-batch
-   after it logged the batch's offsets): from the newest entry of the query's offset log
-   (:func:`target_for_next_batch`). A query whose newest entry holds no ``kafka-group``
-   offset is refused here (:class:`~spark_groups.errors.SinkError`).
-2. **At the commit**: from the batch's own plan (``spark_groups.sink.plan``); a plan that
-   names another table or group than the one the tasks wrote to is refused before the
-   commit, and its files are deleted (:func:`check_target`).
-
-Given on the sink too (``path``, ``group.id``), a value must agree with the source's, or the
-batch fails with :class:`~spark_groups.errors.PipelineMismatchError` naming both. Without a
-value from the source (a source without ``sink.table``, or offsets logged before sources
-recorded it) the sink's own options are required.
+A ``kafka-group`` source writes its ``group.id`` and ``sink.table`` into every batch's Spark
+offset (``BatchOffset.pipeline``), and the sink takes both from there: before any task writes
+from the newest entry of the offset log (:func:`target_for_next_batch`, step 1), and at the
+commit from the batch's own plan (:func:`check_target`, step 2: another table or group than
+the tasks wrote to is refused, the files deleted). Given on the sink too, a value must agree
+with the source's (:class:`~spark_groups.errors.PipelineMismatchError`); without one from the
+source the sink's own options are required. docs/sink.md, "Said once: the table and the
+group come from the source".
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Whether the executors of a query can write the sink's table where its path points.
 
-The ``delta-group`` sink's data files are written by the executors and committed by the
-driver (docs/sink.md). A table on the local disk (a path with no scheme, or ``file:``) is
-one place only when every executor runs on the driver's machine: Spark's ``local[...]``
-masters (and ``local-cluster[...]``, its test cluster on one machine). On a cluster
-(standalone ``spark://``, ``yarn``, ``k8s://``, Mesos) each executor would write to its own
-machine's disk, the driver would commit files it cannot see, and readers would miss rows. So
-the sink refuses such a table there (:class:`~spark_groups.errors.LocalTableOnClusterError`),
-unless the path is a mount every node shares: Databricks' DBFS and Unity Catalog volume
-FUSE mounts (``spark_groups.storage.paths``) are known ones, any other (NFS) the user declares with
-``sharedMount=true``.
-
-The master is what the task sees as its local property ``spark.master``: Spark copies the
-session's ``spark.*`` settings into the local properties of every SQL execution
-(``SQLExecution.withSQLConfPropagated``), so each task of a micro-batch carries it, on the
-executors of any cluster manager. The data source's driver-side calls (``streamWriter``,
-``commit``) run in Python workers that get neither a task context nor the Spark conf, so the
-check runs in the tasks, before they write anything.
+A table on the local disk (no scheme, or ``file:``) is one place only when every executor
+runs on the driver's machine (``local[...]``, ``local-cluster[...]``). On a cluster the sink
+refuses it (:class:`~spark_groups.errors.LocalTableOnClusterError`) unless the path is a
+mount every node shares: DBFS and Unity Catalog volumes (``spark_groups.storage.paths``), or
+any other the user declares with ``sharedMount=true``. The check runs in the tasks, before
+they write: the master is their local property ``spark.master``, and the driver-side calls
+get neither a task context nor the Spark conf. docs/storage.md, "On a cluster".
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """What a micro-batch was planned to read: its Kafka offset ranges, from Spark's checkpoint.
 
-Rows alone cannot tell the sink which offsets a batch covered: a filter may have dropped the
-first or last records of a partition, or all of them. The ``kafka-group`` source's Spark
-offset *is* the batch's plan (``[from, until)`` per partition, see ``spark_groups.offsets``),
-and Spark writes it to the checkpoint's offset log, ``<checkpoint>/offsets/<batchId>``,
-before the batch runs. By the time the sink commits batch ``batchId`` that file exists, so
-the sink reads it there. The file looks like::
-
-    v1
-    {"batchWatermarkMs":0,"batchTimestampMs":...,"conf":{...}}      <- Spark's metadata
-    {"v":1,"batch":7,"ranges":{"orders":{"0":[100,250]}}}           <- one line per source
-
-Lines of other sources (``-`` for a source without an offset, or another format) are
-skipped; several ``kafka-group`` sources are merged, but one partition may appear in only one
-of them. Reading the checkpoint's files is ``spark_groups.storage.checkpoint``'s.
+Rows alone cannot tell which offsets a batch covered (a filter may drop any of them), but the
+``kafka-group`` source's Spark offset *is* the batch's plan, and Spark writes it to
+``<checkpoint>/offsets/<batchId>`` before the batch runs: one line per source after Spark's
+metadata. Lines of other sources are skipped; several ``kafka-group`` sources are merged, one
+partition in only one of them. Reading the checkpoint's files is
+``spark_groups.storage.checkpoint``'s. docs/sink.md, "How the sink learns a batch's offset
+ranges".
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
-"""Deciding a batch's commit again after a concurrent commit (delta-rs refused it: a commit
-after its snapshot set one of its transaction ids), for both kinds of batch: after a random
-wait that grows with each attempt, at most :data:`MAX_COMMIT_ATTEMPTS` times in all."""
+"""Deciding a batch's commit again after a concurrent commit, for both kinds of batch.
+
+delta-rs refused the commit (a commit after its snapshot set one of its transaction ids): the
+batch is decided again after a random wait that grows with each attempt, at most
+:data:`MAX_COMMIT_ATTEMPTS` times in all.
+"""
 
 from __future__ import annotations
 

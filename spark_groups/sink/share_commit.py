@@ -1,31 +1,11 @@
 """The ``delta-group`` sink's commit of a ``kafka-share`` batch: every record in the table once.
 
-A share group hands out records, not offset ranges, and delivers a record again when its
-lock ran out or it was released: after a task was killed between its write and its
-acknowledgement, after a batch slower than the lock, after a driver died. So the table
-cannot fence a partition by "up to where it is complete" as for a consumer group
-(``spark_groups.sink.group_commit``); it remembers *which* offsets its recent share commits wrote
-instead (``spark_groups.sink.share_info``) and leaves those out of a new batch.
-
-:meth:`ShareCommit.commit`, in order:
-
-1. **Check** the tasks' files: in storage with the size their task reported.
-2. **Open** the table at its newest version, one snapshot (created when missing).
-3. **Already there?** A commit in the window that holds this run's batch (the commit call
-   was made again after it landed): nothing to do.
-4. **Decide**: the batch's offsets the window's commits wrote already are left out; a file
-   holding any of them is rewritten without them (``StagedFiles.without``).
-5. **Commit** the kept files, the commit info (which task attempts it holds,
-   ``spark_groups.sink.share_info``; which offsets it wrote)
-   and one Delta transaction id per partition the batch read, set one higher than the
-   snapshot's: a concurrent share commit that read the same partitions after the snapshot
-   makes delta-rs refuse this one (a conflict), and the decision is made again from 2, so
-   two writers never both add one record. At most
-   :data:`~spark_groups.sink.retry.MAX_COMMIT_ATTEMPTS` times.
-6. **Clean up**: delete the files the commit does not reference (rewritten, left out).
-
-The readers' acknowledgers ACCEPT the records of every attempt the commit names, those left
-out as already there included (``spark_groups.share.acks``): the table holds them.
+A share group delivers a record again when its lock ran out or it was released, so the table
+cannot fence a partition by "up to where it is complete"; it remembers which offsets its
+recent share commits wrote (``spark_groups.sink.share_info``) and leaves those out of a new
+batch (:meth:`ShareCommit.commit`). The readers' acknowledgers then ACCEPT every record of
+the task attempts the commit names, those left out included (``spark_groups.share.acks``).
+docs/share-groups.md, "Exactly once in the table".
 """
 
 from __future__ import annotations
@@ -116,8 +96,19 @@ class ShareCommit:
     def commit(
         self, plan: BatchPlan, tasks: Sequence[ShareTaskOutput], schema: pa.Schema
     ) -> ShareCommitResult:
-        """Commit batch ``plan.batch_id`` of ``tasks`` (module doc). Raises
-        :class:`~spark_groups.errors.SinkError` (nothing committed, the files deleted)."""
+        """Commit batch ``plan.batch_id`` of ``tasks``:
+
+        1. **Check** the tasks' files: in storage with the size their task reported.
+        2. **Open** the table at its newest version, one snapshot (created when missing).
+        3. **Already there?** A recent commit holds this run's batch: nothing to do.
+        4. **Decide**: offsets the recent commits wrote are left out, files rewritten without them.
+        5. **Commit** the kept files, the commit info (the task attempts, the offsets written) and
+           one transaction id per partition read, set one higher than the snapshot's: a concurrent
+           share commit of the same partitions conflicts, and the batch is decided again from 2,
+           at most :data:`~spark_groups.sink.retry.MAX_COMMIT_ATTEMPTS` times.
+        6. **Clean up**: delete the files the commit does not reference.
+
+        Raises :class:`~spark_groups.errors.SinkError` (nothing committed, the files deleted)."""
         crash_points.reached("sink.files_written")
         staged = StagedFiles(self.table, [f for t in tasks for f in t.files], self.compression)
         attempts = [t.attempt for t in tasks]
@@ -236,8 +227,8 @@ class ShareCommit:
         written: PartitionOffsets,
         duplicates: PartitionOffsets,
     ) -> dict[str, str]:
-        """The commit info of a share batch (module doc, step 5), with how many records it
-        left out as already in the table (:data:`DUPLICATES_KEY`)."""
+        """The commit info of a share batch (step 5), with how many records it left out as
+        already in the table (:data:`DUPLICATES_KEY`)."""
         return {
             DUPLICATES_KEY: str(duplicates.records()),
             "spark_groups.batch": str(plan.batch_id),

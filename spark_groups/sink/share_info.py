@@ -1,13 +1,11 @@
-"""What a share commit says of itself in its commit info: the task attempts whose files it
-holds (:data:`COMMIT_INFO_KEY`, which the readers' acknowledgers look for) and the offsets
-it wrote (:data:`COMMIT_OFFSETS_KEY`).
+"""What a share commit says of itself in its commit info, and the offsets recent ones wrote.
 
-A share group delivers a record again when its lock ran out or it was released, possibly
-after an earlier delivery reached the table (its acknowledgement lost with a killed task, or
-late). :class:`RecentOffsets` keeps the offsets of the table's newest ``window`` commits and
-answers which of a batch's are there already. Its cost is the window's, never the table's;
-a window counted in commits (not in time) does not move while the query is down, so a record
-committed just before a crash is still found when it comes back after the restart.
+A share commit names the task attempts whose files it holds (:data:`COMMIT_INFO_KEY`, which
+the readers' acknowledgers look for) and the offsets it wrote (:data:`COMMIT_OFFSETS_KEY`).
+:class:`RecentOffsets` keeps the offsets of the table's newest ``window`` commits and answers
+which of a batch's are there already: a redelivered record is left out. The window counts
+commits, not time, so it does not move while the query is down; its cost is the window's,
+never the table's.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """The sink's Delta table: where each partition stands in it, and opening it for a commit.
 
-The table itself says, per Kafka partition, up to where a group's rows are complete: one
-Delta transaction id (``txn``) per partition written, in the spirit of
-delta-io/kafka-delta-ingest::
-
-    app id  = spark_groups:<Delta table id>:<topic>:<partition>:<group id>
-    version = the next offset of that partition
-
+The table says, per Kafka partition, up to where a group's rows are complete: one Delta
+transaction id per partition (:func:`app_id`), its version the partition's next offset.
 :func:`versions` reads them from one snapshot, :func:`committed_positions` from the newest
-version of the table at a path. :class:`SinkTable` opens the table for a batch's commit: at
-its newest version, created when missing, refused when it uses features the sink cannot
-honour (``spark_groups.sink.features``) or other partition columns than the query's, and
-with the query's new columns added when ``mergeSchema`` allows it.
+version at a path. :class:`SinkTable` opens the table for a batch's commit: at its newest
+version, created when missing, refused when it uses features the sink cannot honour
+(``spark_groups.sink.features``) or other partition columns than the query's, with the
+query's new columns added when ``mergeSchema`` allows. docs/sink.md, "Transaction ids".
 """
 
 from __future__ import annotations

@@ -1,43 +1,15 @@
 """The Spark-facing exactly-once Delta sink ``delta-group``, and reading Delta tables back.
 
-::
-
-    query = (df.writeStream.format("delta-group")
-             .option("checkpointLocation", "/chk/orders-etl")
-             .start())        # the table and the group: the source's sink.table and group.id
-
-Where each piece runs (Spark's Python data source API):
-
-* ``DeltaGroupDataSource.streamWriter()``: in a Python worker on the driver, for every
-  micro-batch (after Spark logged its offsets), and again in the worker that commits it.
-  The table and the group are taken from the batch's source there
-  (``spark_groups.sink.pipeline``), so a sink whose ``path`` or ``group.id`` disagrees with
-  the source's ``sink.table`` or ``group.id`` fails before any task writes. Options, the
-  query's columns and whether the checkpoint can be read are checked there, so a pipeline
-  without the
-  ``topic``/``partition``/``offset`` columns fails its first batch with a clear
-  :class:`~spark_groups.errors.SinkError`, one whose checkpoint this Python cannot read
-  (on S3 without ``storage.*`` options that reach it) with an
-  :class:`~spark_groups.errors.OptionError` on ``checkpointLocation``.
-  The batch's commit strategy (a group or a share commit, ``spark_groups.sink.strategy``)
-  is chosen there too, from the batch's source offsets.
-* ``DeltaGroupStreamWriter.write()``: on executors, one call per task: a table on the
-  local disk is refused first when the query runs on a cluster
-  (``spark_groups.sink.placement``); then the task's rows are written as Parquet files,
-  one per value of the partition columns (``spark_groups.sink.writer``); a :class:`SinkTaskMessage`
-  describing them (and what the strategy adds) goes back to the driver.
-* ``commit()`` / ``abort()``: in a Python worker on the driver (``python_streaming_sink_runner``)
-  once all tasks finished (or one failed): the batch's plan is read from the checkpoint, the
-  strategy checked against it, and the strategy makes the one Delta commit; or the files are
-  deleted.
-
-A Python data sink is the natural place for this, rather than a ``foreachBatch`` helper: the
-files are written by the tasks that computed the rows (no ``collect``, no second job), the
-commit runs on the driver exactly once per batch after every task succeeded, and Spark calls
-``abort`` when a task failed, which is when the files must go.
-
-:func:`read_delta` reads a Delta table in Spark without Delta's jars: the exact files of one
-pinned table version, never the bare folder (which holds removed and uncommitted files).
+``DeltaGroupDataSource.streamWriter()`` runs in a Python worker on the driver for every
+batch (and again in the one that commits it): it takes the table and the group from the
+batch's source (``spark_groups.sink.pipeline``), checks the options, the query's columns and
+that the checkpoint can be read, and chooses the commit strategy
+(``spark_groups.sink.strategy``), so a bad pipeline fails before any task writes.
+``write()`` runs on executors, one call per task (``spark_groups.sink.placement``, then
+``spark_groups.sink.writer``), and sends a :class:`SinkTaskMessage` to the driver;
+``commit()`` / ``abort()`` run on the driver once every task finished or one failed.
+:func:`read_delta` reads one pinned version's files in Spark without Delta's jars.
+docs/sink.md, "Where things run".
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """A batch's data files on the driver, from its tasks to the commit that references them.
 
-The tasks of a batch write their files below the table before the batch commits
-(``spark_groups.sink.writer``); until a commit references them they are *staged*.
-:class:`StagedFiles` checks them before anything is committed (every row inside its
-partition's planned range, every file in storage with the size its task reported), *cuts*
-them to the rows the commit writes (a file holding rows the table has already, or of a
-partition left out, is rewritten without them, once per batch and cut however often the
-commit is tried; a file with nothing left is left out), and finally deletes every staged file
-and rewrite that the commit does not reference (all of them when nothing commits).
+Until a commit references them the files a batch's tasks wrote are *staged*.
+:class:`StagedFiles` checks them before anything is committed (rows inside their partition's
+planned range, files in storage with the reported size), cuts them to the rows the commit
+writes (rewritten once per batch, however often the commit is tried), and deletes every
+staged file and rewrite the commit does not reference (all of them when nothing commits).
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""How a batch is committed: a group commit (fenced per partition by its planned ranges,
-``spark_groups.sink.group_commit``) or a share commit (no ranges: deduplicated by the offsets
-its tasks wrote, ``spark_groups.sink.share_commit``). A :class:`CommitStrategy` holds both
-halves that differ: what a task adds to its commit message on the executor, and the driver's
-commit. The Spark adapter chooses it from the batch's source offsets (:func:`strategy_for`)
-when the batch starts, and again from the batch's plan before it commits: the two must agree.
+"""How a batch is committed: a group commit or a share commit, chosen once per batch.
+
+A group commit is fenced per partition by its planned ranges
+(``spark_groups.sink.group_commit``); a share commit has no ranges and is deduplicated by the
+offsets its tasks wrote (``spark_groups.sink.share_commit``). A :class:`CommitStrategy` holds
+the two halves that differ: what a task adds to its commit message, and the driver's commit.
+The Spark adapter chooses it from the batch's source offsets (:func:`strategy_for`) when the
+batch starts, and again from its plan before it commits: the two must agree.
 """
 
 from __future__ import annotations

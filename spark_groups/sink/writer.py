@@ -1,23 +1,13 @@
 """Executor side of the Delta sink: write a task's rows as Parquet files.
 
-A Spark task of a ``delta-group`` query hands its rows (Arrow record batches) to
-:class:`TaskFileWriter`, which writes **one Parquet file per value of the table's partition
-columns** (one file for an unpartitioned table), holding the rows of every Kafka partition the
-task read, directly below the table's directory, and returns a :class:`DataFile` for each: its
-path, size, row count, per Kafka partition its rows and min/max offset (:class:`KafkaRows`),
-its partition values and Delta statistics. Nothing is committed here: the driver decides per
-Kafka partition whether rows are kept or dropped (``spark_groups.sink``); a file holding rows
-it drops is rewritten without them (:func:`rewrite_keeping`), which only replays and handovers
-need. (Until issue 45 a file held one Kafka partition: a task reading 5,000 partitions wrote
-5,000 files per batch.)
-
-Layout follows Delta's (and Hive's) convention: ``col=value/`` directories for partition
-columns (values escaped like Spark does, ``__HIVE_DEFAULT_PARTITION__`` for null), the
-partition columns themselves not stored in the files. An empty string in a partition column
-is stored as null, as Spark and Delta do.
-
-If writing fails, the task deletes the files it wrote before re-raising. Files of a task that
-was killed outright stay behind unreferenced; Delta's ``VACUUM`` removes such files.
+:class:`TaskFileWriter` writes one Parquet file per value of the table's partition columns
+(one for an unpartitioned table) directly below the table, holding the rows of every Kafka
+partition the task read, and returns a :class:`DataFile` for each (path, size, rows, per
+Kafka partition its rows and offsets, partition values, Delta statistics). Nothing is
+committed here; a file holding rows the driver leaves out is rewritten without them
+(:func:`rewrite_keeping`, :func:`rewrite_without`). The layout is Delta's and Spark's
+(``col=value/``, escaped like Spark, ``__HIVE_DEFAULT_PARTITION__`` for null and an empty
+string). A task that fails deletes the files it wrote before re-raising.
 """
 
 from __future__ import annotations
@@ -70,8 +60,8 @@ class KafkaRows:
 
     @cached_property
     def topic_partition(self) -> TopicPartition:
-        """The Kafka partition of these rows (made once: a sink decision asks several times
-        for each of thousands)."""
+        """The Kafka partition of these rows (made once: a sink decision asks for it many
+        times)."""
         return TopicPartition(self.topic, self.partition)
 
 
