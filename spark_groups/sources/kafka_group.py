@@ -1,20 +1,14 @@
-"""The Spark-facing data source ``kafka-group``: a thin adapter over the other modules (the
-sink's is :mod:`spark_groups.sink.spark`; both build on :mod:`spark_groups.spark`).
+"""The Spark-facing data source ``kafka-group``: a thin adapter over the other modules.
 
-Where each piece runs (see docs/architecture.md):
-
-* ``KafkaGroupDataSource.__init__`` and ``schema()``: in Python workers when the query is
-  defined (``load()``), so bad options fail there.
-* ``KafkaGroupStreamReader``: built in a planning worker, pickled to executors for
-  ``read()``, and built once more in the long-lived reader process on the driver, which is
-  the only place that joins the consumer group (lazily, on the first offset call).
-
-On Spark 4.0 and 4.1 (no admission control, ``spark_groups.spark.compat``) Spark calls
-``latestOffset()`` with no arguments. The reader then knows where the query stands from the
-offsets it returned last, and in a restarted process from the newest entry of the query's
-offset log; that is why the source needs ``checkpointLocation`` there. It applies
-``maxOffsetsPerTrigger`` itself, and ``Trigger.AvailableNow`` runs as Spark's single batch,
-committed when the query ends (``GroupStream.stop``) because Spark's commit log has it.
+``KafkaGroupDataSource.__init__`` and ``schema()`` run in Python workers when the query is
+defined, so bad options fail ``load()``. ``KafkaGroupStreamReader`` is built in a planning
+worker, pickled to executors for ``read()``, and built once more in the long-lived reader
+process on the driver, the only place that joins the group (``GroupStream``, lazily, on the
+first offset call). On Spark 4.0 and 4.1 (no admission control) ``latestOffset()`` gets no
+arguments: the reader knows where the query stands from what it returned last, or from the
+offset log in a restarted process (hence ``checkpointLocation``), and applies
+``maxOffsetsPerTrigger`` itself. docs/architecture.md, "Which process runs what";
+docs/spark-versions.md.
 """
 
 from __future__ import annotations

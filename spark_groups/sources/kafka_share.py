@@ -1,29 +1,12 @@
-"""The Spark-facing ``kafka-share`` source (experimental): a share group's records into the
-``delta-group`` sink, read by more tasks than the topics have partitions.
-
-::
-
-    (spark.readStream.format("kafka-share")
-        .option("kafka.bootstrap.servers", servers)
-        .option("group.id", "orders-queue").option("subscribe", "orders")
-        .option("sink.table", "/lake/orders").option("tasks", "8")
-        .load()
-        .writeStream.format("delta-group")
-        .option("checkpointLocation", "/chk/orders-queue")
-        .start())
+"""The Spark-facing ``kafka-share`` source (experimental): a share group's records, many tasks.
 
 Nothing of a share group can be replayed by offset, so a batch's Spark offset is only its
 number (and, for the sink, the group and table: ``BatchOffset.share``). Each batch runs
-``tasks`` Spark tasks; each is a share consumer of the group that polls for up to
-``pollBudgetMs`` or ``maxRecordsPerTask`` records (``spark_groups.share.read``), and
-acknowledges them from its Python worker once the sink's commit of the batch names the
-task attempt (``spark_groups.share.acks``): the reading worker must outlive the task, so
-``spark.python.worker.reuse`` must stay true (Spark's default). The sink leaves out records
-the table already holds (``spark_groups.sink.share_commit``).
-
-``Trigger.AvailableNow`` (Spark 4.2+) runs batches until one acquires nothing; before 4.2
-Spark runs it as one batch. The source is experimental as long as librdkafka's share
-consumer is Preview (docs/share-groups.md).
+``tasks`` Spark tasks, each a share consumer that polls once (``spark_groups.share.read``) and
+acknowledges from its Python worker once the sink's commit names its attempt
+(``spark_groups.share.acks``), so ``spark.python.worker.reuse`` must stay true.
+``Trigger.AvailableNow`` (Spark 4.2+) runs batches until one acquires nothing; before 4.2 it is
+one batch. docs/share-groups.md.
 """
 
 from __future__ import annotations
