@@ -1,5 +1,4 @@
-"""What the Spark adapters share: the format names Spark knows them by (here; ``spark_groups``
-exports them) and:
+"""What the Spark adapters share: the format names Spark knows them by, and the modules below.
 
 * :mod:`~spark_groups.spark.compat`: what the running pyspark offers (admission control, the
   Arrow stream writer, Arrow types in UTC);
@@ -9,10 +8,8 @@ exports them) and:
 * :mod:`~spark_groups.spark.planner_accumulators`: Spark 4.2+'s planner workers send no empty
   profiler accumulators (SPARK-55161).
 
-The adapters are :mod:`spark_groups.sources` (the ``kafka-group`` and ``kafka-share``
-sources) and :mod:`spark_groups.sink.spark` (the ``delta-group`` sink). Only they and this
-package import Spark (and :mod:`spark_groups.deadletter`, inside its functions); everything
-they adapt is plain Python, tested without a JVM.
+The adapters are :mod:`spark_groups.sources` and :mod:`spark_groups.sink.spark`; only they,
+this package and :mod:`spark_groups.deadletter`'s functions import Spark.
 """
 
 #: The format name of the ``kafka-group`` source, for ``spark.readStream.format(...)``.

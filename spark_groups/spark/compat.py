@@ -1,22 +1,13 @@
 """What the running pyspark offers a Python data source, detected once, by feature.
 
-Users run the Spark their platform ships (docs/spark-versions.md): Databricks Runtime 17.3 LTS
-is Spark 4.0, 18 LTS is 4.1, 19 is 4.2; OSS is at 4.3. The adapters import the version-
-dependent pieces from here and nothing else decides by version number:
-
-* **admission control** (``pyspark.sql.streaming.datasource``: ``ReadLimit``,
-  ``SupportsTriggerAvailableNow``; ``latestOffset(start, limit)``, ``getDefaultReadLimit``,
-  ``reportLatestOffset``): pyspark 4.2 and later. Without it Spark calls ``latestOffset()``
-  with no arguments, never asks for a read limit (the source applies
-  ``maxOffsetsPerTrigger`` itself), never reports the source's progress metrics, and runs
-  ``Trigger.AvailableNow`` as one batch.
-* **the Arrow stream writer** (``DataSourceStreamArrowWriter``): pyspark 4.1 and later.
-  Without it the sink's tasks get rows, which it turns into Arrow batches itself.
-* **Arrow types**: ``to_arrow_schema``/``to_arrow_type`` take ``timezone=`` from 4.2 on
-  (``timestamp_utc=True`` before); :func:`arrow_schema` and :func:`arrow_type` hide that.
-
-pyspark before 4.0 has no Python data source API at all (``pyspark.sql.datasource``), so it is
-refused at import with :class:`UnsupportedSparkError`.
+The adapters import the version-dependent pieces from here, and nothing else decides by
+version number: admission control (:data:`ADMISSION_CONTROL`, pyspark 4.2+; without it Spark
+calls ``latestOffset()`` with no arguments, never asks for a read limit or reports progress
+metrics, and runs ``Trigger.AvailableNow`` as one batch), the Arrow stream writer
+(:data:`ARROW_STREAM_WRITER`, 4.1+; before, the sink's tasks get rows), and Arrow types in UTC
+on every version (:func:`arrow_schema`, :func:`arrow_type`). pyspark before 4.0 has no Python
+data source API and is refused at import (:class:`UnsupportedSparkError`).
+docs/spark-versions.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
-"""Spark 4.2 and 4.3 planner workers send two empty profiler accumulators; a Declarative
-Pipelines run then exits 1 after it completed. This module keeps ours from sending them.
+"""Spark 4.2+'s planner workers send no empty profiler accumulators of ours (SPARK-55161).
 
-Since Spark 4.2 (SPARK-55161) every driver-side Python planner worker
-(``pyspark.sql.worker.utils.worker_run``: the workers that create a Python data source, plan
-its reads and commit its writes) registers the two UDF-profiler accumulators (ids -1 and -2,
-value ``{}``) and sends them back, with or without a profiler. A Spark Connect server merges
-them into the session and sends them to the client as the observed metrics
-``__python_accumulator__`` when a command ends. ``spark-pipelines run`` reads its run's
-events with ``SparkConnectClient.execute_command_as_iterator``, which raises
-``[UNKNOWN_RESPONSE] Unknown response: Plan observed(__python_accumulator__=...)`` on them:
-the run prints "Run is COMPLETED", then the CLI exits 1 and a scheduler calls it failed. Any
-Python data source in a pipeline does it (a 10-row ``SimpleDataSourceStreamReader`` too);
-Spark 4.1 has no ``worker_run`` and exits 0. Evidence and the rerun command:
-docs/spark-versions.md#declarative-pipelines.
-
-:func:`quiet` wraps the planner worker's ``send_accumulator_updates`` so that it leaves out
-the two profiler accumulators while they are empty, and sends everything else (a configured
-profiler's results included). The data sources call it whenever Spark gives a planner
-worker one of them (their ``__init__`` and ``__setstate__``), so it is in place before that
-worker sends its accumulators. Where the function is not there (Spark 4.0, 4.1, or a
-pyspark that changed it) it does nothing.
+Since Spark 4.2 every driver-side Python planner worker sends back the two UDF-profiler
+accumulators (ids -1 and -2, ``{}``), and ``spark-pipelines run`` then exits 1 after a
+completed run. :func:`quiet` wraps the worker's ``send_accumulator_updates`` so that it leaves
+those two out while they are empty and sends everything else; the data sources call it
+whenever Spark gives a planner worker one of them (``__init__``, ``__setstate__``). Where the
+function is not there (Spark 4.0, 4.1) it does nothing. docs/spark-versions.md,
+"Declarative Pipelines".
 """
 
 from __future__ import annotations

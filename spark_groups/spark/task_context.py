@@ -1,9 +1,8 @@
-"""What a Spark task's ``TaskContext`` says about the streaming batch it runs for, and the
-note a task's reader leaves its writer.
+"""What a task's ``TaskContext`` says about its streaming batch, and the note its reader leaves.
 
-Spark sets local properties on each micro-batch's job, which every task of it sees, in every
-Python worker of the task (its reader's and its writer's alike; measured on pyspark 4.0 to
-4.3, docs/share-groups.md): :class:`TaskAttempt` names one task attempt the same in both.
+Spark sets local properties on each micro-batch's job, which every Python worker of a task
+sees (its reader's and its writer's alike): :class:`TaskAttempt` names one task attempt the
+same in both. docs/share-groups.md, "Durable before ACCEPT".
 """
 
 from __future__ import annotations
