@@ -1,27 +1,13 @@
 """Spark's checkpoint, read by the source and the sink: which batch read what, which finished.
 
-A streaming query's checkpoint holds two logs, one file per Spark batch id:
-
-* ``<checkpoint>/offsets/<id>``: written before batch ``id`` runs. Its third and later lines
-  are the sources' offsets; a ``kafka-group`` source's line is its :class:`BatchOffset`::
-
-      v1
-      {"batchWatermarkMs":0,"batchTimestampMs":...,"conf":{...}}      <- Spark's metadata
-      {"v":1,"batch":7,"ranges":{"orders":{"0":[100,250]}}}           <- one line per source
-
-* ``<checkpoint>/commits/<id>``: written (atomically, by a rename) once batch ``id`` has
-  finished, its sink included. Its existence is what makes the batch *durable*.
-
-Both are read with pyarrow, not with Spark's Hadoop file systems: a checkpoint on ``s3://`` or
-``s3a://`` is reached with the query's ``storage.*`` options (credentials, endpoint, region;
-the names of :mod:`spark_groups.storage`) or pyarrow's own defaults (``AWS_*`` environment,
-instance metadata), never with Spark's ``fs.s3a.*`` settings. :func:`check_readable` fails a
-query at its start when they do not reach it.
-
-Spark's batch id and the source's batch number (``BatchOffset.batch``) are the same until
-Spark runs a batch without new data (a stateful query whose watermark moved): such a batch
-repeats the previous offsets under the next id. So :func:`spark_batch_id` finds the id of a
-batch by its offsets, never by its number.
+``<checkpoint>/offsets/<id>`` is written before Spark batch ``id`` runs (a ``kafka-group``
+source's line is its :class:`BatchOffset`); ``<checkpoint>/commits/<id>`` once it finished,
+its sink included, which is what makes the batch durable. Both are read with pyarrow, never
+with Spark's Hadoop file systems: a checkpoint on S3 is reached with the query's
+``storage.*`` options or pyarrow's defaults, and :func:`check_readable` fails a query at its
+start when they do not reach it. Spark runs a batch without new data under the next id with
+the previous offsets, so :func:`spark_batch_id` finds a batch's id by its offsets, never by
+the source's batch number.
 """
 
 from __future__ import annotations

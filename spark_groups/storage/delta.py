@@ -1,13 +1,11 @@
-"""Opening, creating, appending to and querying Delta tables (delta-rs), for every table
-spark_groups keeps: the offsets ledger, the rebalance history and the sink's table.
+"""Opening, creating, appending to and querying Delta tables (delta-rs), for every table kept.
 
-Creating a table is a race when several writers start at once. :func:`create_table` never
-retries its commit: a writer that loses the race fails (instead of being rebased into a
-second CREATE TABLE on top of the winner's table, seen with deltalake 1.6.6) and then
-*adopts* the table the winner made by opening it.
-
-Every ``uri`` may be any path a user writes (``s3a://``, ``dbfs:/``, a relative path ...):
-it is handed to delta-rs as :func:`spark_groups.storage.files.table_uri` resolves it.
+The offsets ledger, the rebalance history and the sink's table all go through here. Creating
+a table is a race when several writers start at once: :func:`create_table` never retries its
+commit, so a writer that loses fails (instead of being rebased into a second CREATE TABLE on
+top of the winner's) and then *adopts* the winner's table by opening it. Every ``uri`` may be
+any path a user writes; it is handed to delta-rs as
+:func:`spark_groups.storage.files.table_uri` resolves it.
 """
 
 from __future__ import annotations
@@ -34,10 +32,8 @@ OPEN_ATTEMPTS = 3
 
 #: jemalloc settings for delta-rs (its wheel links jemalloc, configured by this environment
 #: variable when the library loads) in the long-lived driver processes spark_groups runs in:
-#: 2 arenas instead of 4 per core, and freed pages handed back at once. Over 600 ledger
-#: commits the process's own memory grew by about 37 MB with jemalloc's defaults and by
-#: about 8 MB with these, at the same commit latency (the reader-memory section of
-#: docs/benchmarks.md).
+#: 2 arenas instead of 4 per core, and freed pages handed back at once (docs/operations.md,
+#: "Memory").
 ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
 ALLOCATOR_CONF = "narenas:2,dirty_decay_ms:0,muzzy_decay_ms:0"
 
@@ -57,7 +53,7 @@ def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> De
     Other errors are tried again (:data:`OPEN_ATTEMPTS` times in all) before they propagate:
     a load lists the log, and a listing made while another writer's commit appears can see
     a later commit file without an earlier one (delta-rs: "Expected contiguous commit files,
-    but found gap"; seen with 40 writers of one table on a local disk)."""
+    but found gap")."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 

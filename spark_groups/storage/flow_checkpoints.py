@@ -1,31 +1,13 @@
 """Where a Spark Declarative Pipelines flow keeps its checkpoint, and which refresh it is on.
 
-Spark Declarative Pipelines (``spark-pipelines``, Spark 4.1+) chooses each streaming flow's
-checkpoint itself, below the spec's ``storage`` root::
-
-    <storage>/_checkpoints/<target>/<flow>/<n>
-
-``<target>`` is the flow's destination as path parts (a table: ``<catalog>/<database>/<table>``;
-a sink: its name), ``<flow>`` the flow's name, and ``<n>`` counts full refreshes: the flow
-runs in the highest numbered directory there (``0`` when there is none), and a full refresh of
-its target creates the next one (``SystemMetadata.getLatestCheckpointDir`` in Spark). A Python
-source is not told that path, so the ``kafka-group`` source takes the flow's directory (the
-option ``pipelines.flowCheckpoints``, which :func:`flow_checkpoints` makes from the spec) and
-finds the checkpoint there by the same rule when its query starts (:func:`current`): on Spark
-4.0 and 4.1 it is the source's ``checkpointLocation``, and ``<n>`` > 0 tells the source that
-its flow was refreshed (``spark_groups.group.refresh``). In a definitions file
-(``spark_groups.flow_checkpoints`` is this module's function, the public import path)::
-
-    from spark_groups import flow_checkpoints
-
-    @dp.table
-    def orders_raw():
-        return (spark.readStream.format("kafka-group")
-                ...
-                .option("pipelines.flowCheckpoints", flow_checkpoints("orders_raw"))
-                .load())
-
-See docs/pipelines.md.
+``spark-pipelines`` chooses each streaming flow's checkpoint itself,
+``<storage>/_checkpoints/<target>/<flow>/<n>``: the flow runs in the highest numbered
+directory (``0`` when there is none) and a full refresh of its target creates the next. A
+Python source is not told that path, so the ``kafka-group`` source takes the flow's directory
+(``pipelines.flowCheckpoints``, which :func:`flow_checkpoints` makes from the spec; public as
+``spark_groups.flow_checkpoints``) and finds the checkpoint there by the same rule when its
+query starts (:func:`current`); ``<n>`` > 0 tells it the flow was refreshed
+(``spark_groups.group.refresh``). docs/pipelines.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
-"""The maintenance steps every Delta table of spark_groups shares: compaction, vacuum of
-files removed by commits, a checkpoint and the clean-up of expired log entries.
+"""The maintenance steps every Delta table of spark_groups shares: compact, vacuum, checkpoint.
 
-Who runs them, and when, is each table's own business: the ledger after every
-``compact_every``-th append (:mod:`spark_groups.ledger.self_maintenance`), the ``delta-group``
-sink's table when an operator runs ``spark-groups optimize`` / ``vacuum``
-(:mod:`spark_groups.sink.live_maintenance`). None of these steps touches Delta transaction ids
-(``txn`` actions): they stay in the snapshot, and the checkpoint carries them.
-
-delta-rs 1.6.6 does **not** detect two concurrent ``optimize.compact`` runs of one table as
-conflicting: both commit, each re-adding the same rows. Callers must keep compactions of a
-table apart.
+Who runs them, and when, is each table's own business: the ledger
+(:mod:`spark_groups.ledger.self_maintenance`), the sink's table
+(:mod:`spark_groups.sink.live_maintenance`). None of them touches Delta transaction ids: they
+stay in the snapshot, and the checkpoint carries them. delta-rs does not detect two
+concurrent ``optimize.compact`` runs of one table as conflicting (both commit, each re-adding
+the same rows): callers keep compactions of a table apart.
 """
 
 from __future__ import annotations

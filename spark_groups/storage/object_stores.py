@@ -1,23 +1,13 @@
 """Storage options of the tables on object stores, and whether concurrent commits are safe.
 
-Every Delta table spark_groups keeps (the offsets ledger, the rebalance history, the
-``delta-group`` sink's table) may live on an object store. Its credentials and settings go
-through ``storage.*`` options (the source's and the sink's), passed to delta-rs as its
-``storage_options`` (``storage.AWS_ACCESS_KEY_ID`` -> ``AWS_ACCESS_KEY_ID``), or through the
-environment delta-rs reads (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL`` ...).
-
-S3 has no atomic rename, so delta-rs makes two writers' commits of the same table version
-safe only with conditional writes (``aws_conditional_put=etag``: S3 itself, MinIO, R2) or a
-locking provider (``aws_s3_locking_provider=dynamodb``). Without either, delta-rs 1.6 still
-writes, and two members can both write the same log version, one silently replacing the
-other's commit. :func:`check_commit_safety` refuses that setup unless the user opted in with
-``aws_s3_allow_unsafe_rename=true``. Databricks' FUSE mounts (``dbfs:/``, ``/Volumes/...``)
-have no atomic create-if-absent at all; a table there needs ``allow_unsafe_rename=true`` and
-one writer (docs/storage.md).
-
-pyarrow writes the sink's data files and reads checkpoints; :func:`s3_filesystem_args`,
-:func:`azure_filesystem_args` and :func:`gcs_filesystem_args` give its file systems the same
-store and credentials as delta-rs' storage options.
+Every Delta table spark_groups keeps may live on an object store; its settings come from the
+``storage.*`` options (passed to delta-rs as ``storage_options``, without the prefix) or the
+environment delta-rs reads. :func:`check_commit_safety` refuses a table whose concurrent
+commits would be unsafe: on S3 without conditional writes or a lock (unless the user opted in
+for one writer), and on Databricks' FUSE mounts without ``allow_unsafe_rename=true``.
+:func:`s3_filesystem_args`, :func:`azure_filesystem_args` and :func:`gcs_filesystem_args`
+give pyarrow's file systems (the sink's data files, checkpoints) the same store and
+credentials. docs/storage.md, "Two design facts" and "The guard".
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """A user's table or checkpoint path, in the form delta-rs and pyarrow take.
 
-Spark users write paths the way Hadoop and Databricks read them; the two libraries that
-spark_groups hands every table and checkpoint path to (delta-rs for Delta commits, pyarrow
-for data and checkpoint files) know fewer schemes. :func:`resolve` is the one place that
-maps between them:
-
-* a plain path or ``file:`` URI: the absolute local path;
-* ``s3a://`` and ``s3n://`` (Hadoop's S3 connectors): ``s3://`` (delta-rs does not know
-  ``s3n``, pyarrow knows neither);
-* ``dbfs:/Volumes/...``: the Unity Catalog volume's FUSE path ``/Volumes/...``;
-* any other ``dbfs:/x``: the DBFS FUSE path ``/dbfs/x``, present on a Databricks cluster's
-  driver and executors; elsewhere a :class:`~spark_groups.errors.StoragePathError`. The
-  mount point is ``/dbfs`` unless the environment variable :data:`DBFS_MOUNT_ENV` names
-  another directory (a DBFS mounted elsewhere, or a local folder standing in for it);
-* ``abfss://``, ``abfs://``, ``az://`` (ADLS Gen2, Azure Blob), ``gs://``, ``hdfs://`` and
-  ``viewfs://``: unchanged (delta-rs reads them natively; ``spark_groups.storage.files`` opens them
-  with pyarrow's file system for that store);
-* anything else: a :class:`~spark_groups.errors.StoragePathError` listing what works.
-
-Resolving a resolved path gives it back unchanged.
+:func:`resolve` is the one place that maps the paths Spark users write to the schemes the two
+libraries know: a plain path or ``file:`` URI becomes the absolute local path; ``s3a://`` and
+``s3n://`` become ``s3://``; ``dbfs:/Volumes/...`` the volume's FUSE path, any other
+``dbfs:/x`` the DBFS FUSE path (``/dbfs/x``, or below :data:`DBFS_MOUNT_ENV`'s directory;
+elsewhere an error); ``abfss://``, ``abfs://``, ``az://``, ``gs://``, ``hdfs://`` and
+``viewfs://`` stay as they are; anything else is a
+:class:`~spark_groups.errors.StoragePathError` listing what works. Resolving a resolved path
+gives it back unchanged. docs/storage.md, "Paths: what you may write".
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Replay notices: what the source read of a batch Spark replayed, for the sink to plan from.
 
-A replayed batch may read less than its offset-log entry says (``spark_groups.group.replay``:
-partitions the group gave to another consumer while the query was down are left out). The
-``kafka-group`` source writes that down in the query's checkpoint before the batch's tasks
-run, one file per batch and group::
-
-    <checkpoint>/spark_groups/replays/<batch>-<group, URL-safe base64>.json
-    {"logged": <the offset-log BatchOffset>, "read": <the BatchOffset read>}
-
-The ``delta-group`` sink reads the file of each batch it commits and, when its ``logged``
-equals the batch's offset-log entry, plans from ``read`` instead (so its table never claims
-offsets it did not get). A notice written for an earlier run of the same batch is
-overwritten by the next run's ``partitions`` call, before any task of that run reads; a
-notice whose ``logged`` differs from the entry (another query's, a rewritten checkpoint) is
-ignored. Written with pyarrow, like the rest of the checkpoint's reads
-(``spark_groups.storage.checkpoint``); a local checkpoint gets it atomically by a rename.
+A replayed batch may read less than its offset-log entry says (``spark_groups.group.replay``).
+The source writes that down before the batch's tasks run, one file per batch and group
+(:func:`notice_path`: ``{"logged": ..., "read": ...}``); the sink plans from ``read`` when
+``logged`` equals the batch's offset-log entry, so its table never claims offsets it did not
+get. A notice of an earlier run is overwritten before any task of the next reads; one whose
+``logged`` differs is ignored. Written with pyarrow, atomically by a rename on local disk.
 """
 
 from __future__ import annotations

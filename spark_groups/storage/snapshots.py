@@ -1,21 +1,13 @@
 """A Delta table kept open between uses and brought to its newest version before each.
 
-Loading a table reads its last checkpoint and every commit after it: with delta-rs' default
-checkpoint interval (100 commits) that grows to a hundred small files, 5 to 20 ms on a local
-disk (docs/benchmarks.md, "Latency"), and a request each on an object store. A driver that
-reads the same table at every batch (the source's safe point asking the sink's table what it
-holds; the sink's commit) needs only the commits made since it last looked:
-:class:`LatestSnapshot` keeps the table and calls ``update_incremental()``, which reads just
-those. The result is the table at its newest version, as a fresh load would give.
-
-One thing a fresh load handles and an incremental update does not: a table deleted and made
-again at the same path, whose log an update would graft onto the old one. So before each
-update the snapshot checks that the log still has the very commit file it holds (its size
-and modification time, one ``stat``, or one ``HEAD`` on an object store); when that file is
-gone or differs it loads the table anew. It loads anew after any error too.
-
-One object serves one thread at a time: :meth:`LatestSnapshot.latest` holds a lock while the
-caller reads the table. :func:`commits_after` gives a reader the commits it has not seen.
+A driver that reads the same table at every batch (the source's safe point asking the sink's
+table what it holds; the sink's commit) needs only the commits since it last looked:
+:class:`LatestSnapshot` keeps the table and calls ``update_incremental()``, which gives the
+table a fresh load would. Before each update it checks that the log still has the commit file
+it holds (its size and modification time: one ``stat`` or ``HEAD``), so a table made again at
+the same path is loaded anew, as after any error. One object serves one thread at a time
+(:meth:`LatestSnapshot.latest` holds a lock while the caller reads). :func:`commits_after`
+gives a reader the commits it has not seen.
 """
 
 from __future__ import annotations

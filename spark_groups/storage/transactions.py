@@ -1,28 +1,18 @@
 """Every application transaction of a Delta table, read once and then brought forward.
 
-The sink keeps one Delta transaction id per Kafka partition and group (its position) and one
-per claimed partition (``spark_groups.sink.claim_tokens``). delta-rs answers one id per call
-(``DeltaTable.transaction_version``), and each call replays the table's log segment: about
-6 ms with 10 members writing one table (docs/benchmarks.md, "Members per table"), times two
-ids per partition, at every batch's decision and every safe point. That grows with the
-partitions, the members and the log, and it was the first wall of a big group.
+The sink keeps one transaction id per Kafka partition and group (its position) and one per
+claimed partition, asked at every batch's decision and every safe point; delta-rs answers one
+id per call, each a replay of the log. :func:`transaction_versions` answers every id of a
+snapshot from one map per table (:class:`AppTransactions`):
 
-:func:`transaction_versions` answers every id of a snapshot from one map per table
-(:class:`AppTransactions`):
+1. **Load**: the ``txn`` column of the newest classic checkpoint at or below the snapshot's
+   version, then the ``txn`` actions of each commit after it, in order (the last one wins).
+2. **Forward**: for a newer snapshot, only the commits in between; for an older one, a load.
+3. **Fall back** to delta-rs' call per id where the map cannot be built that way: a
+   multi-part or V2 checkpoint, a commit file missing, expiring transactions
+   (``delta.setTransactionRetentionDuration``), any error reading the log.
 
-1. **Load** (first use, or when the map cannot be brought forward): the ``txn`` column of
-   the newest classic checkpoint at or below the snapshot's version (one Parquet column),
-   then the ``txn`` actions of each commit file after it, in order; the last one of an id
-   wins, as in Delta's log replay.
-2. **Forward**: for a snapshot newer than the map, only the commit files in between (the
-   same ones ``update_incremental`` just read); for an older one, a load.
-3. **Fall back** to delta-rs' call per id when the map cannot be built the way the protocol
-   allows here: a multi-part or V2 checkpoint, a commit file missing, transactions that
-   expire (``delta.setTransactionRetentionDuration``, which delta-rs applies and a replay of
-   the raw log would not), or any error reading the log.
-
-Maps are kept per table id (app ids carry it, and a table made again at the same path has a
-new one), per storage options and per thread, like :mod:`spark_groups.storage.snapshots`.
+Maps are kept per table id, storage options and thread. docs/sink.md, "The compare-and-set".
 """
 
 from __future__ import annotations
