@@ -1,19 +1,11 @@
 """The ``spark-groups`` command: look at, and set, a consumer group the way operators do.
 
-    spark-groups describe GROUP -b HOST:PORT [--offsets-table PATH] [--sink-table PATH] [--topic T]
-    spark-groups history  GROUP --offsets-table PATH [--partition T:P] [--since] [--until]
-    spark-groups reset    GROUP -b HOST:PORT --topic T --to TARGET [--offsets-table] [--dry-run]
-    spark-groups accept-gap GROUP --sink-table PATH --partition T:P --until N [--offsets-table]
-    spark-groups lag-plot GROUP -b HOST:PORT --offsets-table PATH --out lag.png
-    spark-groups optimize TABLE [--target-size 128MB] [--take-over]
-    spark-groups vacuum   TABLE [--retain-hours N]
-    spark-groups demo
-
-Client settings (e.g. SASL) are passed as ``-X key=value``, storage settings of the tables
-(delta-rs' names, as the ``storage.*`` query options) as ``--storage key=value``; their
-secret values never appear in output or errors. Errors are
-:class:`~spark_groups.errors.SparkGroupsError`\\ s printed as one line; exit codes: 1 error,
-2 bad option, 3 the group has active members. See docs/cli.md.
+Thin: parsing, tables, exit codes; the work is in the other modules of
+:mod:`spark_groups.tools`. Client settings (e.g. SASL) are passed as ``-X key=value``, the
+tables' storage settings (delta-rs' names) as ``--storage key=value``; their secret values
+never appear in output or errors. Errors are :class:`~spark_groups.errors.SparkGroupsError`\\ s
+printed as one line; exit codes: 1 error, 2 bad option, 3 the group has active members.
+The commands: docs/cli.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
-"""The end-to-end demo (README command one): embedded broker, sample orders, the ingest job,
-what landed.
+"""The end-to-end demo (README command one): embedded broker, sample orders, the ingest job.
 
-    bash jobs/demo.sh      (sets up, then runs python jobs/demo.py)
-    spark-groups demo      (the same, with an installed spark_groups)
-
-Starts the embedded broker, produces sample orders to topic ``orders``, runs
-``jobs/ingest.py`` through ``spark-submit`` with ``conf/ingest.toml``, then prints the rows
-that landed in the Delta table and the group's committed offsets in Kafka and the ledger.
-The job and its configuration live in the source tree (``jobs/``, ``conf/``); the demo
-finds them beside this package, or in ``$SPARK_GROUPS_HOME``. Work files go to ``WORK``
-(the paths in ``conf/ingest.toml``), or to another directory given to :func:`run_demo`: the
-configuration is then copied there with ``WORK`` replaced.
-Output goes to stdout (click.echo): this is a command, not library code.
+``spark-groups demo`` (or ``bash jobs/demo.sh``) starts the embedded broker, produces sample
+orders to ``orders``, runs ``jobs/ingest.py`` through ``spark-submit`` with
+``conf/ingest.toml``, then prints the rows that landed and the group's committed offsets in
+Kafka and the ledger. The job and its configuration are found beside this package or in
+``$SPARK_GROUPS_HOME``; work files go to :data:`WORK`, or to another directory given to
+:func:`run_demo` (the configuration copied there). Output goes to stdout: a command, not
+library code.
 """
 
 from __future__ import annotations

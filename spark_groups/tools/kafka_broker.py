@@ -1,17 +1,14 @@
 """A throw-away single-node Apache Kafka (KRaft) for tests, benchmarks and local runs.
 
-The real thing, unlike the embedded Tansu broker (:mod:`spark_groups.embedded`): generation
-fencing, static membership, the KIP-848 group protocol and a correct ListOffsets. It runs
-``kafka.Kafka`` from the jars that ``bash jars/fetch kafka`` puts in ``.cache/jars/kafka``
-(Maven Central), as one combined broker and controller on free loopback ports, with its log
-in a temporary folder that :meth:`KafkaBroker.stop` removes.
+The real thing, unlike the embedded Tansu broker: generation fencing, static membership,
+KIP-848 and a correct ListOffsets. It runs ``kafka.Kafka`` from the jars of ``bash jars/fetch
+kafka`` as one combined broker and controller on free loopback ports, its log in a temporary
+folder :meth:`KafkaBroker.stop` removes. With ``sasl_users`` it also opens a
+``SASL_PLAINTEXT`` listener (PLAIN) and turns on the ACL authorizer; the plaintext listener
+stays open to everything, for setting ACLs and the tests' own producers. docs/brokers.md.
 
     with KafkaBroker() as broker:
         servers = broker.bootstrap_servers
-
-With ``sasl_users`` it also opens a ``SASL_PLAINTEXT`` listener (mechanism PLAIN) and turns
-on the ACL authorizer; the plaintext listener then stays open to everything (its anonymous
-principal is a super user), for setting ACLs and for the tests' own producers.
 """
 
 from __future__ import annotations

@@ -1,21 +1,17 @@
-"""A child process that a launcher runs: started with its output in a log file, waited for
-until it serves, and stopped (its stop signal, then SIGKILL after a grace period).
+"""A child process that a launcher runs: its output in a log file, waited for, then stopped.
 
-The launchers of the broker, the S3 server, the tests' Spark daemons and the tests' member
-processes (:mod:`spark_groups.tools.kafka_broker`, :mod:`spark_groups.tools.s3_server`,
-:mod:`spark_groups.tools.tansu`, ``tests/integration/spark_cluster.py``,
-``tests/integration/connect_server.py`` and ``tests/support/launch.py``) share this part;
-what they start and how they know it serves stays theirs.
+The launchers of the brokers, the S3 server, the tests' Spark daemons and member processes
+share this part (:class:`ManagedProcess`, :class:`Launcher`); what they start and how they
+know it serves stays theirs. A *detached* process (the default) runs in a session of its own,
+so a Ctrl-C in a terminal reaches the launcher and not it; its signals go to its whole process
+group, and Linux ends it when the thread that started it ends (``PR_SET_PDEATHSIG``), so a run
+killed from outside leaves nothing behind. Stopping is its stop signal, then SIGKILL after a
+grace period.
 
     process = ManagedProcess("the server", error=RuntimeError)
     process.start(command, folder / "server.log")
     process.wait_until_ready(lambda: port_open(port), timeout_s=60, what=f"listen on {port}")
     process.stop(grace_s=20)
-
-A *detached* process (the default) runs in a session of its own, so a Ctrl-C in a terminal
-reaches the launcher and not it; its signals go to its whole process group (the program and
-what it starts), and Linux ends it when the thread that started it ends (``PR_SET_PDEATHSIG``),
-so a run killed from outside leaves nothing behind.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Setting a consumer group's position (``spark-groups reset``), in Kafka and in the ledger.
 
-A group's position lives in two places that must agree: Kafka's committed offsets (read by
-plain consumers and lag tools) and the Delta ledger (read by spark_groups queries, which
-resume from the furthest of the two). A reset therefore
-
-1. refuses while the group has active members (like ``kafka-consumer-groups.sh``): a member
-   would overwrite the new offsets with its next commit;
-2. sets Kafka's offsets with AdminClient ``alter_consumer_group_offsets`` and reads them
-   back (a broker that silently ignores the request is reported, not trusted);
-3. appends one *reset marker* per partition to the ledger
-   (:meth:`~spark_groups.ledger.OffsetLedger.record_reset`), so the ledger's position moves
-   too, backwards as well as forwards.
-
-Kafka goes first: if the ledger write then fails, run the same reset again (it is
-idempotent). Targets: ``earliest``, ``latest`` (the log end), ``timestamp:<ms or ISO 8601>``
-(the first offset whose timestamp is at or after it, the log end when there is none) and
-``offsets-json:{"topic": {"partition": offset}}`` (only the partitions listed).
+A group's position lives in Kafka's committed offsets and in the ledger, and a query resumes
+from the furthest of the two, so :func:`apply_reset` refuses while the group has active
+members (a member would overwrite the new offsets), sets Kafka's offsets and reads them back
+(a broker that ignores the request is reported), then appends one reset marker per partition
+to the ledger (:meth:`~spark_groups.ledger.OffsetLedger.record_reset`). Kafka goes first; a
+reset is idempotent, so one whose ledger write failed is run again. Targets:
+:func:`parse_target`. docs/cli.md, "reset".
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """A throw-away S3-compatible server (S3Proxy) for tests and local runs.
 
-A real server speaking the S3 protocol over HTTP, not a mock: S3Proxy with its file-system
-backend, from the jars that ``bash jars/fetch s3proxy`` puts in ``.cache/jars/s3proxy``
-(Maven Central). It runs on a free loopback port with random credentials, keeps its objects
-in a temporary folder that :meth:`S3Server.stop` removes, and supports conditional writes
-(``If-None-Match: *`` on PUT), which delta-rs needs for safe concurrent commits
-(``aws_conditional_put=etag``, docs/storage.md).
+S3Proxy with its file-system backend, from the jars of ``bash jars/fetch s3proxy``, on a free
+loopback port with random credentials, its objects in a temporary folder
+:meth:`S3Server.stop` removes. It supports conditional writes (``If-None-Match: *``), which
+delta-rs needs for safe concurrent commits (docs/storage.md).
 
     with S3Server() as s3:
         s3.create_bucket("tables")
         options = s3.storage_options()          # for delta-rs and the storage.* options
-        uri = "s3://tables/orders"
         s3a = s3.hadoop_conf("tables")          # Spark's S3A, for s3a://tables/... checkpoints
 """
 

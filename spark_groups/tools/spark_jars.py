@@ -1,17 +1,12 @@
-"""Spark's settings for the jars of ``bash jars/fetch NAME``: delta-spark, Spark's own Kafka
-source and Hadoop's S3A file system, for the tests, the benchmarks and local runs.
+"""Spark's settings for the jars of ``bash jars/fetch NAME``, for tests, benchmarks, local runs.
 
     conf = {**jar_conf("spark-kafka")}                  # spark.readStream.format("kafka")
     conf = {**jar_conf("delta-spark"), **DELTA_SQL_CONF}  # spark.read.format("delta"), OPTIMIZE
     conf = {**jar_conf("hadoop-aws")}                   # s3a:// paths (checkpoints)
 
-The jars are given to Spark with ``spark.jars`` (a comma list of files), never
-``spark.jars.packages``: the poms in ``jars/`` leave out what pyspark already ships, so Spark
-sees one copy of each class. delta-spark runs on Spark 4.0 to 4.2 (docs/spark-versions.md):
-its jars are fetched per Spark line (``bash jars/fetch delta-spark@4.1``) and :func:`jars_dir`
-picks the running pyspark's; :func:`delta_spark_python` is a pyspark-4.2 Python that has it
-(``bash jars/spark-venv 4.2.0``).
-Nothing here imports Spark.
+Jars go to Spark with ``spark.jars``, never ``spark.jars.packages``: the poms in ``jars/``
+leave out what pyspark ships, so Spark sees one copy of each class. delta-spark's jars are
+fetched per Spark line, and :func:`jars_dir` picks the running pyspark's. No Spark import.
 """
 
 from __future__ import annotations
