@@ -84,17 +84,11 @@ def vacuum(
     (None: the table's ``delta.deletedFileRetentionDuration``); the files deleted. delta-rs
     refuses a retention below the table's own.
 
-    *Lite* mode (the default): only files named by a remove action (a tombstone) still in the
-    snapshot, removed longer ago than the retention. Files no commit mentions (a writer's data
-    files before its commit) are never touched. But a checkpoint drops tombstones older than
-    the retention, so a file whose tombstone expired before the last checkpoint is never
-    found again in this mode.
-
-    ``full``: Delta's own VACUUM, every file the current version does not reference whose
-    removal, or (for files no commit names) last write, is older than the retention. Safe
-    beside running writers only while the retention exceeds the time any writer's file
-    stays uncommitted.
-    """
+    *Lite* mode (the default): only files named by a remove action still in the snapshot; a
+    file whose tombstone a checkpoint dropped is never found again. ``full``: Delta's own
+    VACUUM, every unreferenced file whose removal (or, for files no commit names, last write)
+    is older than the retention; safe beside running writers only while the retention exceeds
+    the time any writer's file stays uncommitted."""
     from deltalake import CommitProperties
 
     return table.vacuum(
