@@ -1,9 +1,9 @@
-"""Keeping secrets (SASL passwords, SSL keys, tokens, object-store keys) out of logs, errors
-and tables.
+"""Keeping secrets (passwords, keys, tokens) out of logs, errors and tables.
 
 Kafka client settings (``kafka.*``) and storage options (``storage.*``, delta-rs' names such
 as ``aws_secret_access_key``, ``azure_storage_account_key``, ``google_service_account_key``)
-are judged by the same rule."""
+are judged by the same rule (:func:`is_secret`).
+"""
 
 from __future__ import annotations
 

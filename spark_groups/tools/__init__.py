@@ -1,6 +1,6 @@
-"""Operator tools around a group: the ``spark-groups`` command and what it is built from, and
-the processes that tests, benchmarks and demos start (docs/cli.md). Nothing in the library's
-streaming path imports this package.
+"""Operator tools: the ``spark-groups`` command, and the processes tests and demos start.
+
+Nothing in the library's streaming path imports this package (docs/cli.md).
 
 * :mod:`~spark_groups.tools.cli`: the ``spark-groups`` command, thin: parsing, tables, exit
   codes; :mod:`~spark_groups.tools.versions`: ``--version``, the versions a support case needs;
@@ -16,9 +16,8 @@ streaming path imports this package.
   :mod:`~spark_groups.tools.pipeline_demo` (the example pipeline on the embedded broker);
 * :mod:`~spark_groups.tools.processes`: ``ManagedProcess`` / ``Launcher``, a child process with
   a log file, stopped with its signal then SIGKILL; the launchers on it:
-  :mod:`~spark_groups.tools.tansu` (``EmbeddedBroker``, a throw-away Tansu broker for demos and
-  tests), :mod:`~spark_groups.tools.kafka_broker` (a single-node Apache Kafka) and
-  :mod:`~spark_groups.tools.s3_server` (S3Proxy);
+  :mod:`~spark_groups.tools.tansu` (``EmbeddedBroker``), :mod:`~spark_groups.tools.kafka_broker`
+  (a single-node Apache Kafka) and :mod:`~spark_groups.tools.s3_server` (S3Proxy);
 * :mod:`~spark_groups.tools.spark_jars`: Spark's settings for the jars of ``bash jars/fetch``;
   :mod:`~spark_groups.tools.checkout`: where the checkout's ``jobs/``, ``conf/`` and
   ``.cache/`` are.

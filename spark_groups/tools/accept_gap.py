@@ -1,11 +1,10 @@
-"""``spark-groups accept-gap``: an operator decides that a partition's missing records stay
-out of the exactly-once sink's table.
+"""``spark-groups accept-gap``: a partition's missing records stay out of the sink's table.
 
-The decision is recorded in the sink table (a commit without data files that moves the
-partition's transaction version, :func:`spark_groups.sink.accepted_gaps.accept_gap`) and, with
-``--offsets-table``, in the ledger as a row of offsets committed outside spark_groups
-(``batch`` -3, ``member_id`` ``accept-gap:user@host``). Members holding the partition read
-on within seconds; a batch the sink refused commits after a restart.
+The operator's decision is recorded in the sink table (a commit without data files,
+:func:`spark_groups.sink.accepted_gaps.accept_gap`) and, with ``--offsets-table``, in the
+ledger as a row of offsets committed outside spark_groups (``batch`` -3, ``member_id``
+``accept-gap:user@host``). Members holding the partition read on within seconds; a batch the
+sink refused commits after a restart.
 """
 
 from __future__ import annotations

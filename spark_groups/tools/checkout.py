@@ -1,9 +1,9 @@
-"""Where the project's checkout is, for the tools that use its files: ``jobs/`` and ``conf/``
-(the demo), and the jars and venvs that ``jars/`` fetches into ``.cache/`` (the test broker,
-S3Proxy, Spark's jars, the delta-spark Python).
+"""Where the project's checkout is, for the tools that use its files.
 
-The package runs from the checkout when installed editable (``pip install -e .``); an installed
-wheel (the lanes of ``.ci/run``) finds the checkout in the working directory.
+The demo runs ``jobs/`` and ``conf/``; the test broker, S3Proxy, Spark's jars and the
+delta-spark Python are fetched into ``.cache/`` by ``jars/``. The package runs from the
+checkout when installed editable; an installed wheel (the lanes of ``.ci/run``) finds the
+checkout in the working directory.
 """
 
 from __future__ import annotations

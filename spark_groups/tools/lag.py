@@ -1,14 +1,9 @@
 """Lag at commit time, from the ledger: how far behind the group was when it committed.
 
-Each ledger row of a batch carries the partition's log end seen at (or just before) the
-commit (column ``log_end``), so ``log_end - position`` is the lag *at that moment*, as lag
-tools such as Burrow evaluate it: a group that keeps up shows a flat, small lag; one that
-falls behind shows it growing, whatever the log end is today. Rows without a log end (reset
-markers, offsets committed outside spark_groups, rows from before the column existed) give
-no point.
-
-:func:`trend` fits a straight line through the newest points of a partition: its slope, in
-records per minute, says whether the lag is growing (> 0) or shrinking (< 0).
+Each batch's ledger row carries the partition's log end seen at the commit (``log_end``), so
+``log_end - position`` is the lag at that moment, as lag tools such as Burrow evaluate it;
+rows without a log end give no point. :func:`trend` fits a straight line through a
+partition's newest points: its slope, in records per minute, says whether the lag grows.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """``spark-groups lag-plot``: how far behind the group was, per partition, over time.
 
-- top: the committed position per partition over time (the ledger's rule: the highest
-  ``until_offset`` since the last reset), with the log end *now* as a dashed line;
-- bottom: the **lag at commit time** (the log end seen at each commit minus the position it
-  committed, :mod:`spark_groups.tools.lag`), the way lag tools such as Burrow show it. A
-  ledger written before it recorded log ends (no ``log_end`` column values) cannot give that;
-  for it the bottom panel shows records behind the log end *now* instead, and says so in its
-  title (that overstates the lag of old commits by every record produced since).
+The top panel is the committed position per partition (the ledger's rule), with the log end
+*now* dashed; the bottom one the lag at commit time (:mod:`spark_groups.tools.lag`). A ledger
+without ``log_end`` values cannot give that: its bottom panel shows records behind the log
+end now instead, and says so in its title.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""``spark-groups optimize`` and ``spark-groups vacuum``: maintenance of a ``delta-group`` sink
-table beside running members (the work itself: :mod:`spark_groups.sink.live_maintenance`).
+"""``spark-groups optimize`` and ``vacuum``: maintenance of a sink table beside running members.
 
-Both write to the table, so a table on S3 must have safe commits
-(:func:`spark_groups.storage.check_commit_safety`) before anything is done.
+The work itself is :mod:`spark_groups.sink.live_maintenance`. Both write to the table, so a
+table on S3 must have safe commits (:func:`spark_groups.storage.check_commit_safety`) before
+anything is done.
 """
 
 from __future__ import annotations

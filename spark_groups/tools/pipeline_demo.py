@@ -1,13 +1,9 @@
-"""The example pipeline's demo (docs/pipelines.md): embedded broker, sample orders, two
-``spark-pipelines run``s with new orders between them, what landed.
+"""The example pipeline's demo: embedded broker, sample orders, two pipeline runs, what landed.
 
-    bash jobs/pipeline/demo.sh      (sets up, then runs this)
-    spark-groups pipeline-demo      (the same, with an installed spark_groups)
-
-Runs ``jobs/pipeline`` (the spec, the definitions, ``conf/spark-defaults.conf``'s catalog)
-as a user does, with ``KAFKA_BOOTSTRAP_SERVERS`` naming the embedded broker, in its work
-directory ``/tmp/spark-groups-pipeline`` (emptied first). Output goes to stdout (click.echo):
-this is a command, not library code.
+``spark-groups pipeline-demo`` (or ``bash jobs/pipeline/demo.sh``) runs ``jobs/pipeline`` with
+``spark-pipelines run`` as a user does, twice with new orders between, with
+``KAFKA_BOOTSTRAP_SERVERS`` naming the embedded broker, in :data:`WORK` (emptied first).
+Output goes to stdout: a command, not library code. docs/pipelines.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""A group's timeline: committed batches (the ledger) and rebalances (the rebalance history)
-merged in time order, for ``spark-groups history``.
+"""A group's timeline for ``spark-groups history``: ledger rows and rebalances in time order.
 
 Who (which member) processed which offset range of which partition, when; catch-ups with the
 exactly-once sink; resets; and every assignment, revocation (with how long its barrier
