@@ -2,12 +2,12 @@
 
 After a record's last delivery (``share.delivery.count.limit``) a RELEASE or an expired lock
 archives it, so with ``deadLetter.table`` a reading task does not read it into the batch once
-more. The steps, each a function here: split the poll's records (:func:`last_deliveries`);
-leave out those the sink's table has already (:func:`landed`); write the rest to the
-dead-letter table in one append from the task (:func:`write`; the driver made the table,
-:func:`ensure_table`); then ACCEPT the first kind and REJECT the second on the consumer that
-acquired them. When the write fails the records are read into the batch instead: a table that
-cannot be written never costs a record. docs/share-groups.md, "Poison records".
+more: 1. split the poll's records (:func:`last_deliveries`); 2. leave out those the sink's
+table has already (:func:`landed`); 3. write the rest to the dead-letter table in one append
+from the task (:func:`write`; the driver made the table, :func:`ensure_table`); 4. ACCEPT
+those of 2 and REJECT those of 3 on the consumer that acquired them. When the write fails the
+records are read into the batch instead: a table that cannot be written never costs a record.
+docs/share-groups.md, "Poison records".
 """
 
 from __future__ import annotations
