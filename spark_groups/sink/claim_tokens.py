@@ -1,15 +1,15 @@
 """Claims: which member may still write a partition into the sink's table (a fencing token).
 
 A claim is one more Delta transaction id per partition and group (:func:`claim_app_id`), its
-version the claim token of the member that owns the partition (:data:`RELEASED`: none). A
-member resuming partitions sets their claims to a fresh token (:func:`claim`) and reads their
-positions in the same snapshot; the sink writes a partition only while the table's claim is
-the batch's token, and sets it again with its commit, so a later claim or release makes the
-sink's commit conflict and decide again. A member giving partitions up while a batch may be
-in flight sets them to :data:`RELEASED`, compare-and-set on its own tokens (:func:`release`):
-the positions read there are final. A partition with no claim accepts any batch. Plain
-consumers claim through ``spark_groups.handover``. docs/sink.md, "Claims: who may still write
-a partition".
+version the claim token of the member that owns the partition (:data:`RELEASED`: none).
+1. A member resuming partitions sets their claims to a fresh token (:func:`claim`) and reads
+their positions in the same snapshot. 2. The sink writes a partition only while the table's
+claim is the batch's token, and sets it again with its commit, so a later claim or release
+makes the sink's commit conflict and decide again. 3. A member giving partitions up while a
+batch may be in flight sets them to :data:`RELEASED`, compare-and-set on its own tokens
+(:func:`release`): the positions read there are final. A partition with no claim accepts any
+batch; plain consumers claim through ``spark_groups.handover``. docs/sink.md, "Claims: who may
+still write a partition".
 """
 
 from __future__ import annotations
