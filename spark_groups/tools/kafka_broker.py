@@ -261,7 +261,7 @@ class KafkaBroker(Launcher):
                 "kafka.tools.StorageTool",
                 "format",
                 # One argument: a random id may start with "-", which argparse would take
-                # for an option (1 start in 32 failed with "expected one argument").
+                # for an option ("expected one argument").
                 f"--cluster-id={self._cluster_id}",
                 "-c",
                 str(self._config_path),
