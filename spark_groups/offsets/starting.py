@@ -5,8 +5,9 @@ Spark's kafka source's options and precedence (the first one given wins):
 (JSON, a timestamp per partition), ``startingOffsets`` (``earliest``, ``latest``, the default,
 or JSON offsets). A timestamp means the first record at or after it; where there is none,
 ``startingOffsetsByTimestampStrategy`` fails the query (``error``) or starts at the log end
-(``latest``). Partitions a JSON option does not list start at ``latest``. A committed offset
-always wins over all of this (``spark_groups.group.resume``). docs/options.md.
+(``latest``). Partitions a JSON option does not list start at ``latest``, those that appear
+while the query runs at ``earliest``. A committed offset always wins over all of this
+(``spark_groups.group.resume``). docs/options.md.
 """
 
 from __future__ import annotations
