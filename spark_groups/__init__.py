@@ -31,7 +31,8 @@ packages :mod:`~spark_groups.sources` (the sources' Spark adapters),
 :mod:`~spark_groups.options` (every option), :mod:`~spark_groups.offsets` (Kafka positions),
 :mod:`~spark_groups.storage` (where tables and checkpoints live), :mod:`~spark_groups.kafka`
 (the one place that talks to librdkafka), :mod:`~spark_groups.group` (the driver),
-:mod:`~spark_groups.read` (the executor side), :mod:`~spark_groups.ledger` (the offsets
+:mod:`~spark_groups.read` (the executor side), :mod:`~spark_groups.formats` (keys and values
+in a schema registry's formats, decoded), :mod:`~spark_groups.ledger` (the offsets
 table), :mod:`~spark_groups.sink` (the ``delta-group`` sink), :mod:`~spark_groups.share` (the
 ``kafka-share`` source's parts), :mod:`~spark_groups.spark` (what the adapters share) and
 :mod:`~spark_groups.tools` (the ``spark-groups`` command and the test processes).

@@ -309,6 +309,69 @@ class DataLossError(SparkGroupsError):
         self.until_offset = until_offset
 
 
+class SchemaRegistryError(SparkGroupsError):
+    """The schema registry at ``url`` (credentials left out) could not answer: unreachable
+    (``waited_s``: for how long it was retried), refusing the credentials, or without the
+    subject, version or schema id asked for (``subject``, ``schema_id``)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str,
+        subject: str | None = None,
+        schema_id: int | None = None,
+        waited_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.url = url
+        self.subject = subject
+        self.schema_id = schema_id
+        self.waited_s = waited_s
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), str(self), self.__dict__))
+
+
+class RecordDecodeError(SparkGroupsError):
+    """The record at ``topic``-``partition``@``offset`` could not be decoded from its
+    ``column`` (``key`` or ``value``) in the format asked for: no Confluent header, an unknown
+    schema id, a writer schema the reader schema cannot resolve, or bytes that do not parse
+    (``reason``). ``schema_id`` is the id in its header (None without one)."""
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        column: str,
+        schema_id: int | None,
+        reason: str,
+    ) -> None:
+        self.topic, self.partition, self.offset = topic, partition, offset
+        self.column, self.schema_id, self.reason = column, schema_id, reason
+        schema = f"schema id {schema_id}" if schema_id is not None else "no schema id"
+        super().__init__(
+            f"cannot decode the {column} of record {topic}-{partition}@{offset} ({schema}): "
+            f"{reason}. To get past it, set the source option deadLetter.table (such records "
+            "go there with the error and the query goes on) and restart the query"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (
+            type(self),
+            (self.topic, self.partition, self.offset, self.column, self.schema_id, self.reason),
+        )
+
+
+def _rebuild(cls: type[SparkGroupsError], message: str, state: dict[str, object]) -> Exception:
+    """Unpickle an error with keyword-only data (``__reduce__``)."""
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    return error
+
+
 class NoOffsetForTimestampError(SparkGroupsError):
     """A partition has no record at or after the timestamp it was told to start from.
 

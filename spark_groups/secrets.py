@@ -23,6 +23,8 @@ _SECRET_WORDS = (
     "sas_key",
     "service_account",
     "signature",
+    # schema registries: basic.auth.user.info (user:password)
+    "user.info",
 )
 _SECRET_PREFIXES = ("ssl.key.", "sasl.")
 _NOT_SECRET = ("sasl.mechanism", "sasl.mechanisms")

@@ -7,6 +7,8 @@ Names, defaults, parsing and validation, so a bad option fails ``load()`` or ``s
   its names that other packages use are importable from here;
 * :mod:`~spark_groups.options.share`: the experimental ``kafka-share`` source's options
   (``ShareOptions``);
+* :mod:`~spark_groups.options.formats`: both sources' record formats (``key.format``,
+  ``value.format``, ``schema.registry.*``: ``FormatOptions``);
 * :mod:`~spark_groups.options.sink`: the ``delta-group`` sink's options (``SinkOptions``);
 * :mod:`~spark_groups.options.values`: one option's value parsed (a boolean, a duration,
   topics, a path...), the error naming the option; shared by the sources' options.

@@ -17,6 +17,7 @@ from spark_groups.kafka.watermarks import END_OFFSET_MODES, EndOffsetsMode
 from spark_groups.offsets.ranges import Pipeline
 from spark_groups.offsets.starting import StartingOffsets, parse_starting
 from spark_groups.options import values
+from spark_groups.options.formats import FORMAT_OPTIONS, FormatOptions, parse_formats
 from spark_groups.read.native import READ_PATHS, ReadPath
 from spark_groups.read.tasks import DEFAULT_RECORDS_PER_TASK
 from spark_groups.secrets import is_secret
@@ -78,6 +79,8 @@ SOURCE_OPTIONS: dict[str, str | None] = {
     "minPartitions": None,
     "maxRecordsPerPartition": None,
     "readPath": "auto",
+    **FORMAT_OPTIONS,
+    "deadLetter.table": None,
 }
 
 #: Options of Spark's kafka source that this source refuses, with the reason.
@@ -93,12 +96,12 @@ UNSUPPORTED_SPARK_OPTIONS: dict[str, str] = {
     "kafka.auto.offset.reset": "use startingOffsets",
     "kafka.enable.auto.offset.store": "offsets are committed by the source when a batch is durable",
     "kafka.key.deserializer": (
-        "keys are always the binary key column; deserialize with DataFrame operations "
-        "(CAST(key AS STRING), from_json)"
+        "a Java consumer setting; set key.format (avro-confluent), or deserialize the binary "
+        "key column with DataFrame operations (CAST(key AS STRING), from_json)"
     ),
     "kafka.value.deserializer": (
-        "values are always the binary value column; deserialize with DataFrame operations "
-        "(CAST(value AS STRING), from_json)"
+        "a Java consumer setting; set value.format (avro-confluent), or deserialize the "
+        "binary value column with DataFrame operations (CAST(value AS STRING), from_json)"
     ),
     "kafka.interceptor.classes": (
         "a Java consumer setting; this source uses librdkafka, which has no interceptors"
@@ -155,6 +158,9 @@ class SourceOptions:
     max_records_per_partition: int | None = None
     #: The executor read path: ``auto``, ``python`` or ``native`` (``readPath``).
     read_path: ReadPath = "auto"
+    #: How ``key`` and ``value`` are decoded (``key.format``, ``value.format``, the registry,
+    #: ``deadLetter.table``).
+    formats: FormatOptions = field(default_factory=FormatOptions)
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: ``storage.*`` options without the prefix: delta-rs storage options for the ledger,
     #: the rebalance history and the sink table read by ``sink.table`` (may hold secrets).
@@ -284,6 +290,15 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
                 "is found in its checkpoints directory when the query starts",
             )
         check_location(flow, storage, option=FLOW_CHECKPOINTS_OPTION)
+    formats = parse_formats(
+        given, options, None if has_pattern else values.topics(ours["subscribe"])
+    )
+    if formats.dead_letter_table is not None:
+        if not formats.decoded:
+            raise OptionError(
+                "deadLetter.table", "applies only with key.format or value.format set"
+            )
+        check_location(formats.dead_letter_table, storage, option="deadLetter.table")
     if ledger_path is not None:
         check_commit_safety(ledger_path, storage, "offsets.table", prefix=STORAGE_PREFIX)
     if history is not None:
@@ -319,6 +334,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         min_partitions=given.optional_whole_number("minPartitions"),
         max_records_per_partition=given.optional_whole_number("maxRecordsPerPartition"),
         read_path=cast(ReadPath, given.choice("readPath", READ_PATHS)),
+        formats=formats,
         kafka=kafka,
         storage_options=storage,
     )

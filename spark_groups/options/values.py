@@ -16,6 +16,8 @@ from spark_groups.storage.object_stores import STORAGE_PREFIX
 from spark_groups.storage.paths import resolve
 
 KAFKA_PREFIX = "kafka."
+#: Options passed to the schema registry client (spark_groups.options.formats).
+REGISTRY_PREFIX = "schema.registry."
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,11 @@ class OptionTable:
                 raise OptionError(key, self.refused[lower])
             if lower.startswith(KAFKA_PREFIX):
                 kafka[lower[len(KAFKA_PREFIX) :]] = str(value)
-            elif lower.startswith(STORAGE_PREFIX) and len(lower) > len(STORAGE_PREFIX):
-                continue
+            elif lower.startswith((STORAGE_PREFIX, REGISTRY_PREFIX)) and lower not in (
+                STORAGE_PREFIX,
+                REGISTRY_PREFIX,
+            ):
+                continue  # parsed by storage_options_of and parse_formats
             elif lower in names:
                 ours[names[lower]] = str(value)
             else:

@@ -21,7 +21,8 @@ values. The read path logs under ``spark_groups.read.reader``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -49,6 +50,18 @@ __all__ = [
     "read_ranges",
     "reader_config",
 ]
+
+class TaskDecoding(Protocol):
+    """How one task's batches are decoded (:class:`spark_groups.formats.decoder.Decoding`)."""
+
+    def decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` decoded, without the records that cannot be."""
+        ...
+
+    def finish(self) -> None:
+        """Called once every range is read, before the task ends."""
+        ...
+
 
 #: How many tasks each read path (``"python"``, ``"native"``) has read in this process.
 TASKS_BY_PATH: Counter[str] = Counter()
@@ -86,6 +99,7 @@ def read_ranges(
     poll_timeout_s: float = 120.0,
     fail_on_data_loss: bool = True,
     read_path: str = "auto",
+    decode: Callable[[], TaskDecoding] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records ``[from_offset, until_offset)`` of each of ``ranges`` (one Spark
     task's; at most one range per partition) as Arrow record batches of at most
@@ -99,7 +113,9 @@ def read_ranges(
     :class:`BrokerUnreachableError`, and :class:`SparkGroupsError` for other Kafka errors that
     retrying cannot fix (authorization, fatal client errors), each naming the partition and
     range at fault. ``read_path`` (the ``readPath`` option) is ``auto``, ``python`` or
-    ``native`` (:mod:`spark_groups.read.native`); both paths give the same batches. Not
+    ``native`` (:mod:`spark_groups.read.native`); both paths give the same batches.
+    ``decode`` makes the task's :class:`TaskDecoding` (``DecodePlan.decoding``: the batches
+    then have its row schema, without the records it could not decode). Not
     thread-safe per call; separate calls on separate threads use separate consumers."""
     if max_batch_rows < 1:
         raise ValueError(f"max_batch_rows must be >= 1, got {max_batch_rows}")
@@ -118,8 +134,14 @@ def read_ranges(
     )
     TASKS_BY_PATH[path] += 1
     healthy = False
+    decoding = decode() if decode is not None else None
     try:
-        yield from task.run()
+        if decoding is None:
+            yield from task.run()
+        else:
+            for batch in task.run():
+                yield decoding.decode(batch)
+            decoding.finish()
         crash_points.reached("read")
         healthy = True
     except GeneratorExit:

@@ -20,6 +20,8 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from spark_groups.errors import OptionNeedsSparkError
+from spark_groups.formats.decoder import DecodePlan, plan_decoding
+from spark_groups.formats.spark_ddl import ddl
 from spark_groups.offsets import BatchOffset, OffsetRange
 from spark_groups.options import (
     SourceOptions,
@@ -27,7 +29,7 @@ from spark_groups.options import (
     parse_options,
     validate_client_config,
 )
-from spark_groups.read.schema import spark_ddl
+from spark_groups.read.schema import arrow_schema, spark_ddl
 from spark_groups.read.tasks import plan_tasks
 from spark_groups.spark import FORMAT, planner_accumulators
 from spark_groups.spark.compat import (
@@ -61,8 +63,9 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     """The stream reader: tasks of split and packed ranges (``minPartitions``,
     ``maxRecordsPerPartition``, ``recordsPerTask``), offsets owned by the group."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, decode: DecodePlan | None = None) -> None:
         self.options = options
+        self.decode = decode
         self._stream: Any = None  # GroupStream, created lazily in the reader process only
         # Spark 4.0/4.1: the offsets returned last (Spark's start of the next batch).
         self._last_end: dict[str, Any] | None = None
@@ -175,6 +178,7 @@ class KafkaGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             poll_timeout_s=self.options.poll_timeout_ms / 1000.0,
             fail_on_data_loss=self.options.fail_on_data_loss,
             read_path=self.options.read_path,
+            decode=self.decode.decoding if self.decode is not None else None,
         )
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -219,6 +223,7 @@ class KafkaGroupDataSource(DataSource):
         planner_accumulators.quiet()  # Spark 4.2+ planner workers (the module's doc)
         super().__init__(options)
         self.parsed = parse_options(options)
+        self.decode: DecodePlan | None = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickled in a planner worker: :func:`planner_accumulators.quiet` first."""
@@ -231,11 +236,21 @@ class KafkaGroupDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> str:
-        """The columns of Spark's kafka source (``headers`` with ``includeHeaders=true``)."""
+        """The columns of Spark's kafka source (``headers`` with ``includeHeaders=true``),
+        ``key`` and ``value`` typed by their reader schemas with ``key.format`` or
+        ``value.format`` (fixed now, from the registry)."""
         validate_client_config(self.parsed)
         check_for_this_spark(self.parsed)
-        return spark_ddl(self.parsed.include_headers)
+        self._plan_decoding()
+        if self.decode is None:
+            return spark_ddl(self.parsed.include_headers)
+        return ddl(self.decode.row_schema(arrow_schema(self.parsed.include_headers)))
+
+    def _plan_decoding(self) -> None:
+        if self.decode is None and self.parsed.formats.decoded:
+            self.decode = plan_decoding(self.parsed)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         """The stream reader (joins the group lazily, in the driver's reader process)."""
-        return KafkaGroupStreamReader(in_flow_checkpoint(self.parsed))
+        self._plan_decoding()  # the reader schemas, when this instance did not answer schema()
+        return KafkaGroupStreamReader(in_flow_checkpoint(self.parsed), self.decode)

@@ -1,0 +1,194 @@
+"""A read batch's ``key`` and ``value`` decoded, and the records that cannot be, split off.
+
+A :class:`DecodePlan` is made on the driver when the query starts (the reader schemas fixed
+then) and pickled to the executors; each worker turns it into one :class:`Decoding` per task.
+A record either column cannot decode is, with ``deadLetter.table``, left out of the batch and
+appended to that table when the task's ranges are read (:meth:`Decoding.finish`), before the
+batch can commit; without it, the task fails at that record with a
+:class:`~spark_groups.errors.RecordDecodeError`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from spark_groups.errors import OptionError, RecordDecodeError
+from spark_groups.formats import bad_records
+from spark_groups.formats.avro_decode import AvroColumn, BadRecord
+from spark_groups.formats.avro_types import AvroSchemaError, avro_shape
+from spark_groups.formats.registry import ReaderSchema, registry_for
+from spark_groups.options.formats import ColumnFormat, FormatOptions
+
+if TYPE_CHECKING:
+    from spark_groups.options.source import SourceOptions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """How a source's tasks decode: its format options, the reader schema of each decoded
+    column (``readers``: column name -> schema), the group (for the dead letters) and the
+    ``storage.*`` options of the dead-letter table. Picklable; secrets stay out of repr."""
+
+    formats: FormatOptions
+    readers: Mapping[str, ReaderSchema]
+    group: str
+    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def row_schema(self, base: pa.Schema) -> pa.Schema:
+        """``base`` (the source's undecoded row schema) with the decoded columns' types,
+        and ``rawKey``/``rawValue`` with ``includeRawBytes``."""
+        fields = list(base)
+        for column in self.formats.decoded:
+            i = base.get_field_index(column.column)
+            fields[i] = pa.field(column.column, self._column(column).arrow_type)
+        if self.formats.include_raw:
+            fields += [pa.field(_raw_name(c), pa.binary()) for c in self.formats.decoded]
+        return pa.schema(fields)
+
+    def decoding(self) -> Decoding:
+        """A :class:`Decoding` for one task, its columns shared by the process's tasks."""
+        return Decoding(self, {c.column: self._column(c) for c in self.formats.decoded})
+
+    def _column(self, column: ColumnFormat) -> AvroColumn:
+        reader = self.readers[column.column]
+        key = (column.column, reader.schema_id, reader.text, *sorted(self.formats.registry.items()))
+        found = _columns.get(key)
+        if found is None:
+            registry = registry_for(self.formats.registry, self.formats.registry_timeout_ms)
+            if column.format != "avro-confluent":
+                raise NotImplementedError(f"{column.format} is not decoded yet")
+            found = _columns[key] = AvroColumn(reader, registry)
+        return found
+
+
+_columns: dict[tuple[Any, ...], AvroColumn] = {}
+
+
+def plan_decoding(options: SourceOptions) -> DecodePlan | None:
+    """The :class:`DecodePlan` of a source (None when nothing is decoded): each decoded
+    column's reader schema fetched from the registry now, checked to have a Spark type, and
+    the dead-letter table made. Raises :class:`~spark_groups.errors.SchemaRegistryError`
+    (naming the URL) when the registry cannot say, without waiting for it."""
+    formats = options.formats
+    if not formats.decoded:
+        return None
+    registry = registry_for(formats.registry, 0)  # at the start: no waiting for the registry
+    readers: dict[str, ReaderSchema] = {}
+    for column in formats.decoded:
+        reader = registry.reader_schema(column, options.topics)
+        try:
+            avro_shape(reader.text, reader.references)
+        except AvroSchemaError as exc:
+            raise OptionError(
+                f"{column.column}.format",
+                f"the reader schema (id {reader.schema_id}, subject {reader.subject}) has no "
+                f"Spark type: {exc}",
+            ) from None
+        if reader.schema_type.upper() != "AVRO":
+            raise OptionError(
+                f"{column.column}.format",
+                f"the reader schema (id {reader.schema_id}, subject {reader.subject}) is a "
+                f"{reader.schema_type} schema, not Avro: set {column.column}.format to match",
+            )
+        readers[column.column] = reader
+        log.info(
+            "%s: %s, reader schema id %d (subject %s, version %s) from %s",
+            column.column, column.format, reader.schema_id, reader.subject, reader.version,
+            registry.url,
+        )  # fmt: skip
+    if formats.dead_letter_table is not None:
+        bad_records.ensure_table(formats.dead_letter_table, options.storage_options)
+    return DecodePlan(formats, readers, options.group_id, options.storage_options)
+
+
+class Decoding:
+    """Decodes one task's batches (:meth:`decode`) and keeps its bad records until
+    :meth:`finish` (with a dead-letter table)."""
+
+    def __init__(self, plan: DecodePlan, columns: Mapping[str, AvroColumn]) -> None:
+        self.plan = plan
+        self.columns = columns
+        self.dead_letters: list[dict[str, Any]] = []
+
+    def decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` with its key and value decoded, without the records that could not be
+        (kept for :meth:`finish`); raises :class:`RecordDecodeError` at the first such record
+        without a dead-letter table."""
+        names = list(batch.schema.names)
+        arrays = list(batch.columns)
+        raw: list[pa.Array] = []
+        bad: dict[int, list[tuple[str, BadRecord]]] = {}
+        for name, column in self.columns.items():
+            i = names.index(name)
+            decoded, failed = column.decode(arrays[i].to_pylist())
+            raw.append(arrays[i])
+            arrays[i] = decoded
+            for b in failed:
+                bad.setdefault(b.row, []).append((name, b))
+        if self.plan.formats.include_raw:
+            arrays += raw
+            names += [_raw_name(c) for c in self.plan.formats.decoded]
+        out = pa.RecordBatch.from_arrays(arrays, names=names)
+        if not bad:
+            return out
+        if self.plan.formats.dead_letter_table is None:
+            row = min(bad)
+            name, first = bad[row][0]
+            raise RecordDecodeError(
+                batch.column("topic")[row].as_py(),
+                batch.column("partition")[row].as_py(),
+                batch.column("offset")[row].as_py(),
+                name,
+                first.schema_id,
+                first.reason,
+            )
+        self._keep(batch, bad)
+        keep = [True] * batch.num_rows
+        for row in bad:
+            keep[row] = False
+        return out.filter(pa.array(keep))
+
+    def _keep(self, batch: pa.RecordBatch, bad: Mapping[int, list[tuple[str, BadRecord]]]) -> None:
+        for row, failures in sorted(bad.items()):
+            error = "; ".join(f"{column}: {b.reason}" for column, b in failures)
+            ids = [b.schema_id for _, b in failures if b.schema_id is not None]
+            self.dead_letters.append(
+                {
+                    "topic": batch.column("topic")[row].as_py(),
+                    "partition": batch.column("partition")[row].as_py(),
+                    "offset": batch.column("offset")[row].as_py(),
+                    "timestamp": batch.column("timestamp")[row].as_py(),
+                    "key": batch.column("key")[row].as_py(),
+                    "value": batch.column("value")[row].as_py(),
+                    "dead_letter_error": error,
+                    "schemaId": ids[0] if ids else None,
+                    "group": self.plan.group,
+                }
+            )
+
+    def finish(self) -> None:
+        """Append the task's bad records to the dead-letter table (one commit), once every
+        range is read: before the task ends, so before its batch can commit."""
+        path = self.plan.formats.dead_letter_table
+        if not self.dead_letters or path is None:
+            return
+        written = bad_records.write(path, self.dead_letters, self.plan.storage_options)
+        log.warning(
+            "%d record(s) could not be decoded and went to the dead-letter table %s (%d "
+            "already there), e.g. %s-%s@%s",
+            len(self.dead_letters), path, len(self.dead_letters) - written,
+            self.dead_letters[0]["topic"], self.dead_letters[0]["partition"],
+            self.dead_letters[0]["offset"],
+        )  # fmt: skip
+        self.dead_letters = []
+
+
+def _raw_name(column: ColumnFormat) -> str:
+    return "rawKey" if column.column == "key" else "rawValue"
