@@ -51,6 +51,7 @@ __all__ = [
     "reader_config",
 ]
 
+
 class TaskDecoding(Protocol):
     """How one task's batches are decoded (:class:`spark_groups.formats.decoder.Decoding`)."""
 

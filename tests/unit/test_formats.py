@@ -198,8 +198,10 @@ def test_avro_types_map_as_spark_maps_them() -> None:
             {"name": "bs", "type": "bytes"},
             {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["X", "Y"]}},
             {"name": "fx", "type": {"type": "fixed", "name": "F", "size": 2}},
-            {"name": "dec", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9,
-                                     "scale": 2}},  # fmt: skip
+            {
+                "name": "dec",
+                "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
+            },
             {"name": "day", "type": {"type": "int", "logicalType": "date"}},
             {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-micros"}},
             {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
@@ -249,7 +251,12 @@ def test_records_of_an_older_writer_schema_resolve_to_the_reader_schema() -> Non
          ("note", pa.string())]
     )  # fmt: skip
     rows = decoded.to_pylist()
-    assert [r and (r["id"], r["note"]) for r in rows] == [(1, "none"), (2, "gift"), None, (3, "none")]
+    assert [r and (r["id"], r["note"]) for r in rows] == [
+        (1, "none"),
+        (2, "gift"),
+        None,
+        (3, "none"),
+    ]
     assert rows[0]["at"] == AT.replace(microsecond=250_000)
     assert registry.asked == [1]  # the reader schema's id is known; id 1 asked once
 
@@ -291,8 +298,10 @@ def test_decimals_and_dates_decode_to_their_values() -> None:
         "type": "record",
         "name": "D",
         "fields": [
-            {"name": "price", "type": {"type": "bytes", "logicalType": "decimal",
-                                       "precision": 9, "scale": 2}},  # fmt: skip
+            {
+                "name": "price",
+                "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
+            },
             {"name": "day", "type": {"type": "int", "logicalType": "date"}},
         ],
     }
