@@ -23,6 +23,7 @@ import pyarrow as pa
 from spark_groups.errors import SinkError
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink.features import check_table_features
+from spark_groups.sink.schema_changes import schema_change
 from spark_groups.storage.delta import create_table, open_table
 from spark_groups.storage.files import table_uri
 from spark_groups.storage.snapshots import LatestSnapshot
@@ -206,17 +207,37 @@ class SinkTable:
                 f"{list(partition_by)} (option partitionBy; a table's partition columns cannot "
                 "change)"
             )
-        added = self._new_columns(table, schema)
-        if added:
-            table.alter.add_columns(added)
+        change = schema_change(table, schema, self.merge_schema, self.path)
+        if change.added:
+            table.alter.add_columns(list(change.added))
             log.info(
                 "sink %s: added column(s) %s (mergeSchema)",
                 self.path,
-                ", ".join(f.name for f in added),
+                ", ".join(f.name for f in change.added),
             )
+        if change.grown:
+            self._merge_fields(schema)
+            log.info(
+                "sink %s: added struct fields to column(s) %s (mergeSchema)",
+                self.path,
+                ", ".join(change.grown),
+            )
+        if change:
             table = self.load()
             assert table is not None
         return table
+
+    def _merge_fields(self, schema: pa.Schema) -> None:
+        """Merge the query's struct fields into the table's schema: a metadata-only commit."""
+        from deltalake import write_deltalake
+
+        write_deltalake(
+            self.uri,
+            pa.Table.from_pylist([], schema=pa.schema([f.with_nullable(True) for f in schema])),
+            mode="append",
+            schema_mode="merge",
+            storage_options=self.storage_options,
+        )
 
     def _create(self, schema: pa.Schema, partition_by: tuple[str, ...]) -> DeltaTable:
         """Create the table with the query's columns, all nullable (or adopt the table of a
@@ -239,44 +260,6 @@ class SinkTable:
         if table is None:
             raise SinkError(f"sink {self.path}: could not create the Delta table: {error}")
         return table
-
-    def _new_columns(self, table: DeltaTable, schema: pa.Schema) -> list[Any]:
-        """Check the query's columns against the table's; return the columns to add."""
-        from deltalake import Field, Schema
-
-        existing = {f["name"]: f for f in json.loads(table.schema().to_json())["fields"]}
-        query = Schema.from_arrow(schema)
-        query_fields = {f["name"]: f for f in json.loads(query.to_json())["fields"]}
-        added = []
-        for field_ in query.fields:
-            mine = query_fields[field_.name]
-            theirs = existing.get(field_.name)
-            if theirs is None:
-                if not self.merge_schema:
-                    raise SinkError(
-                        f"sink {self.path}: the query has a column {field_.name!r} that the table "
-                        "does not; set the sink option mergeSchema=true to add it (as nullable)"
-                    )
-                added.append(Field(field_.name, field_.type, nullable=True))
-                continue
-            if mine["type"] != theirs["type"]:
-                raise SinkError(
-                    f"sink {self.path}: column {field_.name!r} is "
-                    f"{json.dumps(theirs['type'])} in the table and {json.dumps(mine['type'])} in "
-                    "the query; only new nullable columns can be added"
-                )
-            if mine["nullable"] and not theirs["nullable"]:
-                raise SinkError(
-                    f"sink {self.path}: column {field_.name!r} is NOT NULL in the table but "
-                    "nullable in the query"
-                )
-        for name, theirs in existing.items():
-            if name not in query_fields and not theirs["nullable"]:
-                raise SinkError(
-                    f"sink {self.path}: the query has no column {name!r}, which is NOT NULL in "
-                    "the table"
-                )
-        return added
 
 
 def append_files(

@@ -384,3 +384,26 @@ def test_frames_and_protobuf_message_indexes() -> None:
     for bad in (None, b"", b"\x01\x00\x00\x00\x01x", b"\x00\x00"):
         with pytest.raises(FrameError):
             split(bad)
+
+
+# -- the sink's table when a reader schema grows ------------------------------------------------
+
+
+def test_a_grown_struct_is_merged_into_the_table_only_with_merge_schema(tmp_path: Path) -> None:
+    from deltalake import DeltaTable
+
+    from spark_groups.errors import SinkError
+    from spark_groups.sink.sink_table import SinkTable
+
+    v1 = avro_shape(json.dumps(ORDER_V1)).arrow
+    v2 = avro_shape(json.dumps(ORDER_V2)).arrow
+    schema = lambda value: pa.schema([("id", pa.int64()), ("value", value)])  # noqa: E731
+    path = str(tmp_path / "t")
+    SinkTable(path).open(schema(v1), ())
+    with pytest.raises(SinkError, match="mergeSchema=true"):
+        SinkTable(path).open(schema(v2), ())
+    SinkTable(path, merge_schema=True).open(schema(v2), ())
+    assert DeltaTable(path).schema().to_arrow().field("value").type.num_fields == 4
+    with pytest.raises(SinkError, match="only new nullable columns and struct fields"):
+        SinkTable(path, merge_schema=True).open(schema(v1), ())  # a field the query lacks
+    SinkTable(path).open(schema(v2), ())  # no change: no option needed
