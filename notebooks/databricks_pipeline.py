@@ -84,6 +84,31 @@ storage = {"storage.allow_unsafe_rename": "true"} if on_volume else cloud_storag
 # COMMAND ----------
 
 # MAGIC %md
+# MAGIC ## Avro records (optional)
+# MAGIC
+# MAGIC A topic written by a schema-registry serializer (Confluent's wire format): name the
+# MAGIC registry, keep its credentials in a secret scope, and `value` becomes a struct of the
+# MAGIC subject's latest schema. Records that cannot be decoded go to the dead-letter table
+# MAGIC (docs/formats.md).
+
+# COMMAND ----------
+
+dbutils.widgets.text("schema_registry", "")  # empty: plain bytes; or https://registry:8081
+registry = dbutils.widgets.get("schema_registry").strip()
+formats = {}
+if registry:
+    formats = {
+        "value.format": "avro-confluent",
+        "schema.registry.url": registry,
+        # "user:password", or a Confluent Cloud API key and secret, from a secret scope
+        "schema.registry.basic.auth.user.info": dbutils.secrets.get("kafka", "schema-registry"),
+        "deadLetter.table": f"{tables}/_dead_letters",
+    }
+value_columns = ["value.*"] if registry else ["cast(value as string) AS json"]
+
+# COMMAND ----------
+
+# MAGIC %md
 # MAGIC ## Register and read as a member of the group
 
 # COMMAND ----------
@@ -103,8 +128,9 @@ orders = (
     .option("startingOffsets", "earliest")
     .option("maxOffsetsPerTrigger", "100000")  # runtimes 17.3/18: the one availableNow batch
     .option("checkpointLocation", checkpoint)  # the query's; required on 17.3 LTS and 18 LTS
+    .options(**formats)
     .load()
-    .selectExpr("cast(value as string) AS json", "topic", "partition", "offset", "timestamp")
+    .selectExpr(*value_columns, "topic", "partition", "offset", "timestamp")
 )
 
 # COMMAND ----------
@@ -122,6 +148,7 @@ query = (
     orders.writeStream.format("delta-group")  # table and group: the source's
     .option("member", member)
     .option("checkpointLocation", checkpoint)
+    .option("mergeSchema", "true")  # the table takes the fields a newer reader schema adds
     .options(**storage)
     .trigger(availableNow=True)
     .queryName(f"{group}-{member}")
