@@ -48,7 +48,15 @@ class Registry:
     process; thread-safe, schemas by id cached for the life of the process."""
 
     def __init__(self, settings: Mapping[str, Any], timeout_ms: int) -> None:
-        from confluent_kafka.schema_registry import SchemaRegistryClient
+        try:
+            import fastavro  # noqa: F401  (the decoder's; checked here, at the start)
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+        except ImportError as exc:
+            raise OptionError(
+                "value.format",
+                "a registry format needs confluent-kafka's schema-registry client and fastavro, "
+                f"which are not installed here ({exc}): pip install 'spark-groups[registry]'",
+            ) from None
 
         self.url = redact_url(str(settings.get("url", "")))
         self._settings = dict(settings)
