@@ -78,3 +78,13 @@ def s3a_bucket(spark: Any, s3_server: S3Server, s3_bucket: str) -> Iterator[str]
     yield name
     for key in settings:
         spark.conf.unset(key)
+
+
+@pytest.fixture(scope="session")
+def registry() -> Iterator[Any]:
+    """One schema registry for the run (Apicurio Registry, its Confluent API:
+    ``tests/support/registry.py``), started by the first test that asks for it."""
+    from support.registry import Registry
+
+    with Registry() as started:
+        yield started

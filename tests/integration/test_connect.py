@@ -439,3 +439,45 @@ def test_errors_a_connect_user_gets(
         assert fields[:3] == ["key", "value", "topic"]
     finally:
         other.stop()
+
+
+def test_avro_records_decoded_through_connect_and_a_registry_error_a_connect_user_gets(
+    spark: Any, bootstrap_servers: str, make_topic, registry: Any, tmp_path: Path
+) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    topic = make_topic(2)
+    fields = [{"name": "id", "type": "long"}, {"name": "celsius", "type": ["null", "double"]}]
+    schema = {"type": "record", "name": "Reading", "fields": fields}
+    serializer = AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(schema))
+    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    for i in range(50):
+        value = serializer({"id": i, "celsius": None if i % 5 else i / 2},
+                           SerializationContext(topic, MessageField.VALUE))  # fmt: skip
+        producer.produce(topic, value, partition=i % 2)
+    assert producer.flush(30) == 0
+    group, table, checkpoint = unique("g"), tmp_path / "table", tmp_path / "cp"
+    opts = {**group_options(bootstrap_servers, topic, group, str(tmp_path / "ledger")),
+            "value.format": "avro-confluent",
+            "schema.registry.url": registry.url}  # fmt: skip
+    df = group_source(spark, opts, checkpoint)
+    assert [f.name for f in df.schema["value"].dataType.fields] == ["id", "celsius"]
+    query = (
+        df.select("value.*", "topic", "partition", "offset")
+        .writeStream.format("delta-group").option("group.id", group)
+        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True)
+        .start(str(table))
+    )  # fmt: skip
+    assert query.awaitTermination(180) and query.exception() is None
+    rows = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+    assert sorted(r["id"] for r in rows) == list(range(50))
+    assert {r["id"]: r["celsius"] for r in rows}[10] == 5.0
+
+    # A subject the registry does not have: the first analysis fails, naming it and the URL.
+    missing = {**opts, "value.subject": "no-such-subject"}
+    with pytest.raises(AnalysisException) as err:
+        group_source(spark, missing, tmp_path / "cp2").schema  # noqa: B018
+    assert "SchemaRegistryError" in str(err.value) and "no-such-subject" in str(err.value)

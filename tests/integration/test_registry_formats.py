@@ -2,7 +2,8 @@
 ``AvroSerializer`` against a real schema registry (Apicurio Registry, its Confluent API), read
 by ``kafka-group`` with ``value.format=avro-confluent`` into ``delta-group``, on Apache Kafka.
 
-One registry and one Spark session for the module; each test its own topic and subject."""
+The run's one registry (tests/integration/conftest.py) and Spark session; each test its own
+topic and subject."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import contextlib
 import json
 import socket
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +49,6 @@ ORDER_WRONG = {
     **ORDER_V1,
     "fields": [{"name": "id", "type": "string"}, *ORDER_V1["fields"][1:]],
 }
-
-
-@pytest.fixture(scope="module")
-def registry() -> Iterator[Registry]:
-    with Registry() as started:
-        yield started
 
 
 class Orders:
