@@ -110,10 +110,14 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 def register(spark: Any) -> None:
     """Register the ``kafka-group`` source, the ``delta-group`` sink and the experimental
-    ``kafka-share`` source with a SparkSession."""
+    ``kafka-share`` source with a SparkSession, which then also redacts the schema
+    registry's credentials in its plans (:mod:`spark_groups.spark.redaction`)."""
     from spark_groups.sink.spark import DeltaGroupDataSource
     from spark_groups.sources.kafka_group import KafkaGroupDataSource
     from spark_groups.sources.kafka_share import KafkaShareDataSource
+    from spark_groups.spark.redaction import redact_registry_credentials
+
+    redact_registry_credentials(spark)
 
     spark.dataSource.register(KafkaGroupDataSource)
     spark.dataSource.register(DeltaGroupDataSource)

@@ -10,7 +10,8 @@
 * :mod:`~spark_groups.sink.group_commit`: a ``kafka-group`` batch, driver side, the one
   compare-and-set Delta commit per batch, in order, made of :mod:`~spark_groups.sink.staged`
   (the batch's files: checked, cut, deleted), :mod:`~spark_groups.sink.sink_table` (opening the
-  table, and :func:`committed_positions`: where it says each partition stands),
+  table, and :func:`committed_positions`: where it says each partition stands; the columns
+  it may gain, :mod:`~spark_groups.sink.schema_changes`),
   :mod:`~spark_groups.sink.decision` (each partition against the table's versions) and
   :mod:`~spark_groups.sink.attempt` (one Delta commit on one snapshot), decided again after a
   concurrent commit by :mod:`~spark_groups.sink.retry`;

@@ -5,6 +5,7 @@
 * :mod:`~spark_groups.spark.worker_logging`: logging in Spark's Python workers;
 * :mod:`~spark_groups.spark.task_context`: ``TaskAttempt``, a task's streaming batch from its
   ``TaskContext``, and the note a ``kafka-share`` reader leaves the writer of its task;
+* :mod:`~spark_groups.spark.redaction`: the schema registry's credentials redacted in plans;
 * :mod:`~spark_groups.spark.planner_accumulators`: Spark 4.2+'s planner workers send no empty
   profiler accumulators (SPARK-55161).
 

@@ -55,10 +55,12 @@ class Orders:
     """A producer writing orders to ``topic`` as users' producers do: AvroSerializer, the
     schema registered under ``<topic>-value`` (``subject``: under another subject)."""
 
-    def __init__(self, servers: str, url: str, topic: str) -> None:
+    def __init__(
+        self, servers: str, url: str, topic: str, client_conf: dict[str, str] | None = None
+    ) -> None:
         self.topic, self.url = topic, url
         self.producer = Producer({"bootstrap.servers": servers, "linger.ms": 5})
-        self.client = SchemaRegistryClient({"url": url})
+        self.client = SchemaRegistryClient(client_conf or {"url": url})
 
     def send(
         self, schema: dict[str, Any], ids: range, subject: str | None = None, **extra: Any
@@ -286,3 +288,33 @@ def test_a_registry_down_mid_run_is_retried_within_the_bound_then_fails_the_quer
     assert run_avro(spark, opts, table, cp, group) is None
     assert ids() == list(range(50))
     outage.listener.close()
+
+
+def test_basic_auth_refused_then_read_with_the_password_nowhere(
+    spark, bootstrap_servers: str, make_topic, tmp_path: Path
+) -> None:
+    password = "pw-" + unique("s3cret")
+    with Registry(basic_auth=("reader", password)) as secured:
+        topic = make_topic(2)
+        orders = Orders(bootstrap_servers, secured.url, topic, secured.client_conf())
+        orders.send(ORDER_V1, range(0, 10))
+        orders.send_raw([b"dead letter"])
+        group, table, cp, dead = unique("g"), tmp_path / "t", tmp_path / "cp", tmp_path / "dead"
+        opts = avro_options(bootstrap_servers, topic, group, secured.url,
+                            **{"deadLetter.table": str(dead)})  # fmt: skip
+        wrong = {**opts, "schema.registry.basic.auth.user.info": "reader:wrong" + password}
+        with pytest.raises(Exception) as refused:
+            source(spark, wrong, cp)
+        assert "refused the credentials (HTTP 401)" in str(refused.value)
+        assert password not in str(refused.value)
+
+        opts["schema.registry.basic.auth.user.info"] = f"reader:{password}"
+        df = source(spark, opts, cp)
+        assert password not in df._jdf.queryExecution().toString()  # the plan Spark shows
+        assert run_avro(spark, opts, table, cp, group) is None
+        assert sorted(DeltaTable(str(table)).to_pyarrow_table().column("id").to_pylist()) == list(
+            range(10)
+        )
+    stored = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert {p.relative_to(tmp_path).parts[0] for p in stored} >= {"t", "cp", "dead"}
+    assert [p for p in stored if password.encode() in p.read_bytes()] == []
