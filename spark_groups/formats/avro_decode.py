@@ -10,26 +10,14 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from spark_groups.formats.avro_types import AvroSchemaError, avro_shape, parse
+from spark_groups.formats.column_values import MAX_REASON, BadRecord, no_header, to_arrow
 from spark_groups.formats.registry import ReaderSchema, Registry
 from spark_groups.formats.wire import HEADER_BYTES, MAGIC
-
-_MAX_REASON = 500
-
-
-@dataclass(frozen=True)
-class BadRecord:
-    """Row ``row`` of the batch could not be decoded: the schema id of its header (None
-    without one) and why."""
-
-    row: int
-    schema_id: int | None
-    reason: str
 
 
 class AvroColumn:
@@ -64,7 +52,7 @@ class AvroColumn:
                 continue
             if len(data) < HEADER_BYTES or data[0] != MAGIC:
                 append(None)
-                bad.append(BadRecord(row, None, _no_header(data)))
+                bad.append(BadRecord(row, None, no_header(data)))
                 continue
             schema_id = int.from_bytes(data[1:HEADER_BYTES], "big")
             writer = writers.get(schema_id)
@@ -102,31 +90,10 @@ class AvroColumn:
         return entry
 
     def _to_arrow(self, out: list[Any], bad: list[BadRecord]) -> pa.Array:
-        """``out`` as the column's Arrow type; a value that does not fit becomes bad."""
         if self._shape is not None:
             shape = self._shape
             out = [None if v is None else shape(v) for v in out]
-        try:
-            raw = pa.array(out, self._raw_type)
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
-            for row, value in enumerate(out):
-                try:
-                    pa.array([value], self._raw_type)
-                except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-                    out[row] = None
-                    bad.append(BadRecord(row, None, f"does not fit the reader schema: {exc}"))
-            bad.sort(key=lambda b: b.row)
-            raw = pa.array(out, self._raw_type)
-        return raw if raw.type == self.arrow_type else raw.cast(self.arrow_type)
-
-
-def _no_header(data: bytes) -> str:
-    first = f"0x{data[0]:02x}" if data else "nothing"
-    return (
-        "it does not start with the Confluent header (magic byte 0x00, then a 4-byte schema "
-        f"id): it starts with {first} ({len(data)} bytes); not written by a schema-registry "
-        "serializer"
-    )
+        return to_arrow(out, bad, self._raw_type, self.arrow_type)
 
 
 def _reason(exc: BaseException, schema_id: int, reader: ReaderSchema) -> str:
@@ -138,4 +105,4 @@ def _reason(exc: BaseException, schema_id: int, reader: ReaderSchema) -> str:
         )
     else:
         text = f"its bytes do not parse as Avro with its writer schema: {what}: {exc}"
-    return text[:_MAX_REASON]
+    return text[:MAX_REASON]

@@ -13,14 +13,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
 from spark_groups.errors import OptionError, RecordDecodeError
 from spark_groups.formats import bad_records
-from spark_groups.formats.avro_decode import AvroColumn, BadRecord
+from spark_groups.formats.avro_decode import AvroColumn
 from spark_groups.formats.avro_types import AvroSchemaError, avro_shape
+from spark_groups.formats.column_values import BadRecord
+from spark_groups.formats.json_decode import JsonColumn
+from spark_groups.formats.json_types import JsonSchemaError, json_shape
 from spark_groups.formats.registry import ReaderSchema, registry_for
 from spark_groups.options.formats import ColumnFormat, FormatOptions
 
@@ -28,6 +31,22 @@ if TYPE_CHECKING:
     from spark_groups.options.source import SourceOptions
 
 log = logging.getLogger(__name__)
+
+#: Each format's column decoder and the registry's name of its schemas' type.
+_DECODERS: dict[str, tuple[type[AvroColumn] | type[JsonColumn], str]] = {
+    "avro-confluent": (AvroColumn, "AVRO"),
+    "json-schema-confluent": (JsonColumn, "JSON"),
+}
+
+
+class ColumnDecoder(Protocol):
+    """One column's decoder (:class:`AvroColumn`, :class:`JsonColumn`)."""
+
+    arrow_type: pa.DataType
+
+    def decode(self, values: Any) -> tuple[pa.Array, list[BadRecord]]:
+        """The column of ``values`` and the rows that could not be decoded."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -56,19 +75,17 @@ class DecodePlan:
         """A :class:`Decoding` for one task, its columns shared by the process's tasks."""
         return Decoding(self, {c.column: self._column(c) for c in self.formats.decoded})
 
-    def _column(self, column: ColumnFormat) -> AvroColumn:
+    def _column(self, column: ColumnFormat) -> ColumnDecoder:
         reader = self.readers[column.column]
-        key = (column.column, reader.schema_id, reader.text, *sorted(self.formats.registry.items()))
+        key = (column.format, reader.schema_id, reader.text, *sorted(self.formats.registry.items()))
         found = _columns.get(key)
         if found is None:
             registry = registry_for(self.formats.registry, self.formats.registry_timeout_ms)
-            if column.format != "avro-confluent":
-                raise NotImplementedError(f"{column.format} is not decoded yet")
-            found = _columns[key] = AvroColumn(reader, registry)
+            found = _columns[key] = _DECODERS[column.format][0](reader, registry)
         return found
 
 
-_columns: dict[tuple[Any, ...], AvroColumn] = {}
+_columns: dict[tuple[Any, ...], ColumnDecoder] = {}
 
 
 def plan_decoding(options: SourceOptions) -> DecodePlan | None:
@@ -83,20 +100,24 @@ def plan_decoding(options: SourceOptions) -> DecodePlan | None:
     readers: dict[str, ReaderSchema] = {}
     for column in formats.decoded:
         reader = registry.reader_schema(column, options.topics)
+        kind = _DECODERS[column.format][1]
+        if reader.schema_type.upper() != kind:
+            raise OptionError(
+                f"{column.column}.format",
+                f"the reader schema (id {reader.schema_id}, subject {reader.subject}) is a "
+                f"{reader.schema_type} schema, not {kind}: set {column.column}.format to match",
+            )
         try:
-            avro_shape(reader.text, reader.references)
-        except AvroSchemaError as exc:
+            if kind == "AVRO":
+                avro_shape(reader.text, reader.references)
+            else:
+                json_shape(reader.text)
+        except (AvroSchemaError, JsonSchemaError) as exc:
             raise OptionError(
                 f"{column.column}.format",
                 f"the reader schema (id {reader.schema_id}, subject {reader.subject}) has no "
                 f"Spark type: {exc}",
             ) from None
-        if reader.schema_type.upper() != "AVRO":
-            raise OptionError(
-                f"{column.column}.format",
-                f"the reader schema (id {reader.schema_id}, subject {reader.subject}) is a "
-                f"{reader.schema_type} schema, not Avro: set {column.column}.format to match",
-            )
         readers[column.column] = reader
         log.info(
             "%s: %s, reader schema id %d (subject %s, version %s) from %s",
@@ -112,7 +133,7 @@ class Decoding:
     """Decodes one task's batches (:meth:`decode`) and keeps its bad records until
     :meth:`finish` (with a dead-letter table)."""
 
-    def __init__(self, plan: DecodePlan, columns: Mapping[str, AvroColumn]) -> None:
+    def __init__(self, plan: DecodePlan, columns: Mapping[str, ColumnDecoder]) -> None:
         self.plan = plan
         self.columns = columns
         self.dead_letters: list[dict[str, Any]] = []

@@ -18,7 +18,7 @@ from spark_groups.errors import OptionError
 from spark_groups.options import values
 
 #: What ``key.format`` and ``value.format`` take.
-Format = Literal["raw", "avro-confluent"]
+Format = Literal["raw", "avro-confluent", "json-schema-confluent"]
 FORMATS: tuple[str, ...] = get_args(Format)
 REGISTRY_FORMATS: tuple[str, ...] = FORMATS[1:]
 #: How the subject of a topic's schema is named (Confluent's subject name strategies).

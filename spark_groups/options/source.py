@@ -96,12 +96,14 @@ UNSUPPORTED_SPARK_OPTIONS: dict[str, str] = {
     "kafka.auto.offset.reset": "use startingOffsets",
     "kafka.enable.auto.offset.store": "offsets are committed by the source when a batch is durable",
     "kafka.key.deserializer": (
-        "a Java consumer setting; set key.format (avro-confluent), or deserialize the binary "
-        "key column with DataFrame operations (CAST(key AS STRING), from_json)"
+        "a Java consumer setting; set key.format (avro-confluent, json-schema-confluent), "
+        "or deserialize the binary key column with DataFrame operations (CAST(key AS "
+        "STRING), from_json)"
     ),
     "kafka.value.deserializer": (
-        "a Java consumer setting; set value.format (avro-confluent), or deserialize the "
-        "binary value column with DataFrame operations (CAST(value AS STRING), from_json)"
+        "a Java consumer setting; set value.format (avro-confluent, json-schema-confluent), "
+        "or deserialize the binary value column with DataFrame operations (CAST(value AS "
+        "STRING), from_json)"
     ),
     "kafka.interceptor.classes": (
         "a Java consumer setting; this source uses librdkafka, which has no interceptors"

@@ -318,3 +318,35 @@ def test_basic_auth_refused_then_read_with_the_password_nowhere(
     stored = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert {p.relative_to(tmp_path).parts[0] for p in stored} >= {"t", "cp", "dead"}
     assert [p for p in stored if password.encode() in p.read_bytes()] == []
+
+
+def test_json_schema_records_into_delta_group_by_name(
+    spark, bootstrap_servers: str, make_topic, registry: Registry, tmp_path: Path
+) -> None:
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+
+    topic = make_topic(2)
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#", "title": "Reading",
+        "type": "object",
+        "properties": {"id": {"type": "integer"}, "celsius": {"type": ["number", "null"]},
+                       "tags": {"type": "array", "items": {"type": "string"}}},
+    }  # fmt: skip
+    client = SchemaRegistryClient({"url": registry.url})
+    serializer = JSONSerializer(json.dumps(schema), client)
+    context = SerializationContext(topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    for i in range(30):
+        reading = {"id": i, "celsius": i / 2 if i % 3 else None, "tags": [f"t{i % 2}"]}
+        producer.produce(topic, serializer(reading, context), partition=i % 2)
+    producer.produce(topic, b"\x00" + (2**31 - 1).to_bytes(4, "big") + b"{}", partition=0)
+    assert producer.flush(30) == 0
+    group, table, cp, dead = unique("g"), tmp_path / "t", tmp_path / "cp", tmp_path / "dead"
+    extra = {"value.format": "json-schema-confluent", "deadLetter.table": str(dead)}
+    opts = avro_options(bootstrap_servers, topic, group, registry.url, **extra)
+    assert run_avro(spark, opts, table, cp, group) is None
+    rows = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+    assert sorted(r["id"] for r in rows) == list(range(30))
+    assert {r["id"]: (r["celsius"], r["tags"]) for r in rows}[5] == (2.5, ["t1"])
+    letters = DeltaTable(str(dead)).to_pyarrow_table().to_pylist()
+    assert [(r["schemaId"], r["value"][5:]) for r in letters] == [(2**31 - 1, b"{}")]

@@ -407,3 +407,80 @@ def test_a_grown_struct_is_merged_into_the_table_only_with_merge_schema(tmp_path
     with pytest.raises(SinkError, match="only new nullable columns and struct fields"):
         SinkTable(path, merge_schema=True).open(schema(v1), ())  # a field the query lacks
     SinkTable(path).open(schema(v2), ())  # no change: no option needed
+
+
+# -- JSON Schema --------------------------------------------------------------------------------
+
+READING = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "celsius": {"type": ["number", "null"]},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "where": {"$ref": "#/definitions/Place"},
+        "extra": {},
+    },
+    "definitions": {"Place": {"type": "object", "properties": {"site": {"type": "string"}}}},
+}
+
+
+def json_framed(schema_id: int, value: Any) -> bytes:
+    return b"\x00" + schema_id.to_bytes(4, "big") + json.dumps(value).encode()
+
+
+def test_json_schema_types_and_values_by_name() -> None:
+    from spark_groups.formats.json_decode import JsonColumn
+
+    schemas = {1: ReaderSchema(1, json.dumps(READING), "JSON"),
+               2: ReaderSchema(2, json.dumps({"type": "object"}), "JSON"),
+               3: ReaderSchema(3, json.dumps(ORDER_V1), "AVRO")}  # fmt: skip
+
+    class JsonSchemas(Schemas):
+        def by_id(self, schema_id: int) -> ReaderSchema | None:
+            return schemas.get(schema_id)
+
+    col = JsonColumn(schemas[1], JsonSchemas({}))  # type: ignore[arg-type]
+    assert ddl_type(col.arrow_type) == (
+        "struct<`id`:bigint,`celsius`:double,`tags`:array<string>,`where`:struct<`site`:string>,"
+        "`extra`:string>"
+    )
+    decoded, bad = col.decode(
+        [
+            json_framed(
+                2,
+                {
+                    "id": 1,
+                    "celsius": 2.5,
+                    "tags": ["a"],
+                    "where": {"site": "x"},
+                    "extra": {"any": [1]},
+                    "unknown": True,
+                },
+            ),
+            json_framed(1, {"id": 2}),
+            json_framed(1, {"id": "three"}),  # does not fit bigint
+            json_framed(3, {"id": 4}),  # an Avro schema's id
+            json_framed(9, {"id": 5}),
+            b"\x00\x00\x00\x00\x01{not json",
+            None,
+        ]
+    )
+    rows = decoded.to_pylist()
+    assert rows[0] == {"id": 1, "celsius": 2.5, "tags": ["a"], "where": {"site": "x"},
+                       "extra": '{"any":[1]}'}  # fmt: skip
+    assert rows[1] == {"id": 2, "celsius": None, "tags": None, "where": None, "extra": None}
+    assert rows[6] is None
+    assert [(b.row, b.schema_id) for b in bad] == [(2, None), (3, 3), (4, 9), (5, 1)]
+    assert "does not fit" in bad[0].reason and "not JSON Schema" in bad[1].reason
+    assert "not JSON" in bad[3].reason
+
+
+def test_a_recursive_or_dangling_json_schema_has_no_spark_type() -> None:
+    from spark_groups.formats.json_types import JsonSchemaError, json_shape
+
+    node = {"type": "object", "properties": {"next": {"$ref": "#"}}}
+    with pytest.raises(JsonSchemaError, match="contains itself"):
+        json_shape(json.dumps({"$ref": "#/definitions/N", "definitions": {"N": node}}).replace(
+            '"#"', '"#/definitions/N"'))  # fmt: skip
+    with pytest.raises(JsonSchemaError, match="does not define"):
+        json_shape(json.dumps({"$ref": "#/definitions/Missing"}))
