@@ -282,7 +282,8 @@ def render(results: dict[str, Any]) -> str:
         "ten fields selected; time as in section 1. Best of "
         f"{results['rounds']} rounds (order rotated), then every round.",
         "",
-        "| side | records/s | vs `from_avro` | peak RSS of a Python worker (MB) | rounds |",
+        "| side | records/s | vs `from_avro` | peak RSS of a Python worker (MB; Spark's own "
+        "source reads in the JVM) | rounds |",
         "| --- | ---: | ---: | ---: | --- |",
     ]
     for side in SIDES:
@@ -296,13 +297,12 @@ def render(results: dict[str, Any]) -> str:
     b = results["breakdown"]
     lines += [
         "",
-        f"Where a worker's time goes (one process, 100,000 of the records): decoding takes "
+        f"- Where a worker's time goes (one process, 100,000 of the records): decoding takes "
         f"{b['decode_us']:.1f} µs a record, of which fastavro's reading of each payload "
         f"about {b['fastavro_us']:.1f} µs (alone, logical types converted) and the values "
         f"into Arrow {b['arrow_us']:.1f} µs; one core decodes ~{1e6 / b['decode_us']:,.0f} "
         "records/s.",
-        "",
-        f"Goal: at least `from_avro`'s rate. kafka-group decodes at {ours / spark_avro:.2f}x "
+        f"- Goal: at least `from_avro`'s rate. kafka-group decodes at {ours / spark_avro:.2f}x "
         f"it: {'met' if ours >= spark_avro else '**not met**'}. Every side read all "
         f"{results['records']:,} records in every round: {'yes' if all_rows else '**no**'}.",
     ]
