@@ -332,21 +332,28 @@ def test_json_schema_records_into_delta_group_by_name(
         "properties": {"id": {"type": "integer"}, "celsius": {"type": ["number", "null"]},
                        "tags": {"type": "array", "items": {"type": "string"}}},
     }  # fmt: skip
+    key_schema = {"type": "object", "properties": {"site": {"type": "string"}}}
     client = SchemaRegistryClient({"url": registry.url})
     serializer = JSONSerializer(json.dumps(schema), client)
+    keys = JSONSerializer(json.dumps(key_schema), client)  # subject <topic>-key
     context = SerializationContext(topic, MessageField.VALUE)
+    key_context = SerializationContext(topic, MessageField.KEY)
     producer = Producer({"bootstrap.servers": bootstrap_servers})
     for i in range(30):
         reading = {"id": i, "celsius": i / 2 if i % 3 else None, "tags": [f"t{i % 2}"]}
-        producer.produce(topic, serializer(reading, context), partition=i % 2)
-    producer.produce(topic, b"\x00" + (2**31 - 1).to_bytes(4, "big") + b"{}", partition=0)
+        key = keys({"site": f"s{i % 4}"}, key_context)
+        producer.produce(topic, serializer(reading, context), key, partition=i % 2)
+    key = keys({"site": "s0"}, key_context)
+    producer.produce(topic, b"\x00" + (2**31 - 1).to_bytes(4, "big") + b"{}", key, partition=0)
     assert producer.flush(30) == 0
     group, table, cp, dead = unique("g"), tmp_path / "t", tmp_path / "cp", tmp_path / "dead"
-    extra = {"value.format": "json-schema-confluent", "deadLetter.table": str(dead)}
+    extra = {"value.format": "json-schema-confluent", "key.format": "json-schema-confluent",
+             "deadLetter.table": str(dead)}  # fmt: skip
     opts = avro_options(bootstrap_servers, topic, group, registry.url, **extra)
-    assert run_avro(spark, opts, table, cp, group) is None
+    df = source(spark, opts, cp).select("key.site", "value.*", "topic", "partition", "offset")
+    assert run_into_sink(spark, df, table, cp, group) is None
     rows = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
     assert sorted(r["id"] for r in rows) == list(range(30))
-    assert {r["id"]: (r["celsius"], r["tags"]) for r in rows}[5] == (2.5, ["t1"])
+    assert {r["id"]: (r["celsius"], r["tags"], r["site"]) for r in rows}[5] == (2.5, ["t1"], "s1")
     letters = DeltaTable(str(dead)).to_pyarrow_table().to_pylist()
     assert [(r["schemaId"], r["value"][5:]) for r in letters] == [(2**31 - 1, b"{}")]
