@@ -1,12 +1,16 @@
 """Record formats: keys and values in Confluent's wire format, decoded on the executors.
 
-* :mod:`~spark_groups.formats.wire`: the 5-byte header (and Protobuf's message indexes);
+* :mod:`~spark_groups.formats.wire`: the 5-byte header;
 * :mod:`~spark_groups.formats.registry`: one schema-registry client per worker, schemas by id
   cached, an unreachable registry retried within a bound;
 * :mod:`~spark_groups.formats.avro_types`: an Avro schema as Arrow and Spark types, as
   Spark's ``from_avro`` maps them;
 * :mod:`~spark_groups.formats.avro_decode`: Avro payloads into an Arrow column, each written
   with its writer schema and resolved to the reader schema;
+* :mod:`~spark_groups.formats.json_types`, :mod:`~spark_groups.formats.json_decode`: a JSON
+  Schema as Arrow types, and JSON payloads read by name into them;
+* :mod:`~spark_groups.formats.column_values`: what the column decoders share (the bad record,
+  values into Arrow);
 * :mod:`~spark_groups.formats.decoder`: a read batch's ``key`` and ``value`` decoded, bad
   records split off;
 * :mod:`~spark_groups.formats.bad_records`: those records into the dead-letter table;

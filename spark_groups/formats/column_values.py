@@ -7,8 +7,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_groups.formats.wire import HEADER_BYTES, MAGIC
-
 #: Longest reason kept per bad record.
 MAX_REASON = 500
 
@@ -21,13 +19,6 @@ class BadRecord:
     row: int
     schema_id: int | None
     reason: str
-
-
-def header_of(data: bytes) -> int | None:
-    """The schema id of a Confluent frame, None when ``data`` does not start with one."""
-    if len(data) < HEADER_BYTES or data[0] != MAGIC:
-        return None
-    return int.from_bytes(data[1:HEADER_BYTES], "big")
 
 
 def no_header(data: bytes) -> str:

@@ -25,7 +25,6 @@ from spark_groups.formats.avro_types import AvroSchemaError, avro_shape
 from spark_groups.formats.decoder import DecodePlan, Decoding
 from spark_groups.formats.registry import ReaderSchema, Registry
 from spark_groups.formats.spark_ddl import ddl_type
-from spark_groups.formats.wire import FrameError, message_indexes, split
 from spark_groups.options import parse_options
 from spark_groups.read.schema import arrow_schema
 
@@ -370,20 +369,6 @@ def test_bad_records_go_to_the_dead_letter_table_once_and_the_batch_goes_on(
     assert len(dead) == 1
     assert (dead[0]["offset"], dead[0]["value"], dead[0]["group"]) == (101, b"nope", "etl")
     assert dead[0]["dead_letter_error"].startswith("value: it does not start with")
-
-
-# -- the wire format ----------------------------------------------------------------------------
-
-
-def test_frames_and_protobuf_message_indexes() -> None:
-    schema_id, payload = split(b"\x00\x00\x00\x01\x02rest")
-    assert (schema_id, bytes(payload)) == (258, b"rest")
-    assert message_indexes(memoryview(b"\x00msg"))[0] == (0,)
-    indexes, rest = message_indexes(memoryview(b"\x04\x02\x06msg"))  # 2 indexes: 1, 3
-    assert (indexes, bytes(rest)) == ((1, 3), b"msg")
-    for bad in (None, b"", b"\x01\x00\x00\x00\x01x", b"\x00\x00"):
-        with pytest.raises(FrameError):
-            split(bad)
 
 
 # -- the sink's table when a reader schema grows ------------------------------------------------
