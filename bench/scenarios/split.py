@@ -1,4 +1,4 @@
-"""Split ranges: one partition's backlog read by one task or by several (issue 34).
+"""Split ranges: one partition's backlog read by one task or by several.
 
     python -m bench split --write-docs
 
@@ -38,7 +38,7 @@ SIDES: tuple[tuple[str, str, dict[str, str]], ...] = (
     ('Spark\'s `format("kafka")`, unsplit', "kafka", {}),
     ('Spark\'s `format("kafka")`, `minPartitions=2`', "kafka", {"minPartitions": "2"}),
 )
-#: The goal of issue 34: minPartitions=2 over unsplit on 2 cores.
+#: The goal: minPartitions=2 over unsplit on 2 cores.
 GOAL = 1.7
 
 
