@@ -21,6 +21,7 @@ from typing import Any
 
 from spark_groups.errors import GroupMembershipError
 from spark_groups.group.member import GroupMember
+from spark_groups.group.member.coordinator_view import admin_for, describe
 from spark_groups.offsets import TopicPartition
 from spark_groups.secrets import scrub
 
@@ -32,9 +33,6 @@ REPORT_EVERY_S = 30.0
 FIRST_REPORT_S = 10.0
 #: The bound of an AvailableNow run's wait when ``joinTimeoutMs`` is not set.
 AVAILABLE_NOW_BOUND_S = 120.0
-
-#: librdkafka settings an AdminClient takes from the member's configuration.
-_CONNECTION_PREFIXES = ("bootstrap.", "security.", "sasl.", "ssl.", "socket.", "client.")
 
 
 def before_planning(
@@ -121,7 +119,7 @@ def describe_group(config: Mapping[str, Any], group_id: str, timeout_s: float = 
     """The group's state and members as one line (DescribeGroups through an AdminClient of
     ``config``'s connection settings); secrets never appear in it."""
     try:
-        admin = _admin(config)
+        admin = admin_for(config)
         group = admin.describe_consumer_groups([group_id])[group_id].result(timeout_s)
         cluster_id = str(admin.list_topics(timeout=timeout_s).cluster_id or "")
     except Exception as exc:
@@ -152,34 +150,25 @@ def wait_for_a_share(
     bound_s: float = AVAILABLE_NOW_BOUND_S,
 ) -> None:
     """Under ``Trigger.AvailableNow``: while ``member`` owns nothing, wait until it owns
-    something or every one of ``subscribed`` is owned by a member of the group (as the
+    something or every one of ``subscribed`` is owned by another member of the group (as the
     group's coordinator describes it), at most ``bound_s``.
 
     A member that joins a group whose other members hold every partition gets nothing in its
     first assignment under cooperative-sticky: the partitions it is to get are revoked from
     the others first and assigned in the rebalance that follows. A run that ended there would
     read nothing, every time it runs beside them. Partitions owned by nobody are such
-    partitions in flight; once every one is owned, the group has nothing more to give."""
+    partitions in flight, and so are partitions the coordinator already lists as this
+    member's that librdkafka has not delivered yet; once every one is owned by another
+    member, the group has nothing more to give."""
     if member.assignment or not subscribed:
         return
-    admin = _admin(config)
+    admin = admin_for(config)
     deadline = time.monotonic() + bound_s
     while not member.assignment and time.monotonic() < deadline:
         member.check()
-        try:
-            group = admin.describe_consumer_groups([group_id])[group_id].result(10)
-        except Exception as exc:  # the wait's bound still ends it
-            log.debug("could not describe group %s: %s", group_id, exc)
-            group = None
-        if group is not None:
-            owned = {
-                TopicPartition(p.topic, p.partition)
-                for m in group.members
-                if m.assignment
-                for p in m.assignment.topic_partitions
-            }
-            if set(subscribed) <= owned:
-                return
+        group = describe(admin, group_id, 10)
+        if group is not None and set(subscribed) <= group.owned_by_others(member.member_id):
+            return
         time.sleep(0.5)  # the next look at the group
     if not member.assignment:
         log.info(
@@ -187,12 +176,3 @@ def wait_for_a_share(
             group_id,
             bound_s,
         )
-
-
-def _admin(config: Mapping[str, Any]) -> Any:
-    """An AdminClient with the connection settings of the member's ``config``."""
-    from spark_groups.kafka.client import AdminClient
-    from spark_groups.kafka.logs import with_logger
-
-    connection = {k: v for k, v in config.items() if k.startswith(_CONNECTION_PREFIXES)}
-    return AdminClient(with_logger(connection))

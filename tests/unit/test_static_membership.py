@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Producer
 
-from spark_groups.group.member import GroupMember
+from spark_groups.group.member import GroupMember, coordinator_view
 
 from support.broker import broker_kind, wait_until
 
@@ -73,4 +73,34 @@ def test_static_restart_causes_no_rebalance_for_the_other_member(
         assert other.rebalances == rebalances_before
     finally:
         restarted.close()
+        other.close()
+
+
+@pytest.mark.skipif(
+    broker_kind() == "tansu",
+    reason="Tansu has no static membership; the suite's default broker (Apache Kafka) has",
+)
+def test_a_static_member_closed_mid_handover_takes_what_is_on_its_way_first(
+    bootstrap_servers: str, make_topic: Callable[..., str]
+) -> None:
+    """A static member that joins beside a member owning every partition gets nothing in its
+    first assignment (cooperative-sticky revokes first, assigns in the next rebalance). Closed
+    right then, it serves that next assignment before closing: closing with an assignment on
+    its way can freeze the process (librdkafka issue 4884), and the coordinator keeps the
+    static member's place with what it was given."""
+    topic = make_topic(3)
+    base, member = static_pair(bootstrap_servers, topic)
+    other = GroupMember(base, [topic]).start()
+    try:
+        wait_until(lambda: len(other.assignment) == 3, 30, "the other member to own the topic")
+        joining = member("job-a")
+        assert joining.wait_for_assignment(30)
+        assert joining.assignment == frozenset()  # the handover's first half
+        joining.close()
+        assert joining.rebalances == 2  # its second half was served before closing
+        view = coordinator_view.describe(coordinator_view.admin_for(base), base["group.id"], 10)
+        assert view is not None and view.stable
+        kept = view.owned[joining.member_id]
+        assert len(kept) == 1 and kept.isdisjoint(other.assignment)
+    finally:
         other.close()

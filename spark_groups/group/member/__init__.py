@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from spark_groups.errors import GroupMembershipError, SparkGroupsError
-from spark_groups.group.member import commits
+from spark_groups.group.member import commits, coordinator_view
 from spark_groups.group.member.callbacks import Callbacks, RebalanceListener, parse_generation
 from spark_groups.group.member.owner import OwnerThread
 from spark_groups.group.member.topics import Subscription
@@ -260,28 +260,52 @@ class GroupMember:
         )
 
     def _leave(self, consumer: Consumer) -> None:
-        """Unsubscribe, serve the revocation (and an assignment still on its way) at polls
-        until nothing more comes, then close: an assignment that close() itself has to deliver
-        can make its assign call wait forever (librdkafka issue 4884, seen here as a member
-        closed while the group handed it partitions). A static member (``group.instance.id``)
-        only closes: unsubscribing would leave the group, and its place is kept for its next
-        run."""
+        """Serve the rebalance callbacks still on their way at polls, then close: an
+        assignment that close() itself has to deliver can make its (un)assign call wait
+        forever, holding the GIL, so the whole process stops (librdkafka issue 4884, seen
+        here as a scheduled run closed while the group handed it a partition). A dynamic
+        member unsubscribes first and polls until nothing more comes. A static member
+        (``group.instance.id``) must not unsubscribe (that leaves the group, and its place is
+        kept for its next run): it polls until the coordinator shows nothing in flight
+        (:meth:`_settle`)."""
         started = time.monotonic()
+        deadline = started + LEAVE_DRAIN_S
         try:
             if not self._config.get("group.instance.id"):
                 consumer.unsubscribe()
-                deadline = started + LEAVE_DRAIN_S
                 while time.monotonic() < deadline:
                     events = self._callbacks.events
                     self._callbacks.poll(consumer, 0.1)
                     if self._callbacks.events == events and not consumer.assignment():
                         break
+            else:
+                self._settle(consumer, deadline)
             consumer.close()  # commits nothing (auto commit is off); LeaveGroup if dynamic
         except (KafkaException, RuntimeError, SparkGroupsError) as exc:
             log.warning("error while leaving the group: %s", exc)
         finally:
             self._callbacks.assignment = frozenset()
         log.info("group member left the group in %.2f s", time.monotonic() - started)
+
+    def _settle(self, consumer: Consumer, deadline: float) -> None:
+        """Poll until the coordinator shows no assignment on its way to this member
+        (:meth:`GroupView.settled_for`), or until ``deadline`` (then close anyway)."""
+        admin = coordinator_view.admin_for(self._config)
+        group_id = str(self._config.get("group.id", ""))
+        partitions: list[TopicPartition] = []
+        while time.monotonic() < deadline:
+            self._callbacks.poll(consumer, 0.1)
+            if not partitions:  # a subscription's partitions, asked until answered
+                try:
+                    partitions = self._topics.partitions(consumer.list_topics(timeout=5))
+                except KafkaException as exc:
+                    log.debug("no metadata while leaving: %s", exc)
+                    continue
+            view = coordinator_view.describe(admin, group_id, max(0.1, deadline - time.monotonic()))
+            delivered = self._callbacks.assignment
+            if view is not None and view.settled_for(self.member_id, delivered, partitions):
+                return
+        log.info("closing with a rebalance of group %s still in progress", group_id)
 
     def _membership_error(self, message: str) -> GroupMembershipError:
         """A :class:`GroupMembershipError` about this member's group (its id as data)."""
