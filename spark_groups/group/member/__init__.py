@@ -24,7 +24,8 @@ A member's life:
    so that other threads' calls still go through.
 5. ``close()``, or a failure, ends the loop: ``consumer.close()`` revokes the partitions
    (without asking the listener after ``close()``) and sends LeaveGroup; requests still
-   queued fail with the cause.
+   queued fail with the cause. Before it, the member serves what is still on its way to it
+   (a static member asks the coordinator: :mod:`~spark_groups.group.member.coordinator_view`).
 
 Threads: every method and property may be used from any thread, except ``serve``: owner
 thread only (from a listener's callback). The listener is called on the owner thread.
