@@ -18,6 +18,12 @@ from spark_groups.group.member import GroupMember, coordinator_view
 
 from support.broker import broker_kind, wait_until
 
+#: Tansu has no static membership (docs/brokers.md); the suite's default broker has.
+needs_static_membership = pytest.mark.skipif(
+    broker_kind() == "tansu",
+    reason="Tansu has no static membership; the suite's default broker (Apache Kafka) has",
+)
+
 
 def static_pair(servers: str, topic: str) -> tuple[dict[str, str], Callable[[str], GroupMember]]:
     base = {
@@ -59,10 +65,7 @@ def test_restarted_static_member_gets_its_partitions_back(mock_servers: str) -> 
         other.close()
 
 
-@pytest.mark.skipif(
-    broker_kind() == "tansu",
-    reason="Tansu has no static membership; the suite's default broker (Apache Kafka) has",
-)
+@needs_static_membership
 def test_static_restart_causes_no_rebalance_for_the_other_member(
     bootstrap_servers: str, make_topic: Callable[..., str]
 ) -> None:
@@ -76,10 +79,7 @@ def test_static_restart_causes_no_rebalance_for_the_other_member(
         other.close()
 
 
-@pytest.mark.skipif(
-    broker_kind() == "tansu",
-    reason="Tansu has no static membership; the suite's default broker (Apache Kafka) has",
-)
+@needs_static_membership
 def test_a_static_member_closed_mid_handover_takes_what_is_on_its_way_first(
     bootstrap_servers: str, make_topic: Callable[..., str]
 ) -> None:
