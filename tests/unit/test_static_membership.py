@@ -51,15 +51,21 @@ def run_restart(servers: str, topic: str) -> tuple[GroupMember, GroupMember, fro
     return restarted, other, owned, rebalances_before
 
 
-def test_restarted_static_member_gets_its_partitions_back(mock_servers: str) -> None:
+def test_restarted_static_member_gets_its_partitions_back(
+    mock_servers: str, caplog: pytest.LogCaptureFixture
+) -> None:
     topic = f"static-{uuid.uuid4().hex[:8]}"
     producer = Producer({"bootstrap.servers": mock_servers})
     producer.produce(topic, value=b"x")  # the mock cluster creates topics with 4 partitions
     assert producer.flush(10) == 0
-    restarted, other, owned, _ = run_restart(mock_servers, topic)
+    with caplog.at_level("INFO", logger="spark_groups.group.member"):
+        restarted, other, owned, _ = run_restart(mock_servers, topic)
     try:
         assert restarted.assignment == owned
         assert other.assignment.isdisjoint(owned)
+        # the mock cluster describes no group: the static member closed without waiting for
+        # an answer that never comes
+        assert "closing without waiting for group" in caplog.text
     finally:
         restarted.close()
         other.close()

@@ -302,7 +302,13 @@ class GroupMember:
                 except KafkaException as exc:
                     log.debug("no metadata while leaving: %s", exc)
                     continue
-            view = coordinator_view.describe(admin, group_id, max(0.1, deadline - time.monotonic()))
+            try:
+                view = coordinator_view.describe(
+                    admin, group_id, max(0.1, deadline - time.monotonic())
+                )
+            except coordinator_view.GroupsNotDescribed as exc:
+                log.info("closing without waiting for group %s to settle: %s", group_id, exc)
+                return
             delivered = self._callbacks.assignment
             if view is not None and view.settled_for(self.member_id, delivered, partitions):
                 return

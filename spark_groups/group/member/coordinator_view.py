@@ -61,11 +61,23 @@ class GroupView:
         return set(partitions) <= owners
 
 
+class GroupsNotDescribed(Exception):
+    """The broker does not describe groups (librdkafka's mock cluster): no answer will come."""
+
+
 def describe(admin: Any, group_id: str, timeout_s: float) -> GroupView | None:
     """``group_id`` as the coordinator describes it, or None when it does not answer within
-    ``timeout_s`` (logged at debug: the callers' own bounds end their waits)."""
+    ``timeout_s`` (logged at debug: the callers' own bounds end their waits). Raises
+    :class:`GroupsNotDescribed` when the broker cannot describe groups at all."""
+    from spark_groups.kafka.client import KafkaError, KafkaException
+
     try:
         group = admin.describe_consumer_groups([group_id])[group_id].result(timeout_s)
+    except KafkaException as exc:
+        if exc.args and exc.args[0].code() == KafkaError._UNSUPPORTED_FEATURE:
+            raise GroupsNotDescribed(str(exc)) from None
+        log.debug("could not describe group %s: %s", group_id, exc)
+        return None
     except Exception as exc:
         log.debug("could not describe group %s: %s", group_id, exc)
         return None
