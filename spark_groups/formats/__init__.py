@@ -7,6 +7,12 @@
   Spark's ``from_avro`` maps them;
 * :mod:`~spark_groups.formats.avro_decode`: Avro payloads into an Arrow column, each written
   with its writer schema and resolved to the reader schema;
+* :mod:`~spark_groups.formats.protobuf_schema`: a Protobuf schema (base64 descriptor or
+  ``.proto`` text, with its imports) as descriptors, each schema in a pool of its own;
+* :mod:`~spark_groups.formats.protobuf_types`: a Protobuf message as Arrow and Spark types,
+  as Spark's ``from_protobuf`` maps them;
+* :mod:`~spark_groups.formats.protobuf_decode`: Protobuf payloads (their message indexes
+  first) into an Arrow column, with the reader's message, writer schemas checked once;
 * :mod:`~spark_groups.formats.json_types`, :mod:`~spark_groups.formats.json_decode`: a JSON
   Schema as Arrow types, and JSON payloads read by name into them;
 * :mod:`~spark_groups.formats.column_values`: what the column decoders share (the bad record,

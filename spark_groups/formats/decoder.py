@@ -10,37 +10,39 @@ batch can commit; without it, the task fails at that record with a
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from spark_groups.errors import OptionError, RecordDecodeError
 from spark_groups.formats import bad_records
 from spark_groups.formats.avro_decode import AvroColumn
-from spark_groups.formats.avro_types import AvroSchemaError, avro_shape
+from spark_groups.formats.avro_types import AvroSchemaError
 from spark_groups.formats.column_values import BadRecord
 from spark_groups.formats.json_decode import JsonColumn
-from spark_groups.formats.json_types import JsonSchemaError, json_shape
-from spark_groups.formats.registry import ReaderSchema, registry_for
+from spark_groups.formats.json_types import JsonSchemaError
+from spark_groups.formats.protobuf_schema import ProtobufSchemaError
+from spark_groups.formats.protobuf_types import ProtobufTypeError
+from spark_groups.formats.registry import ReaderSchema, Registry, registry_for
 from spark_groups.options.formats import ColumnFormat, FormatOptions
-
-if TYPE_CHECKING:
-    from spark_groups.options.source import SourceOptions
 
 log = logging.getLogger(__name__)
 
-#: Each format's column decoder and the registry's name of its schemas' type.
-_DECODERS: dict[str, tuple[type[AvroColumn] | type[JsonColumn], str]] = {
-    "avro-confluent": (AvroColumn, "AVRO"),
-    "json-schema-confluent": (JsonColumn, "JSON"),
+#: The registry's name of each format's schemas' type.
+_KINDS = {
+    "avro-confluent": "AVRO",
+    "protobuf-confluent": "PROTOBUF",
+    "json-schema-confluent": "JSON",
 }
 
 
 class ColumnDecoder(Protocol):
-    """One column's decoder (:class:`AvroColumn`, :class:`JsonColumn`)."""
+    """One column's decoder (:class:`AvroColumn`, :class:`ProtobufColumn`,
+    :class:`JsonColumn`)."""
 
     arrow_type: pa.DataType
 
@@ -81,18 +83,57 @@ class DecodePlan:
         found = _columns.get(key)
         if found is None:
             registry = registry_for(self.formats.registry, self.formats.registry_timeout_ms)
-            found = _columns[key] = _DECODERS[column.format][0](reader, registry)
+            found = _columns[key] = column_decoder(column, reader, registry)
         return found
 
 
+def column_decoder(column: ColumnFormat, reader: ReaderSchema, registry: Registry) -> ColumnDecoder:
+    """The decoder of ``column`` to its ``reader`` schema, writer schemas from ``registry``;
+    raises the format's schema error when the reader schema has no Spark type."""
+    if column.format == "avro-confluent":
+        return AvroColumn(reader, registry)
+    if column.format == "protobuf-confluent":
+        from spark_groups.formats.protobuf_decode import ProtobufColumn
+
+        if importlib.util.find_spec("google.protobuf") is None:
+            raise OptionError(
+                f"{column.column}.format",
+                "protobuf-confluent needs protobuf, which is not installed here: "
+                "pip install 'spark-groups[protobuf]'",
+            )
+        return ProtobufColumn(reader, registry, column.record_name)
+    return JsonColumn(reader, registry)
+
+
 _columns: dict[tuple[Any, ...], ColumnDecoder] = {}
+#: Columns of a source's batch a dead letter keeps where the batch has them (kafka-share's).
+_KEPT_IF_THERE = ("deliveryCount",)
 
 
-def plan_decoding(options: SourceOptions) -> DecodePlan | None:
+class DecodedSource(Protocol):
+    """What :func:`plan_decoding` reads of a source's options (``SourceOptions``,
+    ``ShareOptions``)."""
+
+    @property
+    def formats(self) -> FormatOptions: ...
+    @property
+    def topics(self) -> tuple[str, ...]: ...
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def storage_options(self) -> Mapping[str, str]: ...
+
+
+def plan_decoding(
+    options: DecodedSource,
+    dead_letter_schema: pa.Schema = bad_records.SCHEMA,
+    source: str = "kafka-group",
+) -> DecodePlan | None:
     """The :class:`DecodePlan` of a source (None when nothing is decoded): each decoded
     column's reader schema fetched from the registry now, checked to have a Spark type, and
-    the dead-letter table made. Raises :class:`~spark_groups.errors.SchemaRegistryError`
-    (naming the URL) when the registry cannot say, without waiting for it."""
+    the dead-letter table (of ``source``, columns ``dead_letter_schema``) made. Raises
+    :class:`~spark_groups.errors.SchemaRegistryError` (naming the URL) when the registry
+    cannot say, without waiting for it."""
     formats = options.formats
     if not formats.decoded:
         return None
@@ -100,7 +141,7 @@ def plan_decoding(options: SourceOptions) -> DecodePlan | None:
     readers: dict[str, ReaderSchema] = {}
     for column in formats.decoded:
         reader = registry.reader_schema(column, options.topics)
-        kind = _DECODERS[column.format][1]
+        kind = _KINDS[column.format]
         if reader.schema_type.upper() != kind:
             raise OptionError(
                 f"{column.column}.format",
@@ -108,11 +149,8 @@ def plan_decoding(options: SourceOptions) -> DecodePlan | None:
                 f"{reader.schema_type} schema, not {kind}: set {column.column}.format to match",
             )
         try:
-            if kind == "AVRO":
-                avro_shape(reader.text, reader.references)
-            else:
-                json_shape(reader.text)
-        except (AvroSchemaError, JsonSchemaError) as exc:
+            column_decoder(column, reader, registry)
+        except (AvroSchemaError, JsonSchemaError, ProtobufSchemaError, ProtobufTypeError) as exc:
             raise OptionError(
                 f"{column.column}.format",
                 f"the reader schema (id {reader.schema_id}, subject {reader.subject}) has no "
@@ -125,7 +163,9 @@ def plan_decoding(options: SourceOptions) -> DecodePlan | None:
             registry.url,
         )  # fmt: skip
     if formats.dead_letter_table is not None:
-        bad_records.ensure_table(formats.dead_letter_table, options.storage_options)
+        bad_records.ensure_table(
+            formats.dead_letter_table, options.storage_options, dead_letter_schema, source
+        )
     return DecodePlan(formats, readers, options.group_id, options.storage_options)
 
 
@@ -177,6 +217,11 @@ class Decoding:
         return out.filter(pa.array(keep))
 
     def _keep(self, batch: pa.RecordBatch, bad: Mapping[int, list[tuple[str, BadRecord]]]) -> None:
+        names = [n for n in _KEPT_IF_THERE if n in batch.schema.names]
+
+        def extra(row: int) -> dict[str, Any]:
+            return {n: batch.column(n)[row].as_py() for n in names}
+
         for row, failures in sorted(bad.items()):
             error = "; ".join(f"{column}: {b.reason}" for column, b in failures)
             ids = [b.schema_id for _, b in failures if b.schema_id is not None]
@@ -191,6 +236,7 @@ class Decoding:
                     "dead_letter_error": error,
                     "schemaId": ids[0] if ids else None,
                     "group": self.plan.group,
+                    **extra(row),
                 }
             )
 

@@ -65,25 +65,31 @@ class Registry:
             self._client = SchemaRegistryClient(dict(settings))
         except (ValueError, TypeError) as exc:
             raise _option_error(exc, self._settings) from None
-        self._by_id: dict[int, ReaderSchema | None] = {}
+        self._by_id: dict[tuple[int, str | None], ReaderSchema | None] = {}
         self._lock = threading.Lock()
 
-    def by_id(self, schema_id: int) -> ReaderSchema | None:
-        """The schema with ``schema_id``, None when the registry has none of that id."""
+    def by_id(self, schema_id: int, fmt: str | None = None) -> ReaderSchema | None:
+        """The schema with ``schema_id``, None when the registry has none of that id. ``fmt``
+        asks for a form of it (``serialized``: Protobuf's base64 descriptor, where the
+        registry has that form)."""
+        key = (schema_id, fmt)
         with self._lock:
-            if schema_id in self._by_id:
-                return self._by_id[schema_id]
-        schema = self._call(lambda: self._client.get_schema(schema_id), schema_id=schema_id)
-        found = None if schema is None else self._resolved(schema_id, schema)
+            if key in self._by_id:
+                return self._by_id[key]
+        schema = self._call(
+            lambda: self._client.get_schema(schema_id, fmt=fmt), schema_id=schema_id
+        )
+        found = None if schema is None else self._resolved(schema_id, schema, fmt)
         with self._lock:
-            self._by_id[schema_id] = found
+            self._by_id[key] = found
         return found
 
     def reader_schema(self, column: ColumnFormat, topics: tuple[str, ...]) -> ReaderSchema:
         """``column``'s reader schema: by id, or each subject's version (the latest by
         default); the subjects of ``topics`` must hold the same schema."""
+        fmt = "serialized" if column.format == "protobuf-confluent" else None
         if column.schema_id is not None:
-            found = self.by_id(column.schema_id)
+            found = self.by_id(column.schema_id, fmt)
             if found is None:
                 raise SchemaRegistryError(
                     f"the schema registry at {self.url} has no schema with id "
@@ -92,7 +98,9 @@ class Registry:
                     schema_id=column.schema_id,
                 )
             return found
-        found_per_subject = [self._version(subject, column) for subject in column.subjects(topics)]
+        found_per_subject = [
+            self._version(subject, column, fmt) for subject in column.subjects(topics)
+        ]
         first = found_per_subject[0]
         for other in found_per_subject[1:]:
             if other.text != first.text:
@@ -104,9 +112,11 @@ class Registry:
                 )
         return first
 
-    def _version(self, subject: str, column: ColumnFormat) -> ReaderSchema:
+    def _version(self, subject: str, column: ColumnFormat, fmt: str | None) -> ReaderSchema:
         version: int | Literal["latest"] = "latest" if column.version is None else column.version
-        registered = self._call(lambda: self._client.get_version(subject, version), subject=subject)
+        registered = self._call(
+            lambda: self._client.get_version(subject, version, fmt=fmt), subject=subject
+        )
         if registered is None:
             what = "no versions" if version == "latest" else f"no version {version}"
             raise SchemaRegistryError(
@@ -116,7 +126,7 @@ class Registry:
                 url=self.url,
                 subject=subject,
             )
-        resolved = self._resolved(int(registered.schema_id or 0), registered.schema)
+        resolved = self._resolved(int(registered.schema_id or 0), registered.schema, fmt)
         return ReaderSchema(
             resolved.schema_id,
             resolved.text,
@@ -126,7 +136,7 @@ class Registry:
             registered.version,
         )
 
-    def _resolved(self, schema_id: int, schema: Any) -> ReaderSchema:
+    def _resolved(self, schema_id: int, schema: Any, fmt: str | None) -> ReaderSchema:
         """A registry schema with the texts of its references (depth first, each once)."""
         refs: dict[str, str] = {}
 
@@ -135,7 +145,7 @@ class Registry:
                 if ref.name in refs:
                     continue
                 got: Any = self._call(
-                    partial(self._client.get_version, ref.subject, ref.version),
+                    partial(self._client.get_version, ref.subject, ref.version, fmt=fmt),
                     subject=ref.subject,
                 )
                 if got is None:

@@ -23,6 +23,8 @@ def ddl_type(arrow: pa.DataType) -> str:
         return _SIMPLE[arrow]
     if pa.types.is_timestamp(arrow):
         return "timestamp" if arrow.tz is not None else "timestamp_ntz"
+    if arrow == pa.duration("us"):
+        return "interval day to second"
     if pa.types.is_decimal(arrow):
         return f"decimal({arrow.precision},{arrow.scale})"
     if pa.types.is_map(arrow):

@@ -18,7 +18,7 @@ from spark_groups.errors import OptionError
 from spark_groups.options import values
 
 #: What ``key.format`` and ``value.format`` take.
-Format = Literal["raw", "avro-confluent", "json-schema-confluent"]
+Format = Literal["raw", "avro-confluent", "protobuf-confluent", "json-schema-confluent"]
 FORMATS: tuple[str, ...] = get_args(Format)
 REGISTRY_FORMATS: tuple[str, ...] = FORMATS[1:]
 #: How the subject of a topic's schema is named (Confluent's subject name strategies).
@@ -62,6 +62,8 @@ class ColumnFormat:
     format: Format = "raw"
     subject: str | None = None
     strategy: SubjectStrategy = "topic"
+    #: The record's fully qualified name (the record strategies' subject; for Protobuf, the
+    #: reader schema's message, by default its first).
     record_name: str | None = None
     #: The reader schema's version in its subject; None: the latest at the query's start.
     version: int | None = None

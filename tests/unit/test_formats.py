@@ -371,6 +371,28 @@ def test_bad_records_go_to_the_dead_letter_table_once_and_the_batch_goes_on(
     assert dead[0]["dead_letter_error"].startswith("value: it does not start with")
 
 
+def test_a_share_dead_letter_table_made_before_schema_ids_takes_the_column(tmp_path: Path) -> None:
+    from deltalake import DeltaTable
+
+    from spark_groups.share.dead_letters import SCHEMA, ensure_table
+    from spark_groups.storage import delta
+
+    path = str(tmp_path / "dead")
+    older = pa.schema([f for f in SCHEMA if f.name != "schemaId"])
+    assert delta.create_table(path, older, description="an older version's") is None
+    ensure_table(path)
+    assert DeltaTable(path).schema().to_arrow().names == SCHEMA.names
+    row = {"topic": "t", "partition": 0, "offset": 5, "value": b"x", "schemaId": 9}
+    assert bad_records.write(path, [row], None, SCHEMA) == 1
+    assert bad_records.write(path, [row], None, SCHEMA) == 0  # held already: a retried task
+    assert DeltaTable(path).to_pyarrow_table().column("schemaId").to_pylist() == [9]
+    # a table of other columns is refused, naming the option and what it lacks
+    other = str(tmp_path / "other")
+    assert delta.create_table(other, pa.schema([("id", pa.int64())]), description="ids") is None
+    with pytest.raises(OptionError, match=r"deadLetter\.table.*not a kafka-share dead-letter"):
+        ensure_table(other)
+
+
 # -- the sink's table when a reader schema grows ------------------------------------------------
 
 
@@ -501,7 +523,7 @@ def test_schema_references_are_fetched_depth_first_and_their_types_used() -> Non
     }  # fmt: skip
 
     class Answers:
-        def get_version(self, subject: str, version: Any) -> RegisteredSchema:
+        def get_version(self, subject: str, version: Any, fmt: Any = None) -> RegisteredSchema:
             return versions[(subject, version)]
 
     registry = Registry({"url": "http://reg:8081"}, 0)
