@@ -36,36 +36,59 @@ SCHEMA = pa.schema(
         pa.field("group", pa.string()),
     ]
 )
+#: The dead-letter table of the ``kafka-share`` source: :data:`DEAD_LETTER_COLUMNS`, then how
+#: often the broker had delivered the record, the share group, and the schema id (records on
+#: their last delivery have none; last, so a table made before it had the column takes it).
+SHARE_SCHEMA = pa.schema(
+    [*(SCHEMA.field(n) for n in DEAD_LETTER_COLUMNS), pa.field("deliveryCount", pa.int32()),
+     SCHEMA.field("group"), SCHEMA.field("schemaId")]
+)  # fmt: skip
 assert tuple(SCHEMA.names[: len(DEAD_LETTER_COLUMNS)]) == DEAD_LETTER_COLUMNS
+#: Nullable columns a dead-letter table made by an earlier version may lack: added to it.
+_ADDED_LATER = ("schemaId",)
 
 
-def ensure_table(path: str, storage_options: Mapping[str, str] | None = None) -> None:
-    """Make the dead-letter table at ``path`` when there is none; an existing one must have
-    the columns of :data:`SCHEMA`."""
+def ensure_table(
+    path: str,
+    storage_options: Mapping[str, str] | None = None,
+    schema: pa.Schema = SCHEMA,
+    source: str = "kafka-group",
+) -> None:
+    """Make ``source``'s dead-letter table (columns ``schema``) at ``path`` when there is
+    none; an existing one must have those columns (a column added in a later version is
+    added to it, in a metadata-only commit)."""
     if delta.open_table(path, storage_options) is None:
         lost_race = delta.create_table(
-            path, SCHEMA, description="kafka-group dead letters", storage_options=storage_options
+            path, schema, description=f"{source} dead letters", storage_options=storage_options
         )
         if lost_race is None:
             log.info("dead-letter table %s: created", path)
     table = delta.open_table(path, storage_options)
     found = set(table.schema().to_arrow().names) if table is not None else set()
-    if not set(SCHEMA.names) <= found:
+    later = [f for f in schema if f.name in _ADDED_LATER and f.name not in found]
+    if table is not None and later and set(schema.names) - found == {f.name for f in later}:
+        delta.add_columns(table, later)
+        log.info("dead-letter table %s: added the columns %s", path, [f.name for f in later])
+        found |= {f.name for f in later}
+    if not set(schema.names) <= found:
         raise OptionError(
             "deadLetter.table",
-            f"{path} is not a kafka-group dead-letter table: it lacks the columns "
-            f"{sorted(set(SCHEMA.names) - found)}; name a new path (it is made) or that table",
+            f"{path} is not a {source} dead-letter table: it lacks the columns "
+            f"{sorted(set(schema.names) - found)}; name a new path (it is made) or that table",
         )
 
 
 def write(
-    path: str, rows: Sequence[Mapping[str, Any]], storage_options: Mapping[str, str] | None = None
+    path: str,
+    rows: Sequence[Mapping[str, Any]],
+    storage_options: Mapping[str, str] | None = None,
+    schema: pa.Schema = SCHEMA,
 ) -> int:
-    """Append the dead letters ``rows`` (dicts of :data:`SCHEMA`'s columns) that the table
-    does not hold yet; returns how many were appended."""
+    """Append the dead letters ``rows`` (dicts of ``schema``'s columns) that the table does
+    not hold yet (by topic, partition and offset); returns how many were appended."""
     if not rows:
         return 0
-    table = pa.Table.from_pylist(list(rows), schema=SCHEMA)
+    table = pa.Table.from_pylist(list(rows), schema=schema)
     held = _held(path, table, storage_options)
     if held:
         keep = [(r["topic"], r["partition"], r["offset"]) not in held for r in rows]

@@ -5,7 +5,8 @@ table (``spark_groups.share.acks``), so the reading tasks follow its commits. ``
 number of share consumers reading each batch. ``deadLetter.table`` (a Delta table, made when
 missing) takes the records the group gives out for the last time
 (``share.delivery.count.limit``): they are written there and REJECTed, not read into the
-batch (``spark_groups.share.dead_letters``). docs/share-groups.md.
+batch (``spark_groups.share.dead_letters``); with ``value.format`` (or ``key.format``) also
+those that cannot be decoded. docs/share-groups.md.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from spark_groups.errors import OptionError
 from spark_groups.offsets import Pipeline
 from spark_groups.options import values
+from spark_groups.options.formats import FORMAT_OPTIONS, FormatOptions, parse_formats
 from spark_groups.secrets import is_secret
 from spark_groups.storage.files import check_location
 from spark_groups.storage.object_stores import storage_options_of
@@ -32,6 +34,7 @@ SHARE_OPTIONS: dict[str, str | None] = {
     "lockMarginMs": "5000",
     "includeHeaders": "false",
     "deadLetter.table": None,
+    **FORMAT_OPTIONS,
 }
 #: librdkafka settings the source sets itself.
 REFUSED_KAFKA = {
@@ -60,8 +63,11 @@ class ShareOptions:
     poll_budget_ms: int = 1000
     lock_margin_ms: int = 5000
     include_headers: bool = False
-    #: Where records on their last delivery go (None: they are read into the batch).
+    #: Where records on their last delivery go (None: they are read into the batch), and
+    #: those that cannot be decoded (None: the query fails at the first).
     dead_letter_path: str | None = None
+    #: ``key.format``, ``value.format`` and the registry (docs/formats.md).
+    formats: FormatOptions = field(default_factory=FormatOptions)
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
 
@@ -116,9 +122,10 @@ def parse_share_options(options: Mapping[str, str]) -> ShareOptions:
                 "deadLetter.table", "is the sink's table: give the dead letters a table of "
                 "their own (they have the dead-letter columns, not the query's)",
             )  # fmt: skip
+    topics = values.topics(ours["subscribe"])
     return ShareOptions(
         group_id=group_id,
-        topics=values.topics(ours["subscribe"]),
+        topics=topics,
         sink_path=sink_path,
         checkpoint=checkpoint,
         tasks=given.whole_number("tasks"),
@@ -127,6 +134,7 @@ def parse_share_options(options: Mapping[str, str]) -> ShareOptions:
         lock_margin_ms=given.whole_number("lockMarginMs"),
         include_headers=given.boolean("includeHeaders"),
         dead_letter_path=dead_letters,
+        formats=parse_formats(given, options, topics),
         kafka=kafka,
         storage_options=storage,
     )

@@ -17,10 +17,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import pyarrow as pa
-
-from spark_groups.deadletter import DEAD_LETTER_COLUMNS, ERROR_COLUMN
-from spark_groups.errors import OptionError
+from spark_groups.deadletter import ERROR_COLUMN
+from spark_groups.formats import bad_records
 from spark_groups.offsets import TopicPartition
 from spark_groups.offsets.offset_sets import PartitionOffsets
 from spark_groups.sink.share_info import RecentOffsets
@@ -28,22 +26,10 @@ from spark_groups.storage import delta
 
 log = logging.getLogger(__name__)
 
-#: The dead-letter table's columns: ``spark_groups.deadletter``'s, then the delivery count
-#: and the share group.
-SCHEMA = pa.schema(
-    [
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field(ERROR_COLUMN, pa.string()),
-        pa.field("deliveryCount", pa.int32()),
-        pa.field("group", pa.string()),
-    ]
-)
-assert tuple(SCHEMA.names[: len(DEAD_LETTER_COLUMNS)]) == DEAD_LETTER_COLUMNS
+#: The dead-letter table's columns (``formats.bad_records.SHARE_SCHEMA``): those of
+#: ``spark_groups.deadletter``, then the delivery count, the share group and the schema id
+#: (of a record that could not be decoded; null for one on its last delivery).
+SCHEMA = bad_records.SHARE_SCHEMA
 
 
 def last_deliveries(records: Sequence[Any], limit: int) -> tuple[list[Any], list[Any]]:
@@ -81,20 +67,7 @@ def landed(
 def ensure_table(path: str, storage_options: Mapping[str, str] | None = None) -> None:
     """Make the dead-letter table at ``path`` when there is none (driver side, once, so the
     tasks only append); an existing table must have the dead-letter columns."""
-    if delta.open_table(path, storage_options) is None:
-        lost_race = delta.create_table(
-            path, SCHEMA, description="kafka-share dead letters", storage_options=storage_options
-        )
-        if lost_race is None:
-            log.info("dead-letter table %s: created", path)
-    table = delta.open_table(path, storage_options)
-    found = set(table.schema().to_arrow().names) if table is not None else set()
-    if not set(SCHEMA.names) <= found:
-        raise OptionError(
-            "deadLetter.table",
-            f"{path} is not a kafka-share dead-letter table: it lacks the columns "
-            f"{sorted(set(SCHEMA.names) - found)}; name a new path (it is made) or that table",
-        )
+    bad_records.ensure_table(path, storage_options, SCHEMA, "kafka-share")
 
 
 def write(
@@ -122,7 +95,7 @@ def write(
                 "deliveryCount": m.delivery_count(), "group": group,
             }
         )  # fmt: skip
-    delta.append(path, pa.Table.from_pylist(rows, schema=SCHEMA), storage_options)
+    bad_records.write(path, rows, storage_options, SCHEMA)
 
 
 def describe(records: Sequence[Any], limit: int = 20) -> str:

@@ -22,6 +22,8 @@ import pyarrow as pa
 
 from spark_groups import crash_points
 from spark_groups.errors import SparkGroupsError
+from spark_groups.formats import bad_records
+from spark_groups.formats.decoder import DecodePlan
 from spark_groups.kafka.share_client import acknowledge
 from spark_groups.offsets import TopicPartition
 from spark_groups.offsets.offset_sets import PartitionOffsets
@@ -60,8 +62,16 @@ class ShareTask:
     #: The group's ``share.delivery.count.limit``: the delivery on which a record is given
     #: out for the last time.
     delivery_limit: int = 5
-    #: Where records on their last delivery go (``share.dead_letters``; None: into the batch).
+    #: Where records on their last delivery go (``share.dead_letters``; None: into the batch),
+    #: and those that cannot be decoded (None: the task fails at the first).
     dead_letter_table: str | None = None
+    #: How the key and value are decoded (None: they stay bytes).
+    decode: DecodePlan | None = None
+
+    def arrow_schema(self) -> pa.Schema:
+        """The schema of the task's batches (decoded columns in their types)."""
+        base = share_arrow_schema(self.include_headers)
+        return base if self.decode is None else self.decode.row_schema(base)
 
 
 def read_share_task(task: ShareTask, attempt: TaskAttempt | None) -> Iterator[pa.RecordBatch]:
@@ -87,13 +97,16 @@ def read_share_task(task: ShareTask, attempt: TaskAttempt | None) -> Iterator[pa
             if not records:  # a fetch it left open may still acquire records for its buffer
                 entry.exposed(started)
         records = _without_last_deliveries(task, entry, records)
+        batch = _batch(records, task.include_headers)
+        if task.decode is not None and records:
+            batch, records = _decoded(task, entry, batch, records)
     except BaseException:
         consumers.close_quietly(entry)  # closing releases whatever it acquired
         raise
     note_read(attempt, len(records))  # for the writer of this task (``take_read_note``)
     if not records:
         consumers.checkin(entry)
-        yield pa.RecordBatch.from_pylist([], schema=share_arrow_schema(task.include_headers))
+        yield pa.RecordBatch.from_pylist([], schema=task.arrow_schema())
         return
     offsets = PartitionOffsets.of(
         (TopicPartition(m.topic(), m.partition()), m.offset()) for m in records
@@ -105,7 +118,7 @@ def read_share_task(task: ShareTask, attempt: TaskAttempt | None) -> Iterator[pa
     acks = consumers.acknowledger(task.table, task.storage_options)
     acks.add(Acquired(attempt, entry.consumer, offsets, expires_at, owner=entry))
     crash_points.reached("read")
-    yield _batch(records, task.include_headers)
+    yield batch
 
 
 def _without_last_deliveries(
@@ -156,6 +169,40 @@ def _without_last_deliveries(
         if refused else "",
     )  # fmt: skip
     return others
+
+
+def _decoded(
+    task: ShareTask, entry: consumers.PooledShareConsumer, batch: pa.RecordBatch, records: list[Any]
+) -> tuple[pa.RecordBatch, list[Any]]:
+    """``batch`` decoded, and the ``records`` left in it. Records that cannot be decoded fail
+    the task (``RecordDecodeError``: closing the consumer releases them) without a dead-letter
+    table; with one, they are written there, then REJECTed (archived), never read."""
+    assert task.decode is not None
+    decoding = task.decode.decoding()
+    out = decoding.decode(batch)
+    bad = decoding.dead_letters
+    if not bad:
+        return out, records
+    assert task.dead_letter_table is not None  # decode() raised without one
+    bad_records.write(task.dead_letter_table, bad, task.storage_options, dead_letters.SCHEMA)
+    coordinates = {(r["topic"], r["partition"], r["offset"]) for r in bad}
+    kept = [m for m in records if (m.topic(), m.partition(), m.offset()) not in coordinates]
+    # alone, committed now; else the acknowledgement of the others carries it
+    if not kept:
+        entry.exposed(time.monotonic())  # its commit may acquire records for its buffer
+    refused = acknowledge(
+        entry.consumer, sorted(coordinates), "REJECT", None if kept else COMMIT_TIMEOUT_S
+    )
+    log.warning(
+        "share group %s: %d record(s) could not be decoded: they went to the dead-letter table "
+        "%s and were REJECTed (%s), e.g. %s%s",
+        task.config.get("group.id"), len(bad), task.dead_letter_table,
+        ", ".join(f"{t}-{p}@{o}" for t, p, o in sorted(coordinates)[:20]),
+        bad[0]["dead_letter_error"][:300],
+        f"; the broker refused it in {refused} (their lock ran out: they are archived)"
+        if refused else "",
+    )  # fmt: skip
+    return out, kept
 
 
 def _coordinates(records: list[Any]) -> list[tuple[str, int, int]]:

@@ -20,11 +20,14 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from spark_groups import crash_points
 from spark_groups.errors import OptionNeedsSparkError, SparkGroupsError
+from spark_groups.formats.bad_records import SHARE_SCHEMA as SHARE_DEAD_LETTERS
+from spark_groups.formats.decoder import DecodePlan, plan_decoding
+from spark_groups.formats.spark_ddl import ddl
 from spark_groups.kafka.share_client import ShareGroupSettings
 from spark_groups.offsets import BatchOffset
 from spark_groups.options.share import ShareOptions, parse_share_options
 from spark_groups.read.schema import spark_ddl
-from spark_groups.share.read import DELIVERY_COUNT, ShareTask
+from spark_groups.share.read import DELIVERY_COUNT, ShareTask, share_arrow_schema
 from spark_groups.spark import planner_accumulators
 from spark_groups.spark.compat import (
     ADMISSION_CONTROL,
@@ -57,8 +60,9 @@ class ShareTaskPartition(InputPartition):
 class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Numbers the batches and makes each one's tasks (module doc)."""
 
-    def __init__(self, options: ShareOptions) -> None:
+    def __init__(self, options: ShareOptions, decode: DecodePlan | None = None) -> None:
         self.options = options
+        self.decode = decode
         self._last: dict[str, Any] | None = None
         self._available_now = False
         self._group: ShareGroupSettings | None = None
@@ -132,6 +136,7 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             storage_options=dict(o.storage_options),
             delivery_limit=self._group.delivery_limit,
             dead_letter_table=o.dead_letter_path,
+            decode=self.decode,
         )
         return [ShareTaskPartition(task) for _ in range(o.tasks)]
 
@@ -162,6 +167,7 @@ class KafkaShareDataSource(DataSource):
         planner_accumulators.quiet()
         super().__init__(options)
         self.parsed = parse_share_options(options)
+        self.decode: DecodePlan | None = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickled in a planner worker."""
@@ -174,7 +180,8 @@ class KafkaShareDataSource(DataSource):
         return SHARE_FORMAT
 
     def schema(self) -> str:
-        """The columns of Spark's kafka source and ``deliveryCount``."""
+        """The columns of Spark's kafka source (``key`` and ``value`` in their decoded types
+        with a format) and ``deliveryCount``."""
         if not ADMISSION_CONTROL and self.parsed.checkpoint is None:
             raise OptionNeedsSparkError(
                 checkpoint.CHECKPOINT_OPTION,
@@ -183,8 +190,16 @@ class KafkaShareDataSource(DataSource):
                 "...) to readStream with the same path as writeStream's (Spark before 4.2 does "
                 "not tell a Python source where a restarted query stands)",
             )
-        return f"{spark_ddl(self.parsed.include_headers)}, {DELIVERY_COUNT} INT"
+        self._plan_decoding()
+        if self.decode is None:
+            return f"{spark_ddl(self.parsed.include_headers)}, {DELIVERY_COUNT} INT"
+        return ddl(self.decode.row_schema(share_arrow_schema(self.parsed.include_headers)))
+
+    def _plan_decoding(self) -> None:
+        if self.decode is None and self.parsed.formats.decoded:
+            self.decode = plan_decoding(self.parsed, SHARE_DEAD_LETTERS, SHARE_FORMAT)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         """The stream reader."""
-        return KafkaShareStreamReader(self.parsed)
+        self._plan_decoding()  # the reader schemas, when this instance did not answer schema()
+        return KafkaShareStreamReader(self.parsed, self.decode)

@@ -128,6 +128,17 @@ def append(uri: str, data: pa.Table, storage_options: Mapping[str, str] | None =
     )
 
 
+def add_columns(table: DeltaTable, fields: Sequence[pa.Field]) -> None:
+    """Add the nullable ``fields`` to ``table``'s schema (a metadata-only commit); a column
+    another writer added meanwhile is left as it is."""
+    from deltalake.schema import Field
+
+    have = set(table.schema().to_arrow().names)
+    missing = [Field.from_arrow(f) for f in fields if f.name not in have]
+    if missing:
+        table.alter.add_columns(missing)
+
+
 def query(table: DeltaTable, name: str, sql: str) -> pa.Table:
     """Run ``sql`` against ``table`` registered as ``name`` (delta-rs' DataFusion)."""
     from deltalake import QueryBuilder

@@ -227,12 +227,22 @@ def test_a_shuffle_between_source_and_sink_is_refused_and_nothing_is_written(
     assert in_table(table) == set()
 
 
-def test_records_on_their_last_delivery_go_to_the_dead_letter_table_not_the_sink(
-    spark: Any, bootstrap_servers: str, make_topic: Callable[..., str], tmp_path: Path
-) -> None:
+def test_last_deliveries_and_records_that_cannot_be_decoded_go_to_the_dead_letter_table(
+    spark: Any, bootstrap_servers: str, make_topic: Callable[..., str], registry: Any,
+    tmp_path: Path,
+) -> None:  # fmt: skip
     """A group that gives a record out twice at most: ids 0-19 were delivered once already
     (a consumer RELEASEd them), so the query's delivery is their last; they go to the
-    dead-letter table and are REJECTed, ids 20-59 go to the sink's table."""
+    dead-letter table and are REJECTed. Ids 20-59, written by confluent-kafka's
+    AvroSerializer, are decoded (value.format) into the sink's table; a plain record and one
+    of an unknown schema id go to the dead-letter table with their schema id, REJECTed too."""
+    import json
+
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
     topic, table, dead = make_topic(1), tmp_path / "table", tmp_path / "dead"
     group = share_group(
         bootstrap_servers,
@@ -248,11 +258,30 @@ def test_records_on_their_last_delivery_go_to_the_dead_letter_table_not_the_sink
     finally:
         released.close()
     assert len(got) == 20
-    produce_ids(bootstrap_servers, topic, range(20, 60), 1, [10] * 4)
+    schema = {
+        "type": "record",
+        "name": "Reading",
+        "namespace": "plant",
+        "fields": [{"name": "id", "type": "long"}, {"name": "site", "type": "string"}],
+    }
+    serializer = AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(schema))
+    context = SerializationContext(topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 5})
+    for i in range(20, 60):
+        producer.produce(topic, serializer({"id": i, "site": f"s{i % 3}"}, context))
+        if i == 40:  # offsets 41 and 42
+            producer.produce(topic, b"plain text")
+            producer.produce(topic, b"\x00" + (2**31 - 7).to_bytes(4, "big") + b"\x02")
+    assert producer.flush(30) == 0
     rows = share_source(
-        spark, bootstrap_servers, group, topic, tmp_path, **{"deadLetter.table": str(dead)}
+        spark, bootstrap_servers, group, topic, tmp_path,
+        **{"deadLetter.table": str(dead), "value.format": "avro-confluent",
+           "schema.registry.url": registry.url},
+    )  # fmt: skip
+    assert rows.schema["value"].dataType.simpleString() == "struct<id:bigint,site:string>"
+    query = start(
+        rows.selectExpr("value.id as id", "value.site", "topic", "partition", "offset"), tmp_path
     )
-    query = start(rows.selectExpr(*COLUMNS), tmp_path)
     try:
         wait_until(lambda: len(in_table(table)) >= 40, 120, "ids 20-59 in the table")
         wait_until(lambda: quiet_for(query, 1.5 * LOCK_MS / 1000), 180, "batches reading nothing")
@@ -260,7 +289,15 @@ def test_records_on_their_last_delivery_go_to_the_dead_letter_table_not_the_sink
     finally:
         query.stop()
     assert sorted(table_ids(table)) == list(range(20, 60))
-    letters = DeltaTable(str(dead)).to_pyarrow_table().to_pylist()
-    assert sorted(int(r["value"]) for r in letters) == list(range(20))
-    assert {r["deliveryCount"] for r in letters} == {2}
+    letters = sorted(
+        DeltaTable(str(dead)).to_pyarrow_table().to_pylist(), key=lambda r: r["offset"]
+    )
+    last, undecoded = letters[:20], letters[20:]
+    assert sorted(int(r["value"]) for r in last) == list(range(20))
+    assert {(r["deliveryCount"], r["schemaId"]) for r in last} == {(2, None)}
+    assert [(r["offset"], r["schemaId"], r["deliveryCount"]) for r in undecoded] == [
+        (41, None, 1), (42, 2**31 - 7, 1)
+    ]  # fmt: skip
+    assert "Confluent header" in undecoded[0]["dead_letter_error"]
+    assert "no schema with id" in undecoded[1]["dead_letter_error"]
     assert_nothing_handed_out_again(bootstrap_servers, group, topic)

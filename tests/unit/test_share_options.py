@@ -21,6 +21,19 @@ def test_the_defaults_and_a_dead_letter_table() -> None:
     assert parse_share_options(BASE).dead_letter_path is None
 
 
+def test_the_record_formats_of_kafka_group() -> None:
+    parsed = parse_share_options(
+        {**BASE, "value.format": "protobuf-confluent", "value.record.name": "shop.Order",
+         "schema.registry.url": "http://r:8081", "schema.registry.basic.auth.user.info": "u:pw"}
+    )  # fmt: skip
+    value = parsed.formats.value
+    assert (value.format, value.record_name, value.subjects(parsed.topics)) == (
+        "protobuf-confluent", "shop.Order", ("orders-value",)
+    )  # fmt: skip
+    assert "u:pw" not in repr(parsed)
+    assert parse_share_options(BASE).formats.decoded == ()
+
+
 @pytest.mark.parametrize(
     ("options", "option", "says"),
     [
@@ -28,6 +41,9 @@ def test_the_defaults_and_a_dead_letter_table() -> None:
         ({k: v for k, v in BASE.items() if k != "sink.table"}, "sink.table", "is required"),
         ({**BASE, "kafka.enable.auto.commit": "true"}, "kafka.enable.auto.commit", "set by the"),
         ({**BASE, "maxOffsetsPerTrigger": "5"}, "maxOffsetsPerTrigger", "unknown option"),
+        ({**BASE, "value.format": "avro"}, "value.format", "protobuf-confluent"),
+        ({**BASE, "value.format": "avro-confluent"}, "schema.registry.url", "is required"),
+        ({**BASE, "schema.registry.url": "http://r:8081"}, "schema.registry.url", "applies only"),
     ],
 )  # fmt: skip
 def test_a_bad_option_is_named(options: dict, option: str, says: str) -> None:
