@@ -37,7 +37,7 @@ def test_second_member_joins_while_records_flow(
 ) -> None:
     if strategy == "consumer" and broker_kind() == "tansu":
         pytest.skip("Tansu has no KIP-848 (group.protocol=consumer)")
-    topic, group, total = make_topic(4), unique("g"), 1200
+    topic, group, total = make_topic(4), unique("g"), 720  # 12 s of records at 60/s
     ledger = str(tmp_path / "ledger")
     opts = group_options(
         bootstrap_servers, topic, group, ledger,
