@@ -23,7 +23,16 @@ setup(
             define_macros=[("Py_LIMITED_API", "0x030B0000")],
             py_limited_api=True,
             optional=True,
-        )
+        ),
+        # The C Avro decoder of value.format=avro-confluent (formats/avro_program.py compiles
+        # its programs); without it fastavro decodes, with the same values.
+        Extension(
+            "spark_groups.formats._avro",
+            ["spark_groups/formats/_avro.c"],
+            define_macros=[("Py_LIMITED_API", "0x030B0000")],
+            py_limited_api=True,
+            optional=True,
+        ),
     ],
     options={"bdist_wheel": {"py_limited_api": LIMITED_API}},
 )

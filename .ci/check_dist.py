@@ -16,6 +16,8 @@ from elftools.elf.elffile import ELFFile
 # What the C extension may link: the C library (and, before glibc 2.34, the loader's own
 # library); librdkafka is dlopen()ed from confluent-kafka's wheel at run time.
 ALLOWED_NEEDED = {"libc.so.6", "libdl.so.2"}
+#: The C extensions the wheel carries, built (the native reader, the Avro decoder).
+EXTENSIONS = ("spark_groups/read/_native", "spark_groups/formats/_avro")
 
 
 def needed(elf_bytes: bytes) -> set[str]:
@@ -38,10 +40,11 @@ def check_wheel(path: Path) -> list[str]:
         problems.append(f"{path.name}: expected a cp311-abi3-manylinux wheel, tags {tags}")
     with zipfile.ZipFile(path) as wheel:
         names = wheel.namelist()
-        extensions = [n for n in names if n.startswith("spark_groups/read/_native")]
-        if extensions != ["spark_groups/read/_native.abi3.so"]:
-            problems.append(f"{path.name}: native reader {extensions}, expected _native.abi3.so")
-        else:
+        for module in EXTENSIONS:
+            extensions = [n for n in names if n.startswith(module)]
+            if extensions != [f"{module}.abi3.so"]:
+                problems.append(f"{path.name}: {extensions}, expected {module}.abi3.so")
+                continue
             links = needed(wheel.read(extensions[0]))
             if not links <= ALLOWED_NEEDED:
                 problems.append(f"{extensions[0]} links {sorted(links - ALLOWED_NEEDED)}")
@@ -57,7 +60,7 @@ def check_sdist(path: Path) -> list[str]:
     """What is wrong with the sdist (an empty list when nothing)."""
     with tarfile.open(path) as sdist:
         names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
-    required = {"LICENSE", "CHANGELOG.md", "setup.py", "spark_groups/read/_native.c"}
+    required = {"LICENSE", "CHANGELOG.md", "setup.py", *(f"{m}.c" for m in EXTENSIONS)}
     return [f"{path.name} lacks {name}" for name in sorted(required - names)]
 
 

@@ -7,6 +7,10 @@
   Spark's ``from_avro`` maps them;
 * :mod:`~spark_groups.formats.avro_decode`: Avro payloads into an Arrow column, each written
   with its writer schema and resolved to the reader schema;
+* :mod:`~spark_groups.formats.avro_program`: that resolution compiled, per writer schema,
+  into the operations of the C decoder (``_avro.c``), over the reader's Arrow columns;
+* :mod:`~spark_groups.formats.avro_native`: the C decoder of one column, fastavro's
+  fallback where it is not built or does not take a schema;
 * :mod:`~spark_groups.formats.protobuf_schema`: a Protobuf schema (base64 descriptor or
   ``.proto`` text, with its imports) as descriptors, each schema in a pool of its own;
 * :mod:`~spark_groups.formats.protobuf_types`: a Protobuf message as Arrow and Spark types,

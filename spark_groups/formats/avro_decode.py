@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from spark_groups.formats.avro_native import NativeAvro
 from spark_groups.formats.avro_types import AvroSchemaError, avro_shape, parse
 from spark_groups.formats.column_values import MAX_REASON, BadRecord, no_header, to_arrow
 from spark_groups.formats.registry import ReaderSchema, Registry
@@ -42,10 +43,18 @@ class AvroColumn:
         # schema id -> (writer schema, reader schema or None when they are the same) or why
         # that id cannot be read.
         self._writers: dict[int, tuple[Any, Any] | str] = {reader.schema_id: (shape.schema, None)}
+        self._native = NativeAvro.of(shape.schema, shape.raw, reader.schema_id)
 
     def decode(self, values: Sequence[bytes | None]) -> tuple[pa.Array, list[BadRecord]]:
         """The column of ``values`` (null stays null) and the rows that could not be decoded
-        (null in the column)."""
+        (null in the column): in C where :class:`NativeAvro` compiles the schemas, else with
+        fastavro (the same values)."""
+        if self._native is not None:
+            decoded = self._native.decode(values, self._writers.get, self._writer)
+            if decoded is not None:
+                raw, failed = decoded
+                column = raw if raw.type == self.arrow_type else raw.cast(self.arrow_type)
+                return column, failed
         import fastavro
 
         read = fastavro.schemaless_reader

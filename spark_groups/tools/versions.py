@@ -18,7 +18,8 @@ def _installed(distribution: str) -> str:
 def versions() -> list[tuple[str, str]]:
     """(name, version) of spark_groups and of what it runs with: pyspark, confluent-kafka and
     the librdkafka it loaded, deltalake, Python, and the executor read path this machine
-    would take (``spark_groups.read.native``)."""
+    would take (``spark_groups.read.native``), and the Avro decoder (``formats.avro_native``)."""
+    from spark_groups.formats import avro_native
     from spark_groups.kafka.client import librdkafka_version
     from spark_groups.read import native
 
@@ -34,6 +35,12 @@ def versions() -> list[tuple[str, str]]:
         ("pyarrow", _installed("pyarrow")),
         ("python", platform.python_version()),
         ("read path", "native" if not reason else f"python ({reason})"),
+        (
+            "avro decoder",
+            "c"
+            if avro_native._avro is not None
+            else "fastavro (the C extension spark_groups.formats._avro is not built)",
+        ),
     ]
 
 
