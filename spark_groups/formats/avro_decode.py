@@ -16,9 +16,9 @@ import pyarrow as pa
 
 from spark_groups.formats.avro_native import NativeAvro
 from spark_groups.formats.avro_types import AvroSchemaError, avro_shape, parse
-from spark_groups.formats.column_values import MAX_REASON, BadRecord, no_header, to_arrow
+from spark_groups.formats.column_values import MAX_REASON, BadRecord, framed, to_arrow
 from spark_groups.formats.registry import ReaderSchema, Registry
-from spark_groups.formats.wire import HEADER_BYTES, MAGIC
+from spark_groups.formats.wire import HEADER_BYTES
 
 
 class AvroColumn:
@@ -62,15 +62,7 @@ class AvroColumn:
         out: list[Any] = []
         bad: list[BadRecord] = []
         append = out.append
-        for row, data in enumerate(values):
-            if data is None:
-                append(None)
-                continue
-            if len(data) < HEADER_BYTES or data[0] != MAGIC:
-                append(None)
-                bad.append(BadRecord(row, None, no_header(data)))
-                continue
-            schema_id = int.from_bytes(data[1:HEADER_BYTES], "big")
+        for row, data, schema_id in framed(values, out, bad):
             writer = writers.get(schema_id)
             if writer is None:
                 writer = self._writer(schema_id)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+
+from spark_groups.formats.wire import HEADER_BYTES, MAGIC
 
 #: Longest reason kept per bad record.
 MAX_REASON = 500
@@ -29,6 +32,23 @@ def no_header(data: bytes) -> str:
         f"id): it starts with {first} ({len(data)} bytes); not written by a schema-registry "
         "serializer"
     )
+
+
+def framed(
+    values: Sequence[bytes | None], out: list[Any], bad: list[BadRecord]
+) -> Iterator[tuple[int, bytes, int]]:
+    """Each of ``values`` that has the Confluent header, as (row, bytes, schema id); for a
+    null value ``None`` is appended to ``out``, for one without the header ``None`` to
+    ``out`` and a :class:`BadRecord` to ``bad``. The caller appends one value to ``out`` for
+    each one yielded."""
+    for row, data in enumerate(values):
+        if data is None:
+            out.append(None)
+        elif len(data) < HEADER_BYTES or data[0] != MAGIC:
+            out.append(None)
+            bad.append(BadRecord(row, None, no_header(data)))
+        else:
+            yield row, data, int.from_bytes(data[1:HEADER_BYTES], "big")
 
 
 def to_arrow(

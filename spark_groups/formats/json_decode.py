@@ -14,10 +14,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_groups.formats.column_values import MAX_REASON, BadRecord, no_header, to_arrow
+from spark_groups.formats.column_values import MAX_REASON, BadRecord, framed, to_arrow
 from spark_groups.formats.json_types import json_shape
 from spark_groups.formats.registry import ReaderSchema, Registry
-from spark_groups.formats.wire import HEADER_BYTES, MAGIC
+from spark_groups.formats.wire import HEADER_BYTES
 
 
 class JsonColumn:
@@ -38,15 +38,7 @@ class JsonColumn:
         loads, shape, writers = json.loads, self._shape, self._writers
         out: list[Any] = []
         bad: list[BadRecord] = []
-        for row, data in enumerate(values):
-            if data is None:
-                out.append(None)
-                continue
-            if len(data) < HEADER_BYTES or data[0] != MAGIC:
-                out.append(None)
-                bad.append(BadRecord(row, None, no_header(data)))
-                continue
-            schema_id = int.from_bytes(data[1:HEADER_BYTES], "big")
+        for row, data, schema_id in framed(values, out, bad):
             why = writers[schema_id] if schema_id in writers else self._writer(schema_id)
             if why is not None:
                 out.append(None)

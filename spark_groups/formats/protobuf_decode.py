@@ -17,11 +17,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_groups.formats.column_values import MAX_REASON, BadRecord, no_header, to_arrow
+from spark_groups.formats.column_values import MAX_REASON, BadRecord, framed, to_arrow
 from spark_groups.formats.protobuf_schema import ProtobufSchemaError, load
 from spark_groups.formats.protobuf_types import is_repeated, message_shape
 from spark_groups.formats.registry import ReaderSchema, Registry
-from spark_groups.formats.wire import HEADER_BYTES, MAGIC
+from spark_groups.formats.wire import HEADER_BYTES
 
 #: What a reader field may be read from, by the writer field's type: the types of one wire
 #: encoding that Protobuf reads as each other (FieldDescriptor.TYPE_* numbers).
@@ -62,15 +62,7 @@ class ProtobufColumn:
         parse, convert, writers = self._message_class.FromString, self._convert, self._writers
         out: list[Any] = []
         bad: list[BadRecord] = []
-        for row, data in enumerate(values):
-            if data is None:
-                out.append(None)
-                continue
-            if len(data) < HEADER_BYTES + 1 or data[0] != MAGIC:
-                out.append(None)
-                bad.append(BadRecord(row, None, no_header(data)))
-                continue
-            schema_id = int.from_bytes(data[1:HEADER_BYTES], "big")
+        for row, data, schema_id in framed(values, out, bad):
             try:
                 indexes, start = message_indexes(data, HEADER_BYTES)
             except ValueError as exc:
