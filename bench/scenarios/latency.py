@@ -1,4 +1,4 @@
-"""Latency: how long after a record is produced a reader of the table can see it (issue 44).
+"""Latency: how long after a record is produced a reader of the table can see it.
 
     python -m bench latency --write-docs
 
@@ -40,7 +40,7 @@ SIDES = (
     ("Spark's kafka source -> `noop` (Spark's floor)", "kafka", "noop"),
     ('Spark\'s kafka source -> delta-spark `format("delta")` (pyspark 4.2)', "kafka", "delta"),
 )  # fmt: skip
-#: Issue 44's goals: (rate, percentile, at most ms), for kafka-group -> delta-group.
+#: The goals: (rate, percentile, at most ms), for kafka-group -> delta-group.
 GOALS = ((2000, "p50", 250), (2000, "p99", 500), (20000, "p99", 1000))
 PARTITIONS = 4
 

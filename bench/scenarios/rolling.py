@@ -6,7 +6,7 @@
 
 The figures and what each means are in docs/groups.md ("Rolling deploys"); the results in
 ``bench/results/rolling.json`` (``--out``). The idle-members hour (docs/groups.md, "Idle
-members") was retired with issue 35: ``--idle-minutes`` at commit 782b8d3.
+members") was retired: ``--idle-minutes`` at commit 782b8d3.
 
 The sides: per way (:data:`WAYS`: ``classic``, ``static`` with ``group.instance.id``,
 ``kip848``) three Spark members (:class:`support.members.Member`, one delta-group table) and
@@ -15,7 +15,7 @@ a plain consumer (:class:`support.services.PlainService`) in one group. The reco
 (:mod:`._rolling_reads`). The rounds: one pass per way, each Spark member in turn SIGTERMed,
 started again and waited for until it reads again. ``--sim N``: N simulated members instead
 (``tests/support/programs/sim_member.py``, the product without Spark's JVM: a big group on
-this machine, issue 45), each row with the same read time and reader.
+this machine), each row with the same read time and reader.
 """
 
 from __future__ import annotations

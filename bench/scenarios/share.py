@@ -1,5 +1,4 @@
-"""Share groups: kafka-share against kafka-group on one partition, throughput and latency
-(issue 46).
+"""Share groups: kafka-share against kafka-group on one partition, throughput and latency.
 
     python -m bench share --write-docs
 

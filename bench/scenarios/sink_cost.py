@@ -1,4 +1,4 @@
-"""Where a record's time goes in the delta-group sink, piece by piece (issue 34).
+"""Where a record's time goes in the delta-group sink, piece by piece.
 
     python -m bench sink_cost --write-docs
 

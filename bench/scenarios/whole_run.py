@@ -1,4 +1,4 @@
-"""Whole runs (issue 26): AvailableNow queries timed as a user's job pays them, cold and warm.
+"""Whole runs: AvailableNow queries timed as a user's job pays them, cold and warm.
 
     python -m bench whole_run --records 4000000 --size 100 --partitions 4 --write-docs
 
