@@ -70,7 +70,7 @@ def in_requests(
     The broker writes one request's offsets to ``__consumer_offsets`` as one record batch,
     and refuses a batch over that topic's ``max.message.bytes`` (1 MB by default) with an
     error librdkafka reports as "Unknown broker error": 2,500 partitions with 400 bytes of
-    metadata failed so (CHANGELOG), and a metadata string names the sink's table path, up to
+    metadata failed so, and a metadata string names the sink's table path, up to
     1,024 characters. Offsets are committed per partition in any case; one request was never
     needed for correctness. A request's cost per partition also grows with its size: 5,000
     partitions took 97 ms in one request, 56 ms in ten (docs/benchmarks.md, "Many
