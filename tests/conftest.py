@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -160,6 +161,22 @@ def s3_bucket(s3_server: S3Server) -> str:
     import uuid
 
     return s3_server.create_bucket(f"t{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(scope="session")
+def azure_server() -> Iterator[Any]:
+    """A real Azure Blob Storage server (Azurite, from ``bash jars/fetch azurite``) for the
+    whole test run, on a loopback port, with the emulator's account."""
+    from support.azure import Azurite
+
+    with Azurite() as server:
+        yield server
+
+
+@pytest.fixture
+def azure_container(azure_server: Any) -> str:
+    """A fresh container on the session's Azure server: its URI, ``az://NAME``."""
+    return f"az://{azure_server.container()}"
 
 
 @pytest.fixture
