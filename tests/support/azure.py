@@ -7,11 +7,11 @@ loopback port, from ``bash jars/fetch azurite`` (npm).
         azure.storage_options()              # these options, as users give theirs
 
 Azurite serves the Blob API with the emulator's well-known account (``devstoreaccount1``) and
-key, over HTTP; delta-rs reaches it at an explicit endpoint (``azure_storage_endpoint``,
-with ``allow_http``: ``azure_storage_use_emulator`` would send it to port 10000). It has no Data Lake (``dfs``) endpoint, so ``abfss://`` URIs, which name one,
-cannot be served: the tests write ``az://<container>/<path>``, the same store through the
-Blob API that delta-rs uses for both. Containers are made with azure-storage-blob, as a
-user's setup script would.
+key, over HTTP; delta-rs reaches it at an explicit endpoint (``azure_storage_endpoint``, with
+``allow_http``: ``azure_storage_use_emulator`` would send it to port 10000). It has no Data
+Lake (``dfs``) endpoint, so ``abfss://`` URIs, which name one, cannot be served: the tests
+write ``az://<container>/<path>``, the same store through the Blob API that delta-rs uses for
+both. Containers are made with azure-storage-blob, as a user's setup script would.
 """
 
 from __future__ import annotations
