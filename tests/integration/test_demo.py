@@ -12,7 +12,7 @@ from spark_groups.spark.compat import SPARK_VERSION
 from spark_groups.tools.cli import main
 from spark_groups.tools.timeline import timeline
 
-from support.pipelines import port_held
+from support.pipelines import PORT_FREED_S, port_freed, port_held
 
 pytestmark = pytest.mark.integration
 
@@ -51,6 +51,7 @@ def test_the_pipeline_demo_lands_every_order_once_in_both_tables() -> None:
     turns with the pipeline tests of the test processes beside this one)."""
     with port_held(timeout_s=300):  # another process's run ends within its own 300 s
         result = CliRunner().invoke(main, ["pipeline-demo"])
+        port_freed(PORT_FREED_S)  # its Connect server gone before the next run takes the lock
     assert result.exit_code == 0, result.output
     assert "orders_raw" in result.output and ": 4000 rows" in result.output
     assert "4000 rows, 4000 distinct Kafka positions" in result.output

@@ -112,16 +112,18 @@ def test_protobuf_schema_and_deserializer(client: SchemaRegistryClient, topic: s
     assert read.name == "ann"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SchemaRegistryError,
-    reason="ProtobufSerializer registers a base64 FileDescriptorProto, which Apicurio 2.1.5 "
-    "cannot read: 422 'Failed to discover artifact type from content.'",
-)
-def test_protobuf_serializer(client: SchemaRegistryClient, topic: str) -> None:
+def test_the_base64_form_protobuf_serializer_registers_is_refused(
+    client: SchemaRegistryClient, topic: str
+) -> None:
+    """The limit docs/formats.md names: ProtobufSerializer registers a base64
+    FileDescriptorProto, which Apicurio 2.1.5 cannot read (the tests register the .proto text,
+    as Java's serializer does: tests/support/protobuf.py)."""
     user = _user_message_class()
     context = SerializationContext(topic, MessageField.VALUE)
-    ProtobufSerializer(user, client, {"use.deprecated.format": False})(user(name="a"), context)
+    serializer = ProtobufSerializer(user, client, {"use.deprecated.format": False})
+    with pytest.raises(SchemaRegistryError, match="Failed to discover artifact type") as refused:
+        serializer(user(name="a"), context)
+    assert refused.value.http_status_code == 422
 
 
 def test_second_version_is_latest(client: SchemaRegistryClient, topic: str) -> None:

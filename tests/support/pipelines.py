@@ -35,6 +35,8 @@ EXAMPLE_WORK = "/tmp/spark-groups-pipeline"
 CONNECT_PORT = 15002
 #: The file a pipeline run holds locked: one run at a time on the machine.
 PORT_LOCK = Path(tempfile.gettempdir()) / f"spark-groups-connect-{CONNECT_PORT}.lock"
+#: How long a run's Connect server may take to free the port once the CLI has ended.
+PORT_FREED_S = 60.0
 #: The last line of a run that ended well (a failed run prints no "Run is ..." line).
 COMPLETED = "Run is COMPLETED."
 
@@ -85,11 +87,16 @@ class PipelineRun(MemberProcess):
         exit code. :class:`AssertionError` with the end of its log if the Connect port is
         taken by something else."""
         with port_held(timeout_s):
-            with socket.socket() as probe:
-                taken = probe.connect_ex(("127.0.0.1", CONNECT_PORT)) == 0
-            assert not taken, f"port {CONNECT_PORT} is taken: spark-pipelines could not start"
+            assert port_freed(PORT_FREED_S), (
+                f"port {CONNECT_PORT} is taken: spark-pipelines could not start"
+            )
             self.args = list(args)
-            return self.run(timeout_s, {**self.env, **(env or {})})
+            try:
+                return self.run(timeout_s, {**self.env, **(env or {})})
+            finally:
+                # The CLI's Connect server may outlive the CLI for a moment: the lock covers
+                # the port until it is free, so the next run finds it so.
+                port_freed(PORT_FREED_S)
 
     def completed(self) -> bool:
         """Whether the last run printed that it completed."""
@@ -114,6 +121,18 @@ class PipelineRun(MemberProcess):
             return []
         table = DeltaTable(str(path)).to_pyarrow_table(columns=["partition", "offset"])
         return list(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))
+
+
+def port_freed(timeout_s: float) -> bool:
+    """True once nothing listens on :data:`CONNECT_PORT`, polled for at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", CONNECT_PORT)) != 0:
+                return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
 
 
 @contextmanager
