@@ -50,7 +50,7 @@ class AvroColumn:
         (null in the column): in C where :class:`NativeAvro` compiles the schemas, else with
         fastavro (the same values)."""
         if self._native is not None:
-            decoded = self._native.decode(values, self._writers.get, self._writer)
+            decoded = self._native.decode(values, self._writer)
             if decoded is not None:
                 raw, failed = decoded
                 column = raw if raw.type == self.arrow_type else raw.cast(self.arrow_type)
@@ -82,6 +82,9 @@ class AvroColumn:
     def _writer(self, schema_id: int) -> tuple[Any, Any] | str:
         """The writer schema ``schema_id`` (and the reader schema to resolve to), or why
         records of that id cannot be decoded; kept for the life of the process."""
+        kept = self._writers.get(schema_id)
+        if kept is not None:
+            return kept
         found = self.registry.by_id(schema_id)
         entry: tuple[Any, Any] | str
         if found is None:

@@ -53,17 +53,16 @@ class NativeAvro:
     def decode(
         self,
         values: Sequence[bytes | None],
-        known: Callable[[int], Writer | None],
-        fetch: Callable[[int], Writer],
+        writer: Callable[[int], Writer],
     ) -> tuple[pa.Array, list[BadRecord]] | None:
         """The raw column of ``values`` and its bad records, or None when a writer schema of
-        the batch does not compile (fastavro decodes that batch). ``known``/``fetch`` give
-        a writer schema by id (fetched from the registry once)."""
+        the batch does not compile (fastavro decodes that batch). ``writer`` gives a writer
+        schema by id (fetched from the registry once)."""
         assert _avro is not None
         values = values if isinstance(values, list) else list(values)
         ids = _avro.schema_ids(values)
         for schema_id in ids - self._ids.keys() - self._unsupported:
-            self._compile(schema_id, known(schema_id) or fetch(schema_id))
+            self._compile(schema_id, writer(schema_id))
         if ids & self._unsupported:
             return None
         layout = self.layout

@@ -68,18 +68,22 @@ class DecodePlan:
         fields = list(base)
         for column in self.formats.decoded:
             i = base.get_field_index(column.column)
-            fields[i] = pa.field(column.column, self._column(column).arrow_type)
+            fields[i] = pa.field(column.column, self.decoder(column).arrow_type)
         if self.formats.include_raw:
             fields += [pa.field(_raw_name(c), pa.binary()) for c in self.formats.decoded]
         return pa.schema(fields)
 
     def decoding(self) -> Decoding:
         """A :class:`Decoding` for one task, its columns shared by the process's tasks."""
-        return Decoding(self, {c.column: self._column(c) for c in self.formats.decoded})
+        return Decoding(self, {c.column: self.decoder(c) for c in self.formats.decoded})
 
-    def _column(self, column: ColumnFormat) -> ColumnDecoder:
+    def decoder(self, column: ColumnFormat) -> ColumnDecoder:
+        """``column``'s decoder, made once per process and kept for its tasks."""
         reader = self.readers[column.column]
-        key = (column.format, reader.schema_id, reader.text, *sorted(self.formats.registry.items()))
+        key = (
+            column.format, reader.schema_id, reader.text, column.record_name,
+            *sorted(self.formats.registry.items()),
+        )  # fmt: skip
         found = _columns.get(key)
         if found is None:
             registry = registry_for(self.formats.registry, self.formats.registry_timeout_ms)
@@ -148,25 +152,28 @@ def plan_decoding(
                 f"the reader schema (id {reader.schema_id}, subject {reader.subject}) is a "
                 f"{reader.schema_type} schema, not {kind}: set {column.column}.format to match",
             )
-        try:
-            column_decoder(column, reader, registry)
-        except (AvroSchemaError, JsonSchemaError, ProtobufSchemaError, ProtobufTypeError) as exc:
-            raise OptionError(
-                f"{column.column}.format",
-                f"the reader schema (id {reader.schema_id}, subject {reader.subject}) has no "
-                f"Spark type: {exc}",
-            ) from None
         readers[column.column] = reader
         log.info(
             "%s: %s, reader schema id %d (subject %s, version %s) from %s",
             column.column, column.format, reader.schema_id, reader.subject, reader.version,
             registry.url,
         )  # fmt: skip
+    plan = DecodePlan(formats, readers, options.group_id, options.storage_options)
+    for column in formats.decoded:
+        reader = readers[column.column]
+        try:
+            plan.decoder(column)  # made once here, kept for row_schema() and the tasks
+        except (AvroSchemaError, JsonSchemaError, ProtobufSchemaError, ProtobufTypeError) as exc:
+            raise OptionError(
+                f"{column.column}.format",
+                f"the reader schema (id {reader.schema_id}, subject {reader.subject}) has no "
+                f"Spark type: {exc}",
+            ) from None
     if formats.dead_letter_table is not None:
         bad_records.ensure_table(
             formats.dead_letter_table, options.storage_options, dead_letter_schema, source
         )
-    return DecodePlan(formats, readers, options.group_id, options.storage_options)
+    return plan
 
 
 class Decoding:

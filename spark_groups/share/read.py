@@ -186,19 +186,19 @@ def _decoded(
     assert task.dead_letter_table is not None  # decode() raised without one
     bad_records.write(task.dead_letter_table, bad, task.storage_options, dead_letters.SCHEMA)
     coordinates = {(r["topic"], r["partition"], r["offset"]) for r in bad}
+    rejected = [m for m in records if (m.topic(), m.partition(), m.offset()) in coordinates]
     kept = [m for m in records if (m.topic(), m.partition(), m.offset()) not in coordinates]
     # alone, committed now; else the acknowledgement of the others carries it
     if not kept:
         entry.exposed(time.monotonic())  # its commit may acquire records for its buffer
     refused = acknowledge(
-        entry.consumer, sorted(coordinates), "REJECT", None if kept else COMMIT_TIMEOUT_S
+        entry.consumer, _coordinates(rejected), "REJECT", None if kept else COMMIT_TIMEOUT_S
     )
     log.warning(
         "share group %s: %d record(s) could not be decoded: they went to the dead-letter table "
         "%s and were REJECTed (%s), e.g. %s%s",
         task.config.get("group.id"), len(bad), task.dead_letter_table,
-        ", ".join(f"{t}-{p}@{o}" for t, p, o in sorted(coordinates)[:20]),
-        bad[0]["dead_letter_error"][:300],
+        dead_letters.describe(rejected), bad[0]["dead_letter_error"][:300],
         f"; the broker refused it in {refused} (their lock ran out: they are archived)"
         if refused else "",
     )  # fmt: skip
