@@ -26,7 +26,7 @@ SINK_OPTIONS: dict[str, str | None] = {
     "failOnGap": "true",
     "member": None,
     "compression": "snappy",
-    "compactEvery": "0",
+    "compactEvery": "100",
     "sharedMount": "false",
 }
 
@@ -54,7 +54,7 @@ class SinkOptions:
     fail_on_gap: bool = True
     member: str = field(default_factory=socket.gethostname)
     compression: str = "snappy"
-    compact_every: int = 0
+    compact_every: int = 100
     shared_mount: bool = False
     storage_options: dict[str, str] | None = field(default=None, repr=False)
 
@@ -119,7 +119,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             "compression", f"use one of {', '.join(COMPRESSIONS)}, got {compression!r}"
         )
     member = ours.get("member", "").strip() or socket.gethostname()
-    compact_raw = ours.get("compactEvery", "0").strip()
+    compact_raw = ours.get("compactEvery", "100").strip()
     if not compact_raw.isdigit():
         raise OptionError(
             "compactEvery", f"a number of table versions (0: never), got {compact_raw!r}"

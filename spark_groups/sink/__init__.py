@@ -24,7 +24,8 @@
   offsets the table's recent share commits wrote (:mod:`~spark_groups.sink.share_info`);
 * :mod:`~spark_groups.sink.accepted_gaps`: ``accept_gap``, an operator's decision to leave a
   partition's missing records out of the table, recorded in it;
-* :mod:`~spark_groups.sink.autocompact`: compaction between batches (``compactEvery``), with
+* :mod:`~spark_groups.sink.upkeep`: the table's upkeep beside the batches (checkpoints, log
+  clean-up, compaction every ``compactEvery``, vacuum) and a new table's defaults, with
   :mod:`~spark_groups.sink.live_maintenance`: optimize and vacuum beside running members, under
   the maintenance lease;
 * its options are :mod:`spark_groups.options.sink`;

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from spark_groups.errors import OptionError, SinkError
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink.sink_table import app_id, load, versions
+from spark_groups.sink.upkeep import batch_commit_hooks
 from spark_groups.storage.files import table_uri
 
 # Logs under the logger it has always used (before the module's rename).
@@ -93,6 +94,7 @@ def accept_gap(
                 table.schema(),
                 partition_by=list(table.metadata().partition_columns) or None,
                 commit_properties=properties,
+                post_commithook_properties=batch_commit_hooks(),
             )
         except CommitFailedError:
             continue  # a member committed meanwhile: decide again on the new snapshot

@@ -25,6 +25,7 @@ from spark_groups.errors import SinkClaimError
 from spark_groups.group.arbiter import Claimed
 from spark_groups.offsets import TopicPartition, positions_text
 from spark_groups.sink.sink_table import SinkTable, versions
+from spark_groups.sink.upkeep import batch_commit_hooks
 from spark_groups.storage.transactions import transaction_versions
 
 if TYPE_CHECKING:
@@ -180,6 +181,7 @@ def _change(
                 commit_properties=CommitProperties(
                     app_transactions=txns, custom_metadata=info, max_commit_retries=COMMIT_RETRIES
                 ),
+                post_commithook_properties=batch_commit_hooks(),
             )
             version = snapshot.version()
             log.info(

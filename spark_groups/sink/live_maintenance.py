@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_groups.errors import MaintenanceError, MaintenanceRunningError, OptionError
 from spark_groups.sink.sink_table import APP_ID_PREFIX
+from spark_groups.sink.upkeep import batch_commit_hooks
 from spark_groups.storage.delta import open_table
 from spark_groups.storage.files import table_uri
 from spark_groups.storage.maintenance_steps import (
@@ -115,13 +117,20 @@ def _set_lease(table: DeltaTable, until_ms: int, by: str, state: str) -> None:
         commit_properties=CommitProperties(
             app_transactions=[Transaction(lease_id(table), until_ms)], custom_metadata=info
         ),
+        post_commithook_properties=batch_commit_hooks(),
     )
 
 
 def take_lease(
-    path: str, storage_options: dict[str, str] | None, by: str, *, take_over: bool = False
+    path: str,
+    storage_options: dict[str, str] | None,
+    by: str,
+    *,
+    take_over: bool = False,
+    seconds: float = LEASE_SECONDS,
 ) -> int:
-    """Take the maintenance lease of the table at ``path`` for ``by``; the ms it lapses at.
+    """Take the maintenance lease of the table at ``path`` for ``by`` for ``seconds``; the ms
+    it lapses at.
 
     Raises :class:`MaintenanceRunningError` when another run holds it (unless ``take_over``).
     """
@@ -142,7 +151,7 @@ def take_lease(
                 holder=holder,
                 expires=held / 1000,
             )
-        until_ms = now_ms + LEASE_SECONDS * 1000
+        until_ms = now_ms + int(seconds * 1000)
         try:
             _set_lease(table, until_ms, by, "taken")
         except CommitFailedError:
@@ -194,6 +203,7 @@ def optimize(
     *,
     target_size: int | None = None,
     take_over: bool = False,
+    lease_seconds: float = LEASE_SECONDS,
 ) -> OptimizeResult:
     """Compact the sink table at ``path`` toward ``target_size`` bytes under the maintenance
     lease, then write a checkpoint and clean up expired log entries (module doc).
@@ -207,7 +217,7 @@ def optimize(
         raise OptionError("--target-size", f"must be a positive size, got {target_size}")
     table = _open(path, storage_options)
     version_before, before = table.version(), active_files(table)
-    until_ms = take_lease(path, storage_options, by, take_over=take_over)
+    until_ms = take_lease(path, storage_options, by, take_over=take_over, seconds=lease_seconds)
     try:
         info = {"spark_groups.member": by}
         for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -270,7 +280,10 @@ def vacuum_table(
     by no commit until its batch commits. :class:`OptionError` names ``--retain-hours``."""
     table = _open(path, storage_options)
     floor = deleted_file_retention_hours(table)
-    used = floor if retention_hours is None else float(retention_hours)
+    if retention_hours is None:  # the table's, but beside members never below the minimum
+        used = floor if members_stopped else max(floor, MIN_RETAIN_HOURS_BESIDE_MEMBERS)
+    else:
+        used = float(retention_hours)
     if used < floor:
         raise OptionError(
             "--retain-hours",
@@ -287,7 +300,7 @@ def vacuum_table(
         )
     try:
         deleted = vacuum(
-            table, None if retention_hours is None else int(used),
+            table, None if used == floor else math.ceil(used),
             {"spark_groups.member": by}, full=True,
         )  # fmt: skip
     except Exception as exc:

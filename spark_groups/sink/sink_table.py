@@ -24,6 +24,7 @@ from spark_groups.errors import SinkError
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink.features import check_table_features
 from spark_groups.sink.schema_changes import schema_change
+from spark_groups.sink.upkeep import TABLE_DEFAULTS, batch_commit_hooks
 from spark_groups.storage.delta import create_table, open_table
 from spark_groups.storage.files import table_uri
 from spark_groups.storage.snapshots import LatestSnapshot
@@ -249,6 +250,7 @@ class SinkTable:
             partition_by=partition_by,
             description="written by the spark_groups delta-group sink",
             storage_options=self.storage_options,
+            configuration=TABLE_DEFAULTS,
         )
         if error is None:
             log.info(
@@ -270,7 +272,8 @@ def append_files(
     info: Mapping[str, str],
 ) -> None:
     """One ``append`` commit on ``snapshot`` adding ``files`` (already written), setting
-    ``txns`` (deltalake ``Transaction``s) and carrying ``info``. Raises what delta-rs raises
+    ``txns`` (deltalake ``Transaction``s) and carrying ``info``, with no post-commit hook
+    (checkpoints are the upkeep's: ``spark_groups.sink.upkeep``). Raises what delta-rs raises
     (``CommitFailedError`` on a conflict)."""
     from deltalake import CommitProperties
     from deltalake.transaction import AddAction
@@ -285,4 +288,5 @@ def append_files(
         snapshot.schema(),
         partition_by=list(partition_by) or None,
         commit_properties=CommitProperties(app_transactions=txns, custom_metadata=dict(info)),
+        post_commithook_properties=batch_commit_hooks(),
     )

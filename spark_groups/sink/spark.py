@@ -25,12 +25,12 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCom
 
 from spark_groups.errors import SinkError, SparkGroupsError
 from spark_groups.options.sink import SinkOptions, parse_sink_options
-from spark_groups.sink.autocompact import compact_if_due
 from spark_groups.sink.group_commit import DeltaSink
 from spark_groups.sink.pipeline import SinkTarget, check_target, target_for_next_batch, target_of
 from spark_groups.sink.placement import check_table_reachable
 from spark_groups.sink.plan import read_batch_plan
 from spark_groups.sink.strategy import CommitStrategy, strategy_for
+from spark_groups.sink.upkeep import upkeep_for
 from spark_groups.sink.writer import (
     NULL_PARTITION,
     DataFile,
@@ -183,7 +183,9 @@ class DeltaGroupStreamWriter(_WriterBase):
             raise
         notes = [m.note for m in messages if isinstance(m, SinkTaskMessage)]
         version = self.strategy.commit(sink, plan, files, notes, self.schema)
-        compact_if_due(self.options, self.target.path, version)
+        upkeep_for(
+            self.target.path, options.storage_options, options.member, options.compact_every
+        ).after_commit(version)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver side: a task failed; delete the files the others wrote."""

@@ -61,16 +61,20 @@ def compact(
     )
 
 
+def duration_hours(text: str | None, default: float) -> float:
+    """A Delta interval property (``interval 2 hours``) in hours; ``default`` when it is None
+    or not an interval."""
+    match = _INTERVAL.match(text or "")
+    if match is None or match.group(2).lower() not in _UNIT_HOURS:
+        return default
+    return float(match.group(1)) * _UNIT_HOURS[match.group(2).lower()]
+
+
 def deleted_file_retention_hours(table: DeltaTable) -> float:
     """The table's ``delta.deletedFileRetentionDuration`` in hours (Delta's 7 days when not
     set): how long a file removed by a commit stays for readers of older snapshots."""
     text = table.metadata().configuration.get("delta.deletedFileRetentionDuration")
-    if text is None:
-        return DEFAULT_DELETED_FILE_RETENTION_HOURS
-    match = _INTERVAL.match(text)
-    if match is None or match.group(2).lower() not in _UNIT_HOURS:
-        return DEFAULT_DELETED_FILE_RETENTION_HOURS
-    return float(match.group(1)) * _UNIT_HOURS[match.group(2).lower()]
+    return duration_hours(text, DEFAULT_DELETED_FILE_RETENTION_HOURS)
 
 
 def vacuum(

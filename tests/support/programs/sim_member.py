@@ -40,12 +40,11 @@ import pyarrow.compute as pc
 from spark_groups.group.stream import GroupStream
 from spark_groups.offsets import BatchOffset
 from spark_groups.options import parse_options
-from spark_groups.options.sink import SinkOptions
 from spark_groups.read.reader import read_ranges
-from spark_groups.sink.autocompact import compact_if_due
 from spark_groups.sink.delta_arbiter import for_source
 from spark_groups.sink.group_commit import DeltaSink
 from spark_groups.sink.plan import read_batch_plan
+from spark_groups.sink.upkeep import TableUpkeep, upkeep_for
 from spark_groups.sink.writer import TaskFileWriter
 from spark_groups.storage.checkpoint import is_committed, latest_logged, spark_batch_id
 
@@ -96,7 +95,7 @@ def run_batch(
     sink: DeltaSink,
     spark_id: int,
     read: BatchOffset,
-    compaction: SinkOptions,
+    upkeep: TableUpkeep,
 ) -> dict:
     """The batch's task (every range in one, as Spark packs small ranges: read, write the
     sink's files), then the sink's commit on the driver, planned from the checkpoint as the
@@ -124,7 +123,7 @@ def run_batch(
     plan = read_batch_plan(spec["checkpoint"], spark_id, group_id=spec["group"])
     committing = time.perf_counter()
     result = sink.commit(plan, files, schema)
-    compacted = compact_if_due(compaction, spec["table"], result.version)
+    upkeep.after_commit(result.version)
     return {
         "batch": spark_id,
         "task_ms": (committing - started) * 1000,
@@ -132,7 +131,6 @@ def run_batch(
         "attempts": result.attempts,
         "version": result.version,
         "rows": result.rows,
-        "compacted": compacted,
     }
 
 
@@ -176,9 +174,9 @@ def main() -> None:
         spec["table"], spec["group"], member=spec["member"], storage_options=spec.get("storage")
     )
     stats = Stats(spec.get("stats"))
-    compaction = SinkOptions(spec["table"], spec["group"], spec["checkpoint"],
-                             member=spec["member"], compact_every=spec.get("compact_every", 0),
-                             storage_options=spec.get("storage"))  # fmt: skip
+    upkeep = upkeep_for(
+        spec["table"], spec.get("storage"), spec["member"], spec.get("compact_every", 0)
+    )
     trigger_s = float(spec.get("trigger_s", 0))
     checkpoint = Checkpoint(spec["checkpoint"])
     start, spark_id = BatchOffset.initial(), -1
@@ -187,7 +185,7 @@ def main() -> None:
         spark_id, start = last
         if not is_committed(spec["checkpoint"], spark_id):  # a replay, as Spark runs it
             read = stream.batch_to_read(start)
-            run_batch(spec, stream, sink, spark_id, read, compaction)
+            run_batch(spec, stream, sink, spark_id, read, upkeep)
             checkpoint.commit(spark_id)
             stream.commit_durable(start)
     stop_file = Path(spec["stop_file"])
@@ -207,7 +205,7 @@ def main() -> None:
         batch = BatchOffset.from_json(planned)
         spark_id += 1
         checkpoint.log(spark_id, batch)
-        row = run_batch(spec, stream, sink, spark_id, stream.batch_to_read(batch), compaction)
+        row = run_batch(spec, stream, sink, spark_id, stream.batch_to_read(batch), upkeep)
         checkpoint.commit(spark_id)
         durable, durable_cpu = time.perf_counter(), time.thread_time()
         stream.commit_durable(batch)  # Spark's commit() of 4.2+
