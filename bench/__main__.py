@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     """The command line (see the module doc)."""
     argv = sys.argv[1:] if argv is None else argv
     found = names()
+    if argv and argv[0] not in found and argv[0].replace("-", "_") in found:
+        argv = [argv[0].replace("-", "_"), *argv[1:]]  # python -m bench long-run
     if not argv or argv[0] in ("-h", "--help", "list") or argv[0] not in found:
         if argv and argv[0] not in ("-h", "--help", "list"):
             print(f"no scenario {argv[0]!r}", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from array import array
 from datetime import datetime
@@ -193,30 +194,22 @@ class SessionSide:
         return [json.loads(p.json) for p in self.query.recentProgress]
 
 
-class SparkDeltaSide:
-    """Spark's kafka source -> delta-spark at ``work/table``, trigger 0 s, in a pyspark-4.2
-    process (:mod:`bench.harness.spark_delta_proc`: it touches ``started``, stops at
-    ``stop``)."""
+class ProcessSide:
+    """A query in a process of its own (``python`` running ``script`` with ``spec``): it
+    touches ``work/started`` once the query runs, stops at ``work/stop`` and writes its
+    progress to ``work/out.json``; its table is ``work/table``."""
 
-    def __init__(self, options: dict, work: Path) -> None:
-        from bench.harness.spark import SESSION_CONF
-        from spark_groups.tools.spark_jars import DELTA_SQL_CONF, delta_spark_python, jar_conf
-
-        conf = {**jar_conf("delta-spark", "spark-kafka", line="4.2"), **DELTA_SQL_CONF,
-                **SESSION_CONF, PROGRESS_KEPT: "99999"}  # fmt: skip
-        work.mkdir(parents=True)
+    def __init__(self, python: str, script: Path, spec: dict, work: Path) -> None:
         self.table, self.work = work / "table", work
-        spec = {"conf": conf, "options": options, "stream": str(self.table),
-                "stop_file": str(work / "stop"), "out": str(work / "out.json")}  # fmt: skip
-        script = Path(__file__).parents[1] / "harness" / "spark_delta_proc.py"
+        spec = {**spec, "stop_file": str(work / "stop"), "out": str(work / "out.json")}
         self.log = (work / "spark.log").open("w")
-        self.proc = subprocess.Popen([str(delta_spark_python()), str(script), json.dumps(spec)],
+        self.proc = subprocess.Popen([python, str(script), json.dumps(spec)],
                                      stdout=self.log, stderr=subprocess.STDOUT)  # fmt: skip
 
     def started(self) -> bool:
         """True once the query runs."""
         if self.proc.poll() is not None:
-            raise RuntimeError(f"spark_delta_proc ended early: see {self.log.name}")
+            raise RuntimeError(f"the query's process ended early: see {self.log.name}")
         return (self.work / "started").exists()
 
     def rows(self) -> int:
@@ -227,6 +220,30 @@ class SparkDeltaSide:
         """Stop the query; its progress reports."""
         (self.work / "stop").touch()
         if self.proc.wait(300) != 0:
-            raise RuntimeError(f"spark_delta_proc failed: see {self.log.name}")
+            raise RuntimeError(f"the query's process failed: see {self.log.name}")
         self.log.close()
         return json.loads((self.work / "out.json").read_text())
+
+
+def spark_delta_side(options: dict, work: Path) -> ProcessSide:
+    """Spark's kafka source -> delta-spark at ``work/table``, trigger 0 s, in a pyspark-4.2
+    process (:mod:`bench.harness.spark_delta_proc`)."""
+    from bench.harness.spark import SESSION_CONF
+    from spark_groups.tools.spark_jars import DELTA_SQL_CONF, delta_spark_python, jar_conf
+
+    conf = {**jar_conf("delta-spark", "spark-kafka", line="4.2"), **DELTA_SQL_CONF,
+            **SESSION_CONF, PROGRESS_KEPT: "99999"}  # fmt: skip
+    work.mkdir(parents=True)
+    spec = {"conf": conf, "options": options, "stream": str(work / "table")}
+    script = Path(__file__).parents[1] / "harness" / "spark_delta_proc.py"
+    return ProcessSide(str(delta_spark_python()), script, spec, work)
+
+
+def own_process_side(options: dict, work: Path) -> ProcessSide:
+    """kafka-group -> delta-group (``offsets.table`` and ``sink.table`` set), trigger 0 s, in
+    a process of its own, as a user's job runs (:mod:`bench.harness.group_proc`)."""
+    work.mkdir(parents=True)
+    options = {**options, "sink.table": str(work / "table"), "offsets.table": str(work / "l")}
+    spec = {"options": options, "checkpoint": str(work / "checkpoint")}
+    script = Path(__file__).parents[1] / "harness" / "group_proc.py"
+    return ProcessSide(sys.executable, script, spec, work)

@@ -169,6 +169,11 @@ class TableUpkeep:
                 self._thread.start()
             self._cond.notify()
 
+    def busy(self) -> bool:
+        """Whether a run is pending or running now."""
+        with self._cond:
+            return self._pending is not None or self._working
+
     def wait_idle(self, timeout: float) -> bool:
         """Wait until nothing is pending or running (tests, benchmarks, a clean stop)."""
         deadline = time.monotonic() + timeout

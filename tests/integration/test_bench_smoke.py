@@ -191,3 +191,28 @@ def test_partitions_scenario_tiny(bootstrap_servers: str) -> None:
     results = {"command": "python -m bench partitions", "when": "now", "load_before": "0",
                "args": {**vars(args)}, "runs": [{"partitions": 8, **found}]}  # fmt: skip
     assert "| 8 | " in render(results)
+
+
+def test_long_run_tables_load_and_stay_small_on_the_new_defaults() -> None:
+    from argparse import Namespace
+
+    from bench.scenarios import long_run
+
+    args = Namespace(stores="local", policies="today,new", milestones="300,3000",
+                     today_up_to=3000, today_up_to_remote=0, trigger=1.0, files=2, batches=5,
+                     threads=4, log_retention="")  # fmt: skip
+    results = long_run.run(args)
+    by = {(r["policy"], r["commits"]): r for r in results["rows"]}
+    assert set(by) == {("today", 300), ("today", 3000), ("new", 300), ("new", 3000)}
+    # Today's: every batch's files live and every commit file kept; the new defaults: a
+    # compacted table whose log starts at a checkpoint 15 minutes back (3,000 s of history).
+    assert by[("today", 3000)]["live_files"] >= 2 * 3000
+    assert by[("today", 3000)]["log_entries"] > 3000
+    assert by[("new", 3000)]["live_files"] < 2 * 200
+    assert by[("new", 3000)]["log_entries"] < 1100
+    for row in results["rows"]:
+        assert row["commit"]["upkeep"]["failures"] == 0, row
+        assert _positive(row["commit"]["p99"]) and _positive(row["read"]["load_median"])
+        assert _positive(row["read"]["scan_ms"])
+    text = long_run.render({**results, "command": "python -m bench long-run", "when": "now"})
+    assert "| new | 3,000 |" in text and "| today | 300 |" in text

@@ -1,0 +1,47 @@
+"""kafka-group -> delta-group in a process of its own, as a user's job runs it.
+
+    python bench/harness/group_proc.py SPEC_JSON
+
+Run by :class:`bench.scenarios._latency_parts.OwnProcessSide`: a fresh Python and JVM with
+the bench's ``local[2]`` session (:func:`bench.harness.spark.spark_session`), as
+``spark-submit job.py`` or ``python job.py`` starts them, nothing else in the process. SPEC:
+``options`` (kafka-group's, ``offsets.table`` and ``sink.table``: the table),
+``checkpoint``, ``stop_file``, ``out`` (its progress reports; ``started`` is touched
+beside it once the query runs).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    """Run the query until ``stop_file`` exists; write its progress."""
+    spec = json.loads(sys.argv[1])
+    from bench.harness.spark import spark_session
+
+    spark = spark_session()
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "99999")
+    try:
+        df = spark.readStream.format("kafka-group").options(**spec["options"]).load()
+        writer = df.selectExpr("value", "topic", "partition", "offset").writeStream
+        writer = writer.format("delta-group").trigger(processingTime="0 seconds")
+        query = writer.option("checkpointLocation", spec["checkpoint"]).start()
+        out = Path(spec["out"])
+        (out.parent / "started").touch()
+        while not Path(spec["stop_file"]).exists() and query.isActive:
+            time.sleep(0.2)
+        query.stop()
+        if query.exception() is not None:
+            raise RuntimeError(f"the query failed: {query.exception()}")
+        out.write_text(json.dumps([json.loads(p.json) for p in query.recentProgress]))
+        return 0
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
