@@ -2,7 +2,7 @@
 
     python bench/harness/group_proc.py SPEC_JSON
 
-Run by :class:`bench.scenarios._latency_parts.OwnProcessSide`: a fresh Python and JVM with
+Run by :func:`bench.scenarios._latency_parts.own_process_side`: a fresh Python and JVM with
 the bench's ``local[2]`` session (:func:`bench.harness.spark.spark_session`), as
 ``spark-submit job.py`` or ``python job.py`` starts them, nothing else in the process. SPEC:
 ``options`` (kafka-group's, ``offsets.table`` and ``sink.table``: the table),
