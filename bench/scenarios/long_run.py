@@ -13,6 +13,8 @@ column through delta-rs' ``QueryBuilder``). Policies: **today**, what the sink d
 its defaults (Delta's properties, no compaction, delta-rs' post-commit hooks in every commit:
 a checkpoint every 100 versions, the expired-log clean-up); **new**, a table the sink
 creates now (``spark_groups.sink.upkeep.TABLE_DEFAULTS``, ``compactEvery=100``, the upkeep).
+After the timed batches every partition's position in the table must be the last batch's
+end, and a replay of that batch must be dropped (every record once), or the run stops.
 The goal: on the new defaults, commit p99 and the load at 1,000,000 commits within 1.5x of
 their values at 1,000.
 """
@@ -37,9 +39,9 @@ from bench.harness import docs
 from bench.harness.kafka import percentile
 from bench.harness.procfs import machine_facts
 from bench.scenarios import _long_log as fab
-from spark_groups.offsets import OffsetRange
+from spark_groups.offsets import OffsetRange, TopicPartition
 from spark_groups.sink import sink_table
-from spark_groups.sink.group_commit import DeltaSink
+from spark_groups.sink.group_commit import DeltaSink, committed_positions
 from spark_groups.sink.live_maintenance import optimize
 from spark_groups.sink.plan import BatchPlan
 from spark_groups.sink.upkeep import (
@@ -193,6 +195,17 @@ def timed_batches(uri: str, storage: dict[str, str] | None, policy: fab.Policy, 
                 raise SystemExit(f"batch {b} was not committed: {result}")
             if policy.name != "today":
                 upkeep.after_commit(result.version)
+        # Every record once: each partition's position is the last batch's end, and a replay
+        # of the last batch is dropped.
+        tps = [TopicPartition(fab.TOPIC, p) for p in range(files)]
+        held = committed_positions(uri, GROUP, tps, storage)
+        if held != {tp: (first + count) * ROWS for tp in tps}:
+            raise SystemExit(f"the table holds {held} after batch {first + count - 1}")
+        last = first + count - 1
+        again = sink.commit(batch_plan(last, files), batch_files(uri, storage, last, files),
+                            fab.SCHEMA)  # fmt: skip
+        if again.version is not None:
+            raise SystemExit(f"batch {last} replayed was committed again: {again}")
         waited = time.perf_counter()
         upkeep.wait_idle(1800)
         return {"p50": percentile(times, 0.5), "p99": percentile(times, 0.99),

@@ -210,7 +210,7 @@ class ShareCommit:
         now = transaction_versions(snapshot, ids, self.table.storage_options)
         txns = [Transaction(a, now.get(a, 0) + 1) for a in sorted(ids)]
         try:
-            append_files(snapshot, keep, partition_by, txns, info)
+            append_files(snapshot, keep, partition_by, txns, info, hooks=True)
         except CommitFailedError:
             return False
         except Exception as exc:

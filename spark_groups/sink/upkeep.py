@@ -16,8 +16,9 @@ thread works the latest version it was given, one run at a time, and never fails
    removed longer ago than ``delta.deletedFileRetentionDuration`` (a member's uncommitted files
    are in no tombstone, so this is safe beside members).
 3. Otherwise a **checkpoint** and the log cleaned up, when the version is a multiple of the
-   table's ``delta.checkpointInterval`` (or the newest checkpoint is twice that old: a
-   claim, a lease or a process that stopped may have held the multiple).
+   table's ``delta.checkpointInterval`` (or, halfway to the next, the newest checkpoint is
+   twice that old: a claim, a lease or a process that stopped may have held the multiple).
+   Any other version costs nothing: no read, no write.
 
 A table the sink creates gets :data:`TABLE_DEFAULTS`; a table that exists keeps its own
 properties, and the first run in a process logs once what they cost at the table's commit
@@ -148,6 +149,7 @@ class TableUpkeep:
         self._working = False
         self._thread: threading.Thread | None = None
         self._costs_told = False
+        self._interval = 100  # the table's delta.checkpointInterval, as last read
         #: How many runs did each step, for tests and benchmarks.
         self.counts = {"compactions": 0, "checkpoints": 0, "vacuums": 0, "failures": 0}
 
@@ -216,6 +218,8 @@ class TableUpkeep:
         if not self._costs_told:
             self._costs_told = True
             table = self._open()
+            if table is not None:
+                self._interval = checkpoint_interval(table)
             for cost in property_costs(table) if table is not None else []:
                 log.warning(
                     "sink %s: %s; a table the sink creates has %s (docs/operations.md)",
@@ -225,17 +229,21 @@ class TableUpkeep:
                 )
         if compact and self._compact(version):
             return
+        if not self._checkpoint_due(version):
+            return  # most versions: nothing read, nothing written
         table = self._open()
-        if table is not None and self._checkpoint_due(table, version):
-            started = time.monotonic()
-            checkpoint_and_clean_log(table)
-            self.counts["checkpoints"] += 1
-            log.debug(
-                "sink %s: checkpoint at version %d and log clean-up in %.0f ms",
-                self.path,
-                table.version(),
-                (time.monotonic() - started) * 1000,
-            )
+        if table is None:
+            return
+        self._interval = checkpoint_interval(table)
+        started = time.monotonic()
+        checkpoint_and_clean_log(table)
+        self.counts["checkpoints"] += 1
+        log.debug(
+            "sink %s: checkpoint at version %d and log clean-up in %.0f ms",
+            self.path,
+            table.version(),
+            (time.monotonic() - started) * 1000,
+        )
 
     def _compact(self, version: int) -> bool:
         from spark_groups.sink.live_maintenance import optimize
@@ -269,10 +277,14 @@ class TableUpkeep:
                 log.info("sink %s: vacuumed %d removed file(s)", self.path, len(deleted))
         return True
 
-    def _checkpoint_due(self, table: DeltaTable, version: int) -> bool:
-        interval = checkpoint_interval(table)
+    def _checkpoint_due(self, version: int) -> bool:
+        """At a multiple of the checkpoint interval; halfway between two, when the newest
+        checkpoint is twice the interval old (one read of ``_last_checkpoint``)."""
+        interval = self._interval
         if version % interval == 0:
             return True
+        if version % interval != interval // 2:
+            return False
         return version - self._last_checkpoint() >= 2 * interval
 
     def _last_checkpoint(self) -> int:
