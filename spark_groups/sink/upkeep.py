@@ -1,10 +1,10 @@
 """Upkeep of the sink's table beside its batches: checkpoints, log clean-up, compaction, vacuum.
 
 The sink's commits (kafka-group batches, claims, leases, accepted gaps; not kafka-share's) run
-none of delta-rs' post-commit hooks (:func:`batch_commit_hooks`): delta-rs would otherwise list the whole ``_delta_log`` after
-every commit to clean up expired entries, and write a checkpoint inside every hundredth, so a
-batch would wait for both. After each commit the sink
-hands the new version to the table's :class:`TableUpkeep` (one per table and process); its
+none of delta-rs' post-commit hooks (:func:`batch_commit_hooks`): delta-rs would otherwise list
+the whole ``_delta_log`` after every commit to clean up expired entries, and write a checkpoint
+inside every hundredth, so a batch would wait for both. After each commit the sink hands the
+new version to the table's :class:`TableUpkeep` (one per table and process); its
 thread works the latest version it was given, one run at a time, and never fails a batch
 (errors are logged, the next version tries again):
 
