@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
+
+from bench.harness.spark_delta_proc import serve
 
 
 def main() -> int:
@@ -30,14 +31,7 @@ def main() -> int:
         writer = df.selectExpr("value", "topic", "partition", "offset").writeStream
         writer = writer.format("delta-group").trigger(processingTime="0 seconds")
         query = writer.option("checkpointLocation", spec["checkpoint"]).start()
-        out = Path(spec["out"])
-        (out.parent / "started").touch()
-        while not Path(spec["stop_file"]).exists() and query.isActive:
-            time.sleep(0.2)
-        query.stop()
-        if query.exception() is not None:
-            raise RuntimeError(f"the query failed: {query.exception()}")
-        out.write_text(json.dumps([json.loads(p.json) for p in query.recentProgress]))
+        Path(spec["out"]).write_text(json.dumps(serve(query, spec)))
         return 0
     finally:
         spark.stop()

@@ -36,19 +36,24 @@ def _run(spark: Any, options: dict, work: Path, sink: str) -> dict:
     return result
 
 
-def _stream(spark: Any, spec: dict) -> list:
-    table, out = Path(spec["stream"]), Path(spec["out"])
-    df = spark.readStream.format("kafka").options(**spec["options"]).load()
-    writer = df.selectExpr("value", "topic", "partition", "offset").writeStream.format("delta")
-    writer = writer.option("checkpointLocation", str(table.parent / "checkpoint"))
-    query = writer.trigger(processingTime="0 seconds").start(str(table))
-    (out.parent / "started").touch()
+def serve(query: Any, spec: dict) -> list:
+    """Touch ``started`` beside ``spec["out"]``, run ``query`` until ``spec["stop_file"]``
+    exists, stop it; its progress reports (raises when it failed)."""
+    (Path(spec["out"]).parent / "started").touch()
     while not Path(spec["stop_file"]).exists() and query.isActive:
         time.sleep(0.2)
     query.stop()
     if query.exception() is not None:
-        raise RuntimeError(f"the delta query failed: {query.exception()}")
+        raise RuntimeError(f"the query failed: {query.exception()}")
     return [json.loads(p.json) for p in query.recentProgress]
+
+
+def _stream(spark: Any, spec: dict) -> list:
+    table = Path(spec["stream"])
+    df = spark.readStream.format("kafka").options(**spec["options"]).load()
+    writer = df.selectExpr("value", "topic", "partition", "offset").writeStream.format("delta")
+    writer = writer.option("checkpointLocation", str(table.parent / "checkpoint"))
+    return serve(writer.trigger(processingTime="0 seconds").start(str(table)), spec)
 
 
 def main() -> int:

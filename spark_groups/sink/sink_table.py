@@ -275,9 +275,8 @@ def append_files(
 ) -> None:
     """One ``append`` commit on ``snapshot`` adding ``files`` (already written), setting
     ``txns`` (deltalake ``Transaction``s) and carrying ``info``, with no post-commit hook
-    (checkpoints are the upkeep's: ``spark_groups.sink.upkeep``) unless ``hooks`` (delta-rs'
-    own: a kafka-share commit keeps them; without them its dead-letter test saw its records
-    delivered twice, not understood yet). Raises what delta-rs raises
+    (checkpoints are the upkeep's: ``spark_groups.sink.upkeep``), or with delta-rs' own with
+    ``hooks`` (a kafka-share commit's). Raises what delta-rs raises
     (``CommitFailedError`` on a conflict)."""
     from deltalake import CommitProperties
     from deltalake.transaction import AddAction
