@@ -42,11 +42,14 @@
 # MAGIC * **The offsets ledger and the sink's table** are Delta tables that spark_groups commits to
 # MAGIC   with delta-rs. On a volume's file system a commit cannot be an atomic
 # MAGIC   "create if absent", so delta-rs commits there only with `allow_unsafe_rename`, which is
-# MAGIC   safe for **one writer**: run this notebook as one member when the tables are on the
-# MAGIC   volume. To run two or more members of the group (two notebooks or jobs with the same
-# MAGIC   `group_id`), give the `tables` widget the cloud location behind the volume
-# MAGIC   (`abfss://...`, `s3://...`, `gs://...`), where commits are safe, and its credentials as
-# MAGIC   `storage.*` options (docs/storage.md).
+# MAGIC   safe for **one writer**: with the tables on the volume the group has one member, this
+# MAGIC   notebook; a second notebook or job with the same `group_id` is refused
+# MAGIC   (`OneWriterError`) before it reads anything. To run two or more members, give the
+# MAGIC   `tables` widget the cloud location behind the volume (`abfss://...`, `s3://...`,
+# MAGIC   `gs://...`), where commits are atomic, and its credentials as `storage.*` options.
+# MAGIC * **The dead-letter table** is written by Spark's tasks, several at once, so it needs the
+# MAGIC   cloud location too: on the volume the notebook keeps none, and a record that cannot be
+# MAGIC   decoded stops the query, losing nothing (docs/storage.md, "One writer").
 
 # COMMAND ----------
 
@@ -89,6 +92,7 @@ storage = {"storage.allow_unsafe_rename": "true"} if on_volume else cloud_storag
 # MAGIC A topic written by a schema-registry serializer (Confluent's wire format): name the
 # MAGIC registry, keep its credentials in a secret scope, and `value` becomes a struct of the
 # MAGIC subject's latest schema. Records that cannot be decoded go to the dead-letter table
+# MAGIC when the tables are on the cloud location; on the volume such a record stops the query
 # MAGIC (docs/formats.md).
 
 # COMMAND ----------
@@ -102,8 +106,9 @@ if registry:
         "schema.registry.url": registry,
         # "user:password", or a Confluent Cloud API key and secret, from a secret scope
         "schema.registry.basic.auth.user.info": dbutils.secrets.get("kafka", "schema-registry"),
-        "deadLetter.table": f"{tables}/_dead_letters",
     }
+    if not on_volume:  # Spark's tasks write it, several at once: a volume cannot take that
+        formats["deadLetter.table"] = f"{tables}/_dead_letters"
 value_columns = ["value.*"] if registry else ["cast(value as string) AS json"]
 
 # COMMAND ----------

@@ -223,6 +223,39 @@ class GroupMembershipError(SparkGroupsError):
         self.group = group
 
 
+class OneWriterError(GroupMembershipError):
+    """A member of ``group`` found others in the group while its ``tables`` are on a store
+    committed to as check-then-rename (``opt_in``: ``allow_unsafe_rename`` or
+    ``aws_s3_allow_unsafe_rename``), safe for one writer only; ``others`` names them
+    (``client.id@host``). It stopped before reading or writing anything."""
+
+    def __init__(
+        self, group: str, tables: Sequence[str], opt_in: str, others: Sequence[str], waited_s: float
+    ) -> None:
+        self.tables = tuple(tables)
+        self.opt_in = opt_in
+        self.others = tuple(others)
+        self.waited_s = waited_s
+        super().__init__(
+            f"consumer group '{group}' has other members ({', '.join(self.others)}) after "
+            f"{waited_s:.0f} s, and {', '.join(self.tables)} are committed to as "
+            f"check-then-rename (storage.{opt_in}=true), which is safe for one writer only: "
+            "this member stopped before reading or writing anything, so that it cannot "
+            "overwrite their commits. Run one member of the group on these tables, or put them "
+            "on the object store itself (abfss://, gs://, or s3:// with "
+            "storage.aws_conditional_put=etag), where every member commits safely "
+            '(docs/storage.md, "One writer"). A member that was killed leaves the group when '
+            "its session ends (session.timeout.ms): run this one again after that",
+            group=group,
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (
+            type(self),
+            (self.group, self.tables, self.opt_in, self.others, self.waited_s),
+        )
+
+
 class CommitError(SparkGroupsError):
     """Offsets could not be committed to Kafka.
 

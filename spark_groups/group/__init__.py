@@ -14,7 +14,8 @@
   :mod:`~spark_groups.group.ledger_behind`), :mod:`~spark_groups.group.claims` (claims in the
   sink's table, through :mod:`~spark_groups.group.arbiter`), :mod:`~spark_groups.group.barrier`
   (the revocation barrier, with :mod:`~spark_groups.group.durable`),
-  :mod:`~spark_groups.group.first_assignment`, :mod:`~spark_groups.group.history` and
+  :mod:`~spark_groups.group.first_assignment`, :mod:`~spark_groups.group.one_writer` (one
+  member where a table takes one writer only), :mod:`~spark_groups.group.history` and
   :mod:`~spark_groups.group.sigterm`;
 * :mod:`~spark_groups.group.member`: the group member, a facade over ``owner`` (one thread
   uses the consumer and serves other threads' calls), ``callbacks`` (librdkafka's rebalance and

@@ -32,6 +32,7 @@ from spark_groups.group.history import RebalanceHistory
 from spark_groups.group.ledger_behind import LedgerBehind
 from spark_groups.group.log_ends import Ends, LogEnds
 from spark_groups.group.member import GroupMember
+from spark_groups.group.one_writer import guard_for
 from spark_groups.group.partitions import PartitionTable
 from spark_groups.group.planner import plan_ranges, wait_for_more
 from spark_groups.group.replay import Replays
@@ -101,6 +102,12 @@ class GroupStream:
         self._member: GroupMember | None = None
         self._member_config = options.member_config()
         self._pipeline = options.pipeline
+        tables = {
+            "offsets.table": options.ledger_path,
+            "rebalances.table": options.history_path,
+            "sink.table": options.sink_path,
+        }
+        self._one_writer = guard_for(tables, options.storage_options, self._member_config)
         ledger, self._history = _tables(options)
         self._behind = LedgerBehind(ledger) if ledger is not None else None
         self._durability = DurabilityWatch(options.checkpoint, arbiter, options.storage_options)
@@ -335,6 +342,8 @@ class GroupStream:
         first_assignment.before_planning(
             member, self._member_config, self.options.join_timeout_ms, targets, first_plan
         )
+        if self._one_writer is not None:
+            self._one_writer.check(member)
         member.check()
         return member
 

@@ -15,6 +15,7 @@ import time
 import pyarrow as pa
 
 from spark_groups.ledger.store import GROUP_ID_KEY, LedgerStore
+from spark_groups.storage.commit_lock import commits_of
 
 # The ledger logs under the logger it has always used (spark_groups.ledger.table).
 logger = logging.getLogger("spark_groups.ledger.table")
@@ -53,15 +54,16 @@ def commit(store: LedgerStore, data: pa.Table) -> int:
         if table is None:
             table = store.create()
         try:
-            write_deltalake(
-                table,
-                data,
-                mode="append",
-                # A ledger written before log_end existed gets the column now.
-                schema_mode=None if store.has_log_end else "merge",
-                commit_properties=properties,
-                post_commithook_properties=hooks,
-            )
+            with commits_of(table):
+                write_deltalake(
+                    table,
+                    data,
+                    mode="append",
+                    # A ledger written before log_end existed gets the column now.
+                    schema_mode=None if store.has_log_end else "merge",
+                    commit_properties=properties,
+                    post_commithook_properties=hooks,
+                )
         except CommitFailedError as exc:
             store.table = None  # reload from storage before the next attempt
             if attempt == MAX_COMMIT_ATTEMPTS:

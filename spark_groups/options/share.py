@@ -20,7 +20,13 @@ from spark_groups.options import values
 from spark_groups.options.formats import FORMAT_OPTIONS, FormatOptions, parse_formats
 from spark_groups.secrets import is_secret
 from spark_groups.storage.files import check_location
-from spark_groups.storage.object_stores import storage_options_of
+from spark_groups.storage.object_stores import (
+    STORAGE_PREFIX,
+    check_commit_safety,
+    check_task_written,
+    one_writer_opt_in,
+    storage_options_of,
+)
 
 #: Options of the source (besides ``kafka.*`` and ``storage.*``), with their defaults.
 SHARE_OPTIONS: dict[str, str | None] = {
@@ -111,12 +117,25 @@ def parse_share_options(options: Mapping[str, str]) -> ShareOptions:
             "commits",
         )
     storage = storage_options_of(options)
+    check_commit_safety(sink_path, storage, "sink.table", prefix=STORAGE_PREFIX)
+    opt_in = one_writer_opt_in(sink_path, storage)
+    if opt_in is not None:
+        raise OptionError(
+            "sink.table",
+            f"the Delta table {sink_path} is committed to as check-then-rename "
+            f"(storage.{opt_in}=true), safe for one writer only, and a share group's queries "
+            "cannot be held to one: nothing here can list a share group's members "
+            "(confluent-kafka's AdminClient has no DescribeShareGroups). Put the table where "
+            "commits are atomic: a local disk, or the object store itself (abfss://, gs://, or "
+            's3:// with storage.aws_conditional_put=etag) (docs/storage.md, "One writer")',
+        )
     checkpoint = given.path("checkpointLocation")
     if checkpoint is not None:
         check_location(checkpoint, storage, option="checkpointLocation")
     dead_letters = given.path("deadLetter.table")
     if dead_letters is not None:
         check_location(dead_letters, storage, option="deadLetter.table")
+        check_task_written(dead_letters, storage, "deadLetter.table", prefix=STORAGE_PREFIX)
         if dead_letters.rstrip("/") == sink_path.rstrip("/"):
             raise OptionError(
                 "deadLetter.table", "is the sink's table: give the dead letters a table of "

@@ -27,6 +27,7 @@ from spark_groups.storage.flow_checkpoints import FLOW_CHECKPOINTS_OPTION
 from spark_groups.storage.object_stores import (
     STORAGE_PREFIX,
     check_commit_safety,
+    check_task_written,
     storage_options_of,
 )
 from spark_groups.storage.paths import resolve
@@ -301,6 +302,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
                 "deadLetter.table", "applies only with key.format or value.format set"
             )
         check_location(formats.dead_letter_table, storage, option="deadLetter.table")
+        check_task_written(
+            formats.dead_letter_table, storage, "deadLetter.table", prefix=STORAGE_PREFIX
+        )
     if ledger_path is not None:
         check_commit_safety(ledger_path, storage, "offsets.table", prefix=STORAGE_PREFIX)
     if history is not None:

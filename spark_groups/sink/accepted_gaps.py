@@ -19,6 +19,7 @@ from spark_groups.errors import OptionError, SinkError
 from spark_groups.offsets import TopicPartition
 from spark_groups.sink.sink_table import app_id, load, versions
 from spark_groups.sink.upkeep import batch_commit_hooks
+from spark_groups.storage.commit_lock import commits_of
 from spark_groups.storage.files import table_uri
 
 # Logs under the logger it has always used (before the module's rename).
@@ -88,14 +89,15 @@ def accept_gap(
             custom_metadata=info,
         )
         try:
-            table.create_write_transaction(
-                [],
-                "append",
-                table.schema(),
-                partition_by=list(table.metadata().partition_columns) or None,
-                commit_properties=properties,
-                post_commithook_properties=batch_commit_hooks(),
-            )
+            with commits_of(table):
+                table.create_write_transaction(
+                    [],
+                    "append",
+                    table.schema(),
+                    partition_by=list(table.metadata().partition_columns) or None,
+                    commit_properties=properties,
+                    post_commithook_properties=batch_commit_hooks(),
+                )
         except CommitFailedError:
             continue  # a member committed meanwhile: decide again on the new snapshot
         after = load(uri, storage_options)

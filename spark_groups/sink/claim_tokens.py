@@ -26,6 +26,7 @@ from spark_groups.group.arbiter import Claimed
 from spark_groups.offsets import TopicPartition, positions_text
 from spark_groups.sink.sink_table import SinkTable, versions
 from spark_groups.sink.upkeep import batch_commit_hooks
+from spark_groups.storage.commit_lock import commits_of
 from spark_groups.storage.transactions import transaction_versions
 
 if TYPE_CHECKING:
@@ -173,16 +174,19 @@ def _change(
                 "spark_groups.claims.by": member,
                 f"spark_groups.claims.{what}": ",".join(str(tp) for tp in sorted(mine)),
             }
-            snapshot.create_write_transaction(
-                [],
-                "append",
-                snapshot.schema(),
-                partition_by=list(snapshot.metadata().partition_columns) or None,
-                commit_properties=CommitProperties(
-                    app_transactions=txns, custom_metadata=info, max_commit_retries=COMMIT_RETRIES
-                ),
-                post_commithook_properties=batch_commit_hooks(),
-            )
+            with commits_of(snapshot):
+                snapshot.create_write_transaction(
+                    [],
+                    "append",
+                    snapshot.schema(),
+                    partition_by=list(snapshot.metadata().partition_columns) or None,
+                    commit_properties=CommitProperties(
+                        app_transactions=txns,
+                        custom_metadata=info,
+                        max_commit_retries=COMMIT_RETRIES,
+                    ),
+                    post_commithook_properties=batch_commit_hooks(),
+                )
             version = snapshot.version()
             log.info(
                 "sink %s: %s of %d partition(s) after version %s (positions %s)%s",

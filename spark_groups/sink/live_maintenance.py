@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from spark_groups.errors import MaintenanceError, MaintenanceRunningError, OptionError
 from spark_groups.sink.sink_table import APP_ID_PREFIX
 from spark_groups.sink.upkeep import batch_commit_hooks
+from spark_groups.storage.commit_lock import commits_of
 from spark_groups.storage.delta import open_table
 from spark_groups.storage.files import table_uri
 from spark_groups.storage.maintenance_steps import (
@@ -109,16 +110,17 @@ def _set_lease(table: DeltaTable, until_ms: int, by: str, state: str) -> None:
         "spark_groups.member": by,
         LEASE_KEY: json.dumps({"lease": state, "until": until_ms}, separators=(",", ":")),
     }
-    table.create_write_transaction(
-        [],
-        "append",
-        table.schema(),
-        partition_by=list(table.metadata().partition_columns) or None,
-        commit_properties=CommitProperties(
-            app_transactions=[Transaction(lease_id(table), until_ms)], custom_metadata=info
-        ),
-        post_commithook_properties=batch_commit_hooks(),
-    )
+    with commits_of(table):
+        table.create_write_transaction(
+            [],
+            "append",
+            table.schema(),
+            partition_by=list(table.metadata().partition_columns) or None,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(lease_id(table), until_ms)], custom_metadata=info
+            ),
+            post_commithook_properties=batch_commit_hooks(),
+        )
 
 
 def take_lease(

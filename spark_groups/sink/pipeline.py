@@ -12,6 +12,7 @@ group come from the source".
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from spark_groups.errors import OptionError, PipelineMismatchError, SinkError
@@ -19,7 +20,11 @@ from spark_groups.offsets import BatchOffset, Pipeline
 from spark_groups.options.sink import SinkOptions
 from spark_groups.sink.plan import pipeline_of
 from spark_groups.storage.checkpoint import newest_entry, offset_log_path
-from spark_groups.storage.object_stores import STORAGE_PREFIX, check_commit_safety
+from spark_groups.storage.object_stores import (
+    STORAGE_PREFIX,
+    check_commit_safety,
+    one_writer_opt_in,
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,8 @@ def target_of(options: SinkOptions, pipeline: Pipeline | None, batch: int) -> Si
                     pipeline.sink, options.storage_options, "sink.table", prefix=STORAGE_PREFIX
                 )
             path = pipeline.sink
+        elif path is not None:
+            check_named_by_source(path, options.storage_options)
         if group is not None and group != pipeline.group:
             raise PipelineMismatchError("group.id", group, "group.id", pipeline.group, batch)
         group = pipeline.group
@@ -70,6 +77,22 @@ def target_of(options: SinkOptions, pipeline: Pipeline | None, batch: int) -> Si
             "checkpoint do not (written by an older release), so give it to the sink",
         )
     return SinkTarget(path, group)
+
+
+def check_named_by_source(path: str, storage_options: Mapping[str, str] | None) -> None:
+    """A table committed to as check-then-rename (one writer only) must be the source's
+    ``sink.table``: the source then holds the group to one member
+    (``spark_groups.group.one_writer``). Raises :class:`~spark_groups.errors.OptionError`."""
+    opt_in = one_writer_opt_in(path, storage_options)
+    if opt_in is not None:
+        raise OptionError(
+            "path",
+            f"the Delta table {path} is committed to as check-then-rename "
+            f"(storage.{opt_in}=true), safe for one writer only, and the kafka-group source "
+            "does not name it: set the source's sink.table to it (and drop the sink's path), "
+            'so that the source refuses a second member of the group (docs/storage.md, "One '
+            'writer"); nothing was written',
+        )
 
 
 def check_shared(options: SinkOptions, pipeline: Pipeline, batch: int) -> None:

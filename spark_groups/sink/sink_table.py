@@ -25,6 +25,7 @@ from spark_groups.offsets import TopicPartition
 from spark_groups.sink.features import check_table_features
 from spark_groups.sink.schema_changes import schema_change
 from spark_groups.sink.upkeep import TABLE_DEFAULTS, batch_commit_hooks
+from spark_groups.storage.commit_lock import commits_of
 from spark_groups.storage.delta import create_table, open_table
 from spark_groups.storage.files import table_uri
 from spark_groups.storage.snapshots import LatestSnapshot
@@ -285,11 +286,12 @@ def append_files(
         AddAction(f.path, f.size, dict(f.partition_values), f.modification_time, True, f.stats)
         for f in files
     ]
-    snapshot.create_write_transaction(
-        adds,
-        "append",
-        snapshot.schema(),
-        partition_by=list(partition_by) or None,
-        commit_properties=CommitProperties(app_transactions=txns, custom_metadata=dict(info)),
-        post_commithook_properties=None if hooks else batch_commit_hooks(),
-    )
+    with commits_of(snapshot):
+        snapshot.create_write_transaction(
+            adds,
+            "append",
+            snapshot.schema(),
+            partition_by=list(partition_by) or None,
+            commit_properties=CommitProperties(app_transactions=txns, custom_metadata=dict(info)),
+            post_commithook_properties=None if hooks else batch_commit_hooks(),
+        )

@@ -15,7 +15,9 @@
   brought to its newest version;
 * :mod:`~spark_groups.storage.transactions`: every app transaction of a table from one replay
   of its log, brought forward commit by commit;
-* :mod:`~spark_groups.storage.maintenance_steps`: the maintenance steps every table shares.
+* :mod:`~spark_groups.storage.maintenance_steps`: the maintenance steps every table shares;
+* :mod:`~spark_groups.storage.commit_lock`: one commit at a time per process to a table that
+  takes one writer only.
 """
 
 from spark_groups.storage.object_stores import (

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from spark_groups.storage.commit_lock import commits_of
+
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
@@ -54,11 +56,12 @@ def compact(
     ``commit_info``; delta-rs' metrics. Never run two at once on one table (module doc)."""
     from deltalake import CommitProperties
 
-    table.update_incremental()  # include a compaction that just finished elsewhere
-    return table.optimize.compact(
-        target_size=target_size,
-        commit_properties=CommitProperties(custom_metadata=dict(commit_info)),
-    )
+    with commits_of(table):  # delta-rs commits inside the call
+        table.update_incremental()  # include a compaction that just finished elsewhere
+        return table.optimize.compact(
+            target_size=target_size,
+            commit_properties=CommitProperties(custom_metadata=dict(commit_info)),
+        )
 
 
 def duration_hours(text: str | None, default: float) -> float:

@@ -4,7 +4,9 @@ Every Delta table spark_groups keeps may live on an object store; its settings c
 ``storage.*`` options (passed to delta-rs as ``storage_options``, without the prefix) or the
 environment delta-rs reads. :func:`check_commit_safety` refuses a table whose concurrent
 commits would be unsafe: on S3 without conditional writes or a lock (unless the user opted in
-for one writer), and on Databricks' FUSE mounts without ``allow_unsafe_rename=true``.
+for one writer), and on Databricks' FUSE mounts without ``allow_unsafe_rename=true``;
+:func:`one_writer_opt_in` names the opt-in a table is committed under, which the group then
+holds to one member (``spark_groups.group.one_writer``).
 :func:`s3_filesystem_args`, :func:`azure_filesystem_args` and :func:`gcs_filesystem_args`
 give pyarrow's file systems (the sink's data files, checkpoints) the same store and
 credentials. docs/storage.md, "Two design facts" and "The guard".
@@ -65,6 +67,29 @@ def is_s3(uri: str) -> bool:
     return urlparse(uri).scheme.lower() in S3_SCHEMES
 
 
+def one_writer_opt_in(uri: str, storage_options: Mapping[str, str] | None) -> str | None:
+    """The opt-in under which delta-rs commits to the table at ``uri`` as check-then-rename,
+    safe for one writer only: ``allow_unsafe_rename`` on a Databricks FUSE mount,
+    ``aws_s3_allow_unsafe_rename`` on S3 without conditional writes or a lock; None where
+    commits are atomic (or the path is not one :func:`check_commit_safety` accepts)."""
+    given = storage_options or {}
+    try:
+        resolved = resolve(uri, "path")
+    except StoragePathError:
+        return None
+    if is_databricks_fuse(resolved):
+        return _MOUNT_OPT_IN[0] if _fuse_opted_in(given) else None
+    if not is_s3(resolved):
+        return None
+    conditional = _setting(_CONDITIONAL_PUT, given)
+    if conditional is not None and conditional.lower() == "etag":
+        return None
+    if _setting(_LOCKING, given):
+        return None
+    unsafe = _setting(_UNSAFE_OPT_IN, given)
+    return _UNSAFE_OPT_IN[0] if unsafe is not None and unsafe.lower() == "true" else None
+
+
 def check_commit_safety(
     uri: str, storage_options: Mapping[str, str] | None, option: str, *, prefix: str = ""
 ) -> None:
@@ -97,7 +122,8 @@ def check_commit_safety(
         log.warning(
             "%s on S3 without conditional writes or a locking provider "
             "(aws_s3_allow_unsafe_rename=true): two writers of this table can overwrite "
-            "each other's commits; keep to one writer",
+            "each other's commits; keep to one writer (a second member of the group is "
+            "refused)",
             option,
         )
         return
@@ -114,14 +140,39 @@ def check_commit_safety(
     )
 
 
-def _check_fuse(uri: str, given: Mapping[str, str], option: str, prefix: str) -> None:
+def check_task_written(
+    uri: str, storage_options: Mapping[str, str] | None, option: str, *, prefix: str = ""
+) -> None:
+    """Refuse a table that Spark's tasks commit to, many at once (a dead-letter table),
+    where concurrent commits are unsafe: :func:`check_commit_safety`, and no one-writer
+    opt-in either (:func:`one_writer_opt_in`). Raises
+    :class:`~spark_groups.errors.OptionError` on ``option``."""
+    check_commit_safety(uri, storage_options, option, prefix=prefix)
+    opt_in = one_writer_opt_in(uri, storage_options)
+    if opt_in is not None:
+        raise OptionError(
+            option,
+            f"the Delta table {uri} is committed to as check-then-rename ({prefix}{opt_in}"
+            "=true), safe for one writer only, and Spark's tasks write it, several at once, "
+            "so their commits could overwrite each other's. Put it where commits are atomic: "
+            "a local disk, or the object store itself (abfss://, gs://, or s3:// with "
+            f'{prefix}aws_conditional_put=etag) (docs/storage.md, "One writer")',
+        )
+
+
+def _fuse_opted_in(given: Mapping[str, str]) -> bool:
     lowered = {k.lower(): v.strip().lower() for k, v in given.items()}
     values = [lowered[name] for name in _MOUNT_OPT_IN if name in lowered]
     values.append(os.environ.get(_MOUNT_OPT_IN_ENV, "").strip().lower())
-    if "true" in values:
+    return "true" in values
+
+
+def _check_fuse(uri: str, given: Mapping[str, str], option: str, prefix: str) -> None:
+    if _fuse_opted_in(given):
         log.warning(
             "%s on a Databricks FUSE mount (allow_unsafe_rename=true): two writers of this "
-            "table can overwrite each other's commits; keep to one writer",
+            "table can overwrite each other's commits; keep to one writer (a second member of "
+            "the group is refused)",
             option,
         )
         return

@@ -6,11 +6,13 @@ S3-compatible server (S3Proxy), ``dbfs:/`` on a local folder named as the DBFS m
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
+from confluent_kafka import Consumer
 from deltalake import DeltaTable
 
 from spark_groups.ledger.offset_ledger import OffsetLedger
@@ -135,3 +137,35 @@ def test_a_query_with_ledger_sink_and_checkpoint_given_as_dbfs_paths_lands_every
         assert ledger.latest_positions() == ends
     assert (mount / "pipelines" / "_offsets_rebalances" / "_delta_log").is_dir()
     assert not Path("dbfs:").exists() and not (ROOT / "dbfs:").exists()  # the member's cwd
+
+    # A second member of the group (a user's plain consumer service): one writer only, so the
+    # query run again is refused, having read and written nothing.
+    produce_ids(bootstrap_servers, topic, range(200, 210), 3)
+    version = table.version()
+    other = Consumer(
+        {"bootstrap.servers": bootstrap_servers, "group.id": group, "client.id": "service-b",
+         "enable.auto.commit": False, "session.timeout.ms": 6000,
+         "partition.assignment.strategy": "cooperative-sticky"}  # the query's
+    )  # fmt: skip
+    assigned, stop = threading.Event(), threading.Event()
+    other.subscribe([topic], on_assign=lambda _, partitions: assigned.set())
+    # A live member: it takes part in the rebalances the query's join makes. (Only this thread
+    # calls the consumer: confluent-kafka serialises calls, and poll would starve the rest.)
+    polling = threading.Thread(target=lambda: [other.poll(0.2) for _ in iter(stop.is_set, True)])
+    polling.start()
+    try:
+        assert assigned.wait(60), "the consumer got no assignment"
+        fast = {"kafka.session.timeout.ms": "2000", "kafka.heartbeat.interval.ms": "500"}
+        again = {**spec, "source_options": {**spec["source_options"], **fast}}
+        refused = Member("a", again, tmp_path / "logs-again")
+        assert refused.run(240, {DBFS_MOUNT_ENV: str(mount)}) != 0
+    finally:
+        stop.set()
+        polling.join(10)
+        other.close()
+    text = refused.log_text()
+    assert "OneWriterError" in text and "service-b@" in text, text[-3000:]
+    assert DeltaTable(str(mount / "pipelines" / "orders")).version() == version
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(DBFS_MOUNT_ENV, str(mount))
+        assert ledger.latest_positions() == ends
