@@ -6,7 +6,10 @@
 One round of ``jobs/ingest.py`` (``spark-submit``, ``delta-group``) on its own Apache Kafka,
 the demo's orders at ``--rate``, ``spark-groups optimize`` every ``--optimize-every-min``;
 every ``--sample-s`` the processes' memory and every table's files (all samples in
-``bench/results/soak-<time>.csv``); at the end, every record once in the table.
+``bench/results/soak-<time>.csv``) and the batches since (``_soak_watch``); at the end,
+every record once in the table, and the first five minutes against the last five: batch
+duration, latency (produced to visible), files, log entries, memory. The first minute (the
+JVM's warm-up and the backlog produced before the first batch) is left out of the first five.
 """
 
 from __future__ import annotations
@@ -28,11 +31,28 @@ import pyarrow as pa
 from bench.harness.docs import RESULTS, ROOT
 from bench.harness.kafka import Flow, broker
 from bench.harness.procfs import cmdline, descendants, process_kind
+from bench.scenarios._soak_watch import BatchWatch, quantile, window
 
 from support.broker import create_topic, unique
 
 SECTION = "soak"
 PROCESSES = ("jvm", "reader", "workers")
+#: The windows compared (seconds): five minutes, the first after a minute of warm-up.
+WINDOW_S, WARM_UP_S = 300.0, 60.0
+#: The goal: the last five minutes within this of the first.
+GOAL = 1.2
+#: What the windows compare, and how the section names it.
+WINDOW_MEASURES = (
+    ("batches", "batches"),
+    ("batch_p50_ms", "batch duration p50 (ms)"),
+    ("batch_p99_ms", "batch duration p99 (ms)"),
+    ("latency_p50_ms", "latency p50 (ms)"),
+    ("latency_p99_ms", "latency p99 (ms)"),
+    ("records_per_s", "records a second into the table"),
+    ("sink_active_files", "the table's live files"),
+    ("sink_log_entries", "the table's log entries (commit files)"),
+    ("memory_mb", "memory (MB)"),
+)
 
 
 def _memory_mb(pid: int) -> tuple[str, float, float] | None:
@@ -79,12 +99,15 @@ def sample(job: subprocess.Popen, work: Path, group: str, produced: int) -> dict
             memory[got[0]] += got[1]
             if got[0] == "reader":
                 reader_rss += got[2]
+    row["at_s"] = time.time()
     row.update({f"{k}_mb": round(v, 1) for k, v in memory.items()})
     row["reader_rss_mb"] = round(reader_rss, 1)
     for name, path in (("sink", work / "table"), ("ledger", work / "ledger")):
         count, size = _files(path)
         row[f"{name}_files"], row[f"{name}_mb"] = count, round(size / 1e6, 2)
     row["sink_active_files"] = _active_files(work / "table")
+    log = work / "table" / "_delta_log"
+    row["sink_log_entries"] = len(list(log.glob("*.json"))) if log.exists() else 0
     count, size = _files(Path(str(work / "ledger") + "_rebalances"))
     row["history_files"], row["history_mb"] = count, round(size / 1e6, 2)
     try:
@@ -167,6 +190,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with (work / "job.log").open("w") as log:  # the job keeps its own descriptor of it
             job = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
         started = time.monotonic()
+        watch = BatchWatch(work / "table", work / "checkpoint")
         next_optimize = started + args.optimize_every_min * 60
         try:
             while time.monotonic() - started < args.minutes * 60:
@@ -175,12 +199,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     errors = [line for line in text if "Error" in line or "Exception" in line]
                     raise SystemExit("the job ended early:\n" + "\n".join(errors[:30]))
                 rows.append(sample(job, work, group, producer.sent))
+                watch.poll()
                 print(rows[-1], flush=True)
                 if args.optimize_every_min and time.monotonic() >= next_optimize:
                     next_optimize += args.optimize_every_min * 60
                     subprocess.run(["spark-groups", "optimize", str(work / "table")], check=False)
                 time.sleep(args.sample_s)  # the sampling period itself, not a synchronisation
             producer.stop()
+            stopped_s = time.time()
             deadline = time.monotonic() + 300
             while sample(job, work, group, producer.sent)["committed"] < producer.sent:
                 assert time.monotonic() < deadline, "the job did not catch up within 5 minutes"
@@ -189,14 +215,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             job.send_signal(signal.SIGTERM)
             job.wait(120)
+        watch.poll()
         total, distinct = verify(work / "table")
+    first_s = min((c["at_s"] for c in watch.commits), default=stopped_s) + WARM_UP_S
+    spans = {"first": (first_s, first_s + WINDOW_S), "last": (stopped_s - WINDOW_S, stopped_s)}
     samples = RESULTS / f"soak-{stamp}.csv"
     with open(samples, "w", newline="") as out:
         writer = csv.DictWriter(out, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     return {"stamp": stamp, "samples": str(samples.relative_to(ROOT)), "sample_s": args.sample_s,
-            "produced": producer.sent, "in_table": total, "distinct": distinct}  # fmt: skip
+            "produced": producer.sent, "in_table": total, "distinct": distinct,
+            "windows": {k: figures(watch, rows, *v) for k, v in spans.items()}}  # fmt: skip
+
+
+def figures(watch: BatchWatch, rows: list[dict], start_s: float, end_s: float) -> dict:
+    """The window's batches (duration), commits (latency of their oldest and newest record)
+    and the samples' last values in it."""
+    batches = [b["duration_ms"] for b in window(watch.batches, start_s, end_s)]
+    commits = window(watch.commits, start_s, end_s)
+    oldest = [c["oldest_ms"] for c in commits]
+    samples = [r for r in rows if start_s <= r["at_s"] < end_s] or rows[-1:]
+    last = samples[-1]
+    return {
+        "batches": len(batches),
+        "batch_p50_ms": quantile(batches, 0.5),
+        "batch_p99_ms": quantile(batches, 0.99),
+        "latency_p50_ms": quantile(oldest, 0.5),
+        "latency_p99_ms": quantile(oldest, 0.99),
+        "records_per_s": sum(c["records"] for c in commits) / (end_s - start_s),
+        "sink_active_files": max(int(r["sink_active_files"]) for r in samples),
+        "sink_log_entries": max(int(r["sink_log_entries"]) for r in samples),
+        "memory_mb": sum(float(last[f"{k}_mb"]) for k in PROCESSES),
+    }
 
 
 def render(results: dict[str, Any]) -> str:
@@ -215,11 +266,36 @@ def render(results: dict[str, Any]) -> str:
         f"(partition, offset) {distinct:,}: "
         + ("every record exactly once." if total == distinct == produced else "**MISMATCH**."),
         "",
+    ]
+    windows = results.get("windows")
+    if windows:
+        first, last = windows["first"], windows["last"]
+        lines += [
+            "The first five minutes (after the first minute: the JVM's warm-up and the backlog "
+            "produced before the first batch) against the last five, before the producer "
+            "stopped. Latency: from a record's Kafka timestamp to the commit that made it "
+            "visible, per commit its oldest record's. Files and log entries: the most in the "
+            "window (compaction every 100 commits makes the live files a saw; the log keeps "
+            "15 minutes, so it grows through the first quarter hour by design). Memory: the "
+            f"job's processes' PSS at the window's end. Goal: batch duration and latency in "
+            f"the last within {GOAL:g}x of the first.",
+            "",
+            "| measure | first 5 min | last 5 min | last / first |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        for key, what in WINDOW_MEASURES:
+            a, b = float(first[key]), float(last[key])
+            ratio = f"{b / a:.2f}x" if a else "-"
+            lines.append(f"| {what} | {a:,.0f} | {b:,.0f} | {ratio} |")
+        lines.append("")
+    lines += [
+        "Every sample's start, end, peak and slope:",
+        "",
         "| measure | start | end | peak | slope, 2nd half (per hour) |",
         "| --- | --- | --- | --- | --- |",
     ]
     keys = [f"{k}_mb" for k in PROCESSES] + [
-        "reader_rss_mb", "sink_files", "sink_active_files", "sink_mb",
+        "reader_rss_mb", "sink_files", "sink_active_files", "sink_log_entries", "sink_mb",
         "ledger_files", "ledger_mb", "history_files", "history_mb",
     ]  # fmt: skip
     # Samples taken before the job's processes existed say nothing of their memory.
