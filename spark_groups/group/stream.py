@@ -102,12 +102,7 @@ class GroupStream:
         self._member: GroupMember | None = None
         self._member_config = options.member_config()
         self._pipeline = options.pipeline
-        tables = {
-            "offsets.table": options.ledger_path,
-            "rebalances.table": options.history_path,
-            "sink.table": options.sink_path,
-        }
-        self._one_writer = guard_for(tables, options.storage_options, self._member_config)
+        self._one_writer = guard_for(options.tables, options.storage_options, self._member_config)
         ledger, self._history = _tables(options)
         self._behind = LedgerBehind(ledger) if ledger is not None else None
         self._durability = DurabilityWatch(options.checkpoint, arbiter, options.storage_options)

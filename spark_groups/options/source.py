@@ -184,6 +184,16 @@ class SourceOptions:
         return Pipeline(self.group_id, self.sink_path, self.checkpoint, plain)
 
     @property
+    def tables(self) -> dict[str, str | None]:
+        """The Delta tables the driver commits to, by the option that names them (None: not
+        given)."""
+        return {
+            "offsets.table": self.ledger_path,
+            "rebalances.table": self.history_path,
+            "sink.table": self.sink_path,
+        }
+
+    @property
     def subscription(self) -> list[str]:
         """What to pass to ``Consumer.subscribe``: topic names, or one ``^regex``."""
         if self.pattern is not None:

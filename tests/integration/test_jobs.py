@@ -16,7 +16,6 @@ import pytest
 
 from spark_groups.group.member import GroupMember
 from spark_groups.ledger import OffsetLedger
-from spark_groups.offsets import TopicPartition as OurTopicPartition
 
 from support.broker import broker_kind, committed_offsets, produce_ids, unique, wait_until
 from support.options import FAST_GROUP
@@ -90,47 +89,6 @@ def run_job(conf: Path) -> str:
     return output
 
 
-def test_scheduled_runs_land_every_record_once_and_commit(
-    bootstrap_servers: str, make_topic, tmp_path: Path
-) -> None:
-    from deltalake import DeltaTable, QueryBuilder
-
-    topic, group = make_topic(3), unique("scheduled")
-    conf = scheduled_config(tmp_path, bootstrap_servers, topic, group)
-    first = produce_ids(bootstrap_servers, topic, range(300), 3)
-    log = run_job(conf)
-    # The end of the run as one short sentence (the full metrics only at DEBUG).
-    (summary,) = [ln for ln in log.splitlines() if "run summary:" in ln]
-    assert re.search(
-        r"run summary: 300 records in \d+ batch(es)?, lag 0; \d+ rebalances?, \d+ barrier waits?, "
-        r"0 barrier timeouts, 0 failed commits$",
-        summary,
-    ), summary
-    assert len(summary) < 200 and "coordinator metrics" not in log, summary
-    # Quiet: none of Spark's INFO start-up wall, one line of ours per batch (200 records at
-    # most each, the 3 partitions assigned to this only member).
-    assert " INFO SparkContext:" not in log and " INFO BlockManager" not in log, log[:3000]
-    batches = re.findall(r"batch \d+: (\d+) records, lag \d+, 3 partitions assigned", log)
-    assert len(batches) >= 2 and sum(map(int, batches)) == 300, log[-3000:]
-    # The next run reads only what arrived since.
-    second = produce_ids(bootstrap_servers, topic, range(300, 450), 3)
-    run_job(conf)
-
-    query = QueryBuilder().register("t", DeltaTable(str(tmp_path / "table")))
-    rows = pa.table(
-        query.execute(
-            'SELECT count(*) AS n, count(DISTINCT (partition, "offset")) AS d, '
-            "count(DISTINCT value) AS v FROM t"
-        ).read_all()
-    ).to_pylist()[0]
-    assert rows == {"n": 450, "d": 450, "v": 450}
-
-    ends = {p: first[p] + second[p] for p in range(3)}
-    assert committed_offsets(bootstrap_servers, group, topic, 3) == ends
-    ledger = OffsetLedger(str(tmp_path / "ledger"), group).latest_positions()
-    assert {tp.partition: offset for tp, offset in ledger.items()} == ends
-
-
 class RevocationCounter:
     """A rebalance listener that counts what a member had taken away."""
 
@@ -148,12 +106,16 @@ class RevocationCounter:
 
 
 @pytest.mark.skipif(broker_kind() == "tansu", reason="Tansu has no static membership")
-def test_a_static_scheduled_run_rejoins_without_a_rebalance(
+def test_scheduled_runs_land_every_record_once_commit_and_rejoin_without_a_rebalance(
     bootstrap_servers: str, make_topic, tmp_path: Path
 ) -> None:
-    """The scheduled job's static id (conf/scheduled.toml) at work on Kafka: a run that starts
-    within the session timeout of the last one gets its partitions back, and the group's other
-    member sees no rebalance at all."""
+    """Two runs of the scheduled job (conf/scheduled.toml: AvailableNow, a static id) beside
+    another member of the group. Each run reads its own partitions to their ends, every record
+    once, commits to Kafka and the ledger, and ends with one short line; the second reads only
+    what arrived since, and, starting within the session timeout of the first, gets its
+    partitions back: the other member sees no rebalance at all."""
+    from deltalake import DeltaTable, QueryBuilder
+
     topic, group = make_topic(3), unique("scheduled")
     # Outlives the gap between the two runs: the end of one spark-submit to the next one's
     # join took over 60 s on this 2-core machine under load (the second run then rebalanced).
@@ -173,20 +135,46 @@ def test_a_static_scheduled_run_rejoins_without_a_rebalance(
     ).start()
     try:
         wait_until(lambda: len(other.assignment) == 3, 60, "the other member to own the topic")
-        first = produce_ids(bootstrap_servers, topic, range(300), 3)
-        run_job(conf)  # joins (one rebalance for the other member), reads, stays a member
+        first = produce_ids(bootstrap_servers, topic, range(900), 3)
+        log = run_job(conf)  # joins (one rebalance for the other member), reads, stays a member
         kept = other.assignment
         revocations = counter.revocations
         assert 0 < len(kept) < 3 and revocations >= 1
-        second = produce_ids(bootstrap_servers, topic, range(300, 450), 3)
+        mine = sorted({0, 1, 2} - {tp.partition for tp in kept})
+        read = sum(first[p] for p in mine)
+        # The end of the run as one short sentence (the full metrics only at DEBUG).
+        (summary,) = [ln for ln in log.splitlines() if "run summary:" in ln]
+        assert re.search(
+            rf"run summary: {read} records in \d+ batch(es)?, lag 0; \d+ rebalances?, \d+ "
+            r"barrier waits?, 0 barrier timeouts, 0 failed commits$",
+            summary,
+        ), summary
+        assert len(summary) < 200 and "coordinator metrics" not in log, summary
+        # Quiet: none of Spark's INFO start-up wall, one line of ours per batch (200 records at
+        # most each, the partitions assigned to it).
+        assert " INFO SparkContext:" not in log and " INFO BlockManager" not in log, log[:3000]
+        found = rf"batch \d+: (\d+) records, lag \d+, {len(mine)} partitions? assigned"
+        batches = re.findall(found, log)
+        assert len(batches) >= 2 and sum(map(int, batches)) == read, log[-3000:]
+        # The next run reads only what arrived since, with no rebalance for the other member.
+        second = produce_ids(bootstrap_servers, topic, range(900, 1050), 3)
         run_job(conf)
         assert counter.revocations == revocations, "the second run rebalanced the group"
         assert other.assignment == kept
-        # The run read its own partitions to their ends, and nothing of the other member's.
-        job_partitions = {0, 1, 2} - {tp.partition for tp in kept}
-        committed = other.committed([OurTopicPartition(topic, p) for p in range(3)])
-        assert {tp.partition: o for tp, o in committed.items()} == {
-            p: first[p] + second[p] for p in job_partitions
-        }
     finally:
         other.close()
+
+    query = QueryBuilder().register("t", DeltaTable(str(tmp_path / "table")))
+    rows = pa.table(
+        query.execute(
+            'SELECT count(*) AS n, count(DISTINCT (partition, "offset")) AS d, '
+            "count(DISTINCT value) AS v, count(DISTINCT partition) AS p FROM t"
+        ).read_all()
+    ).to_pylist()[0]
+    landed = sum(first[p] + second[p] for p in mine)
+    assert rows == {"n": landed, "d": landed, "v": landed, "p": len(mine)}
+    # The runs read their own partitions to their ends, and nothing of the other member's.
+    ends = {p: first[p] + second[p] for p in mine}
+    assert committed_offsets(bootstrap_servers, group, topic, 3) == ends
+    ledger = OffsetLedger(str(tmp_path / "ledger"), group).latest_positions()
+    assert {tp.partition: offset for tp, offset in ledger.items()} == ends
