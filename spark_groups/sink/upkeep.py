@@ -12,9 +12,12 @@ thread works the latest version it was given, one run at a time, and never fails
    ``compactEvery``: ``spark-groups optimize``'s (the maintenance lease, compaction with every
    transaction id kept, a checkpoint, the log cleaned up); a lease held elsewhere skips the turn.
    One commit holds a version, so one member per period compacts.
-2. **Vacuum** in lite mode after a compaction: the data files the table's tombstones name,
-   removed longer ago than ``delta.deletedFileRetentionDuration`` (a member's uncommitted files
-   are in no tombstone, so this is safe beside members).
+2. **Vacuum** in lite mode after a compaction, and after every checkpoint the upkeep writes:
+   the data files the table's tombstones name, removed longer ago than
+   ``delta.deletedFileRetentionDuration`` (a member's uncommitted files are in no tombstone, so
+   this is safe beside members). It reads the tombstones of the snapshot loaded *before* the
+   checkpoint: a checkpoint drops the tombstones that expired, so a snapshot loaded after it
+   would never find their files again.
 3. Otherwise a **checkpoint** and the log cleaned up, when the version is a multiple of the
    table's ``delta.checkpointInterval`` (or, halfway to the next, the newest checkpoint is
    twice that old: a claim, a lease or a process that stopped may have held the multiple).
@@ -238,6 +241,7 @@ class TableUpkeep:
         started = time.monotonic()
         checkpoint_and_clean_log(table)
         self.counts["checkpoints"] += 1
+        self._vacuum(table)  # its tombstones are those from before the checkpoint
         log.debug(
             "sink %s: checkpoint at version %d and log clean-up in %.0f ms",
             self.path,
@@ -248,6 +252,7 @@ class TableUpkeep:
     def _compact(self, version: int) -> bool:
         from spark_groups.sink.live_maintenance import optimize
 
+        before = self._open()  # the tombstones the compaction's checkpoint will drop
         started = time.monotonic()
         try:
             result = optimize(
@@ -269,13 +274,16 @@ class TableUpkeep:
             result.before.files,
             result.after.files,
         )
-        table = self._open()
-        if table is not None:
-            deleted = vacuum(table, commit_info={"spark_groups.member": f"sink:{self.member}"})
-            self.counts["vacuums"] += 1
-            if deleted:
-                log.info("sink %s: vacuumed %d removed file(s)", self.path, len(deleted))
+        if before is not None:
+            self._vacuum(before)
         return True
+
+    def _vacuum(self, table: DeltaTable) -> None:
+        """Lite vacuum on ``table``, a snapshot loaded before the newest checkpoint."""
+        deleted = vacuum(table, commit_info={"spark_groups.member": f"sink:{self.member}"})
+        self.counts["vacuums"] += 1
+        if deleted:
+            log.info("sink %s: vacuumed %d removed file(s)", self.path, len(deleted))
 
     def _checkpoint_due(self, version: int) -> bool:
         """At a multiple of the checkpoint interval; halfway between two, when the newest

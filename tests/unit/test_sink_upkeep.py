@@ -20,6 +20,7 @@ from spark_groups.sink.group_commit import DeltaSink, committed_positions
 from spark_groups.sink.upkeep import DEFAULT_COMPACT_EVERY, TABLE_DEFAULTS, TableUpkeep
 
 from sink_support import SCHEMA, TOPIC, plan, rows, write_task
+from support.broker import wait_until
 
 PARTITIONS = [TopicPartition(TOPIC, p) for p in range(2)]
 
@@ -172,3 +173,42 @@ def test_vacuum_of_a_new_table_keeps_an_hour_while_members_may_run(tmp_path: Pat
     assert beside.retention_hours == MIN_RETAIN_HOURS_BESIDE_MEMBERS
     stopped = vacuum_table(str(table), None, "test", members_stopped=True)
     assert stopped.retention_hours == 0.25
+
+
+def test_the_files_a_compaction_removed_are_vacuumed_once_their_retention_ends(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint drops the tombstones that expired; the upkeep's vacuum reads those of the
+    snapshot from before the checkpoint, so the first compaction's removed files are deleted
+    at the second (a snapshot loaded after it finds none of them: they would stay forever)."""
+    table = tmp_path / "t"
+    commit_batches(table, range(5))
+    retention_s = 5.0
+    DeltaTable(str(table)).alter.set_table_properties(
+        {"delta.deletedFileRetentionDuration": f"interval {retention_s:g} seconds"}
+    )
+    upkeep = TableUpkeep(str(table), None, "m", compact_every=1)  # at every version it is given
+    upkeep.after_commit(commit_batches(table, range(5, 6))[-1])
+    assert upkeep.wait_idle(60) and upkeep.counts["compactions"] == 1
+    removed_at = time.time()
+    first_removed = {Path(u).name for u in _data_files(table)} - _live(table)
+    assert len(first_removed) == 12  # the six batches' files, two each
+    deadline = removed_at + retention_s + 0.5
+    wait_until(lambda: time.time() > deadline, retention_s + 5, "their retention to end")
+    upkeep.after_commit(commit_batches(table, range(6, 11))[-1])
+    assert upkeep.wait_idle(60) and upkeep.counts["compactions"] == 2
+    assert upkeep.counts["failures"] == 0
+    on_disk = {Path(u).name for u in _data_files(table)}
+    assert not first_removed & on_disk, "the first compaction's removed files are still there"
+    assert _live(table) <= on_disk
+    assert sorted(DeltaTable(str(table)).to_pyarrow_table()["offset"].to_pylist()) == sorted(
+        o for o in range(110) for _ in range(2)
+    )
+
+
+def _data_files(table: Path) -> list[str]:
+    return [str(p) for p in table.rglob("*.parquet") if "_delta_log" not in p.parts]
+
+
+def _live(table: Path) -> set[str]:
+    return {Path(u).name for u in DeltaTable(str(table)).file_uris()}
