@@ -17,9 +17,7 @@ from dataclasses import dataclass
 
 from spark_groups.errors import OptionError, SinkError
 from spark_groups.offsets import TopicPartition
-from spark_groups.sink.sink_table import app_id, load, versions
-from spark_groups.sink.upkeep import batch_commit_hooks
-from spark_groups.storage.commit_lock import commits_of
+from spark_groups.sink.sink_table import app_id, append_files, load, versions
 from spark_groups.storage.files import table_uri
 
 # Logs under the logger it has always used (before the module's rename).
@@ -57,7 +55,7 @@ def accept_gap(
     nothing of ``tp`` for the group (no gap can arise there), or keeps changing under
     concurrent commits; :class:`~spark_groups.errors.OptionError` for a negative ``until``.
     """
-    from deltalake import CommitProperties, Transaction
+    from deltalake import Transaction
     from deltalake.exceptions import CommitFailedError
 
     if until < 0:
@@ -84,20 +82,9 @@ def accept_gap(
             ),
             "spark_groups.reason": reason[:MAX_REASON_CHARS],
         }
-        properties = CommitProperties(
-            app_transactions=[Transaction(app_id(str(table.metadata().id), group_id, tp), until)],
-            custom_metadata=info,
-        )
+        txns = [Transaction(app_id(str(table.metadata().id), group_id, tp), until)]
         try:
-            with commits_of(table):
-                table.create_write_transaction(
-                    [],
-                    "append",
-                    table.schema(),
-                    partition_by=list(table.metadata().partition_columns) or None,
-                    commit_properties=properties,
-                    post_commithook_properties=batch_commit_hooks(),
-                )
+            append_files(table, [], tuple(table.metadata().partition_columns), txns, info)
         except CommitFailedError:
             continue  # a member committed meanwhile: decide again on the new snapshot
         after = load(uri, storage_options)

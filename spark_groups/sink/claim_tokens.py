@@ -24,9 +24,7 @@ from typing import TYPE_CHECKING
 from spark_groups.errors import SinkClaimError
 from spark_groups.group.arbiter import Claimed
 from spark_groups.offsets import TopicPartition, positions_text
-from spark_groups.sink.sink_table import SinkTable, versions
-from spark_groups.sink.upkeep import batch_commit_hooks
-from spark_groups.storage.commit_lock import commits_of
+from spark_groups.sink.sink_table import SinkTable, append_files, versions
 from spark_groups.storage.transactions import transaction_versions
 
 if TYPE_CHECKING:
@@ -141,7 +139,7 @@ def _change(
 ) -> Claimed | None:
     """One commit setting the claims ``new`` (only where the table holds ``expect``'s token,
     when given), on the snapshot whose positions it returns; again on a conflict."""
-    from deltalake import CommitProperties, Transaction
+    from deltalake import Transaction
     from deltalake.exceptions import CommitFailedError
 
     options = dict(storage_options) if storage_options else None
@@ -174,19 +172,8 @@ def _change(
                 "spark_groups.claims.by": member,
                 f"spark_groups.claims.{what}": ",".join(str(tp) for tp in sorted(mine)),
             }
-            with commits_of(snapshot):
-                snapshot.create_write_transaction(
-                    [],
-                    "append",
-                    snapshot.schema(),
-                    partition_by=list(snapshot.metadata().partition_columns) or None,
-                    commit_properties=CommitProperties(
-                        app_transactions=txns,
-                        custom_metadata=info,
-                        max_commit_retries=COMMIT_RETRIES,
-                    ),
-                    post_commithook_properties=batch_commit_hooks(),
-                )
+            partition_by = tuple(snapshot.metadata().partition_columns)
+            append_files(snapshot, [], partition_by, txns, info, max_commit_retries=COMMIT_RETRIES)
             version = snapshot.version()
             log.info(
                 "sink %s: %s of %d partition(s) after version %s (positions %s)%s",

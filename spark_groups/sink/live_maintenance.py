@@ -22,9 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_groups.errors import MaintenanceError, MaintenanceRunningError, OptionError
-from spark_groups.sink.sink_table import APP_ID_PREFIX
-from spark_groups.sink.upkeep import batch_commit_hooks
-from spark_groups.storage.commit_lock import commits_of
+from spark_groups.sink.sink_table import APP_ID_PREFIX, append_files
 from spark_groups.storage.delta import open_table
 from spark_groups.storage.files import table_uri
 from spark_groups.storage.maintenance_steps import (
@@ -104,23 +102,14 @@ def _lease_holder(table: DeltaTable, until_ms: int) -> str:
 
 def _set_lease(table: DeltaTable, until_ms: int, by: str, state: str) -> None:
     """Commit, on ``table``'s snapshot, the lease id set to ``until_ms`` (no files)."""
-    from deltalake import CommitProperties, Transaction
+    from deltalake import Transaction
 
     info = {
         "spark_groups.member": by,
         LEASE_KEY: json.dumps({"lease": state, "until": until_ms}, separators=(",", ":")),
     }
-    with commits_of(table):
-        table.create_write_transaction(
-            [],
-            "append",
-            table.schema(),
-            partition_by=list(table.metadata().partition_columns) or None,
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(lease_id(table), until_ms)], custom_metadata=info
-            ),
-            post_commithook_properties=batch_commit_hooks(),
-        )
+    txns = [Transaction(lease_id(table), until_ms)]
+    append_files(table, [], tuple(table.metadata().partition_columns), txns, info)
 
 
 def take_lease(

@@ -273,11 +273,13 @@ def append_files(
     info: Mapping[str, str],
     *,
     hooks: bool = False,
+    max_commit_retries: int | None = None,
 ) -> None:
     """One ``append`` commit on ``snapshot`` adding ``files`` (already written), setting
     ``txns`` (deltalake ``Transaction``s) and carrying ``info``, with no post-commit hook
     (checkpoints are the upkeep's: ``spark_groups.sink.upkeep``), or with delta-rs' own with
-    ``hooks`` (a kafka-share commit's). Raises what delta-rs raises
+    ``hooks`` (a kafka-share commit's); ``max_commit_retries`` as delta-rs' (None: its
+    default). Raises what delta-rs raises
     (``CommitFailedError`` on a conflict)."""
     from deltalake import CommitProperties
     from deltalake.transaction import AddAction
@@ -292,6 +294,12 @@ def append_files(
             "append",
             snapshot.schema(),
             partition_by=list(partition_by) or None,
-            commit_properties=CommitProperties(app_transactions=txns, custom_metadata=dict(info)),
+            commit_properties=CommitProperties(
+                app_transactions=txns,
+                custom_metadata=dict(info),
+                **(
+                    {} if max_commit_retries is None else {"max_commit_retries": max_commit_retries}
+                ),
+            ),
             post_commithook_properties=None if hooks else batch_commit_hooks(),
         )
