@@ -79,15 +79,18 @@ def one_writer_opt_in(uri: str, storage_options: Mapping[str, str] | None) -> st
         return None
     if is_databricks_fuse(resolved):
         return _MOUNT_OPT_IN[0] if _fuse_opted_in(given) else None
-    if not is_s3(resolved):
-        return None
-    conditional = _setting(_CONDITIONAL_PUT, given)
-    if conditional is not None and conditional.lower() == "etag":
-        return None
-    if _setting(_LOCKING, given):
+    if not is_s3(resolved) or _s3_atomic(given):
         return None
     unsafe = _setting(_UNSAFE_OPT_IN, given)
     return _UNSAFE_OPT_IN[0] if unsafe is not None and unsafe.lower() == "true" else None
+
+
+def _s3_atomic(given: Mapping[str, str]) -> bool:
+    """Whether delta-rs commits to S3 atomically: conditional writes (``etag``) or a lock."""
+    conditional = _setting(_CONDITIONAL_PUT, given)
+    return (conditional is not None and conditional.lower() == "etag") or bool(
+        _setting(_LOCKING, given)
+    )
 
 
 def check_commit_safety(
@@ -110,13 +113,9 @@ def check_commit_safety(
     if is_databricks_fuse(resolved):
         _check_fuse(uri, given, option, prefix)
         return
-    if not is_s3(resolved):
+    if not is_s3(resolved) or _s3_atomic(given):
         return
     conditional = _setting(_CONDITIONAL_PUT, given)
-    if conditional is not None and conditional.lower() == "etag":
-        return
-    if _setting(_LOCKING, given):
-        return
     unsafe = _setting(_UNSAFE_OPT_IN, given)
     if unsafe is not None and unsafe.lower() == "true":
         log.warning(
