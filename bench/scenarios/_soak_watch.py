@@ -15,6 +15,8 @@ Spark's checkpoint clean-up delete what a reading at the end would need:
 from __future__ import annotations
 
 import json
+import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
@@ -81,6 +83,32 @@ class BatchWatch:
                 "records": float(records),
             }
         )
+
+
+#: The ingest job's line for a finished batch (``jobs/ingest.py`` ``batch_line``), with its
+#: log record's time: the trigger's wall time and Spark's phases of it (anywhere in a line:
+#: Spark's console progress bar may precede it).
+BATCH_LINE = re.compile(
+    r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) .*? batch (\d+): (\d+) records.*?; "
+    r"(\d+) ms(?: \((.*)\))?$"
+)
+
+
+def batch_lines(text: str) -> list[dict[str, float]]:
+    """Every finished batch the job logged: ``at_s`` (its line's time, this machine's clock),
+    ``batch``, ``records``, ``trigger_ms`` and each phase's ms (``addBatch_ms``, ...)."""
+    rows = []
+    for line in text.splitlines():
+        if not (m := BATCH_LINE.search(line)):
+            continue
+        at = time.mktime(time.strptime(m[1], "%Y-%m-%d %H:%M:%S")) + int(m[2]) / 1e3
+        row = {"at_s": at, "batch": float(m[3]), "records": float(m[4]), "trigger_ms": float(m[5])}
+        for phase in (m[6] or "").split(", "):
+            if phase:
+                name, ms = phase.rsplit(" ", 1)
+                row[f"{name}_ms"] = float(ms)
+        rows.append(row)
+    return rows
 
 
 def quantile(values: list[float], q: float) -> float:

@@ -31,7 +31,7 @@ import pyarrow as pa
 from bench.harness.docs import RESULTS, ROOT
 from bench.harness.kafka import Flow, broker
 from bench.harness.procfs import cmdline, descendants, process_kind
-from bench.scenarios._soak_watch import BatchWatch, quantile, window
+from bench.scenarios._soak_watch import BatchWatch, batch_lines, quantile, window
 
 from support.broker import create_topic, unique
 
@@ -52,6 +52,15 @@ WINDOW_MEASURES = (
     ("sink_active_files", "the table's live files"),
     ("sink_log_entries", "the table's log entries (commit files)"),
     ("memory_mb", "memory (MB)"),
+)
+
+#: The job's own line of each batch: Spark's trigger and its phases (``durationMs``).
+PHASE_MEASURES = (
+    ("trigger", "trigger, Spark's wall time"),
+    ("latestOffset", "latestOffset (planning)"),
+    ("walCommit", "walCommit (offset log)"),
+    ("addBatch", "addBatch (read and sink)"),
+    ("commitOffsets", "commitOffsets (commit log)"),
 )
 
 
@@ -188,7 +197,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                    "spark.ui.enabled=false", *spark_log_options(),
                    str(ROOT / "jobs" / "ingest.py"), "--conf", str(config)]  # fmt: skip
         with (work / "job.log").open("w") as log:  # the job keeps its own descriptor of it
-            job = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
+            job = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         started = time.monotonic()
         watch = BatchWatch(work / "table", work / "checkpoint")
         next_optimize = started + args.optimize_every_min * 60
@@ -217,6 +226,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             job.wait(120)
         watch.poll()
         total, distinct = verify(work / "table")
+        logged = batch_lines((work / "job.log").read_text())
     first_s = min((c["at_s"] for c in watch.commits), default=stopped_s) + WARM_UP_S
     spans = {"first": (first_s, first_s + WINDOW_S), "last": (stopped_s - WINDOW_S, stopped_s)}
     samples = RESULTS / f"soak-{stamp}.csv"
@@ -224,9 +234,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         writer = csv.DictWriter(out, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    per_batch = RESULTS / f"soak-{stamp}-batches.csv"  # the job's line of every batch
+    with open(per_batch, "w", newline="") as out:
+        names = sorted({k for r in logged for k in r}, key=lambda k: (k != "at_s", k))
+        writer = csv.DictWriter(out, fieldnames=names)
+        writer.writeheader()
+        writer.writerows(logged)
     return {"stamp": stamp, "samples": str(samples.relative_to(ROOT)), "sample_s": args.sample_s,
             "produced": producer.sent, "in_table": total, "distinct": distinct,
-            "windows": {k: figures(watch, rows, *v) for k, v in spans.items()}}  # fmt: skip
+            "batches_csv": str(per_batch.relative_to(ROOT)),
+            "windows": {k: figures(watch, rows, *v) | phases(logged, *v)
+                        for k, v in spans.items()}}  # fmt: skip
+
+
+def phases(logged: list[dict[str, float]], start_s: float, end_s: float) -> dict[str, float]:
+    """The window's p50 and p99 of the trigger's wall time and of each of Spark's phases, from
+    the job's batch lines (``trigger_p50_ms``, ``addBatch_p99_ms``, ...)."""
+    rows = window(logged, start_s, end_s)
+    out = {}
+    for key in sorted({k for r in rows for k in r if k.endswith("_ms")}):
+        values = [r[key] for r in rows if key in r]
+        for q in (50, 99):
+            out[f"{key[:-3]}_p{q}_ms"] = quantile(values, q / 100)
+    return out
 
 
 def figures(watch: BatchWatch, rows: list[dict], start_s: float, end_s: float) -> dict:
@@ -283,7 +313,13 @@ def render(results: dict[str, Any]) -> str:
             "| measure | first 5 min | last 5 min | last / first |",
             "| --- | ---: | ---: | ---: |",
         ]
-        for key, what in WINDOW_MEASURES:
+        phase_rows = [
+            (f"{name}_p{q}_ms", f"{what} p{q} (ms)")
+            for name, what in PHASE_MEASURES
+            for q in (50, 99)
+            if f"{name}_p{q}_ms" in first and f"{name}_p{q}_ms" in last
+        ]
+        for key, what in [*WINDOW_MEASURES, *phase_rows]:
             a, b = float(first[key]), float(last[key])
             ratio = f"{b / a:.2f}x" if a else "-"
             lines.append(f"| {what} | {a:,.0f} | {b:,.0f} | {ratio} |")

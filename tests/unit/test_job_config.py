@@ -125,7 +125,8 @@ def test_one_line_per_batch_with_records_lag_and_assignment(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     assert ingest.batch_line(_progress(4, 120)) == (
-        "batch 4: 120 records, lag 2, 3 partitions assigned (generation 2, 1 rebalances)"
+        "batch 4: 120 records, lag 2, 3 partitions assigned (generation 2, 1 rebalances); "
+        "9 ms (addBatch 5)"
     )
     # Without a readable end offset, the coordinator's lag at the plan.
     assert ingest.batch_line(_progress(5, 0, ran=False)).startswith("batch 5: 0 records, lag 7,")
