@@ -24,7 +24,7 @@ from spark_groups.storage.object_stores import (
     STORAGE_PREFIX,
     check_commit_safety,
     check_task_written,
-    one_writer_opt_in,
+    refuse_one_writer,
     storage_options_of,
 )
 
@@ -118,17 +118,14 @@ def parse_share_options(options: Mapping[str, str]) -> ShareOptions:
         )
     storage = storage_options_of(options)
     check_commit_safety(sink_path, storage, "sink.table", prefix=STORAGE_PREFIX)
-    opt_in = one_writer_opt_in(sink_path, storage)
-    if opt_in is not None:
-        raise OptionError(
-            "sink.table",
-            f"the Delta table {sink_path} is committed to as check-then-rename "
-            f"(storage.{opt_in}=true), safe for one writer only, and a share group's queries "
-            "cannot be held to one: nothing here can list a share group's members "
-            "(confluent-kafka's AdminClient has no DescribeShareGroups). Put the table where "
-            "commits are atomic: a local disk, or the object store itself (abfss://, gs://, or "
-            's3:// with storage.aws_conditional_put=etag) (docs/storage.md, "One writer")',
-        )
+    refuse_one_writer(
+        sink_path,
+        storage,
+        "sink.table",
+        "a share group's queries cannot be held to one: nothing here can list a share "
+        "group's members (confluent-kafka's AdminClient has no DescribeShareGroups)",
+        prefix=STORAGE_PREFIX,
+    )
     checkpoint = given.path("checkpointLocation")
     if checkpoint is not None:
         check_location(checkpoint, storage, option="checkpointLocation")

@@ -144,19 +144,34 @@ def check_task_written(
 ) -> None:
     """Refuse a table that Spark's tasks commit to, many at once (a dead-letter table),
     where concurrent commits are unsafe: :func:`check_commit_safety`, and no one-writer
-    opt-in either (:func:`one_writer_opt_in`). Raises
+    opt-in either (:func:`refuse_one_writer`). Raises
     :class:`~spark_groups.errors.OptionError` on ``option``."""
     check_commit_safety(uri, storage_options, option, prefix=prefix)
+    refuse_one_writer(
+        uri,
+        storage_options,
+        option,
+        "Spark's tasks write it, several at once, so their commits could overwrite each other's",
+        prefix=prefix,
+    )
+
+
+def refuse_one_writer(
+    uri: str, storage_options: Mapping[str, str] | None, option: str, why: str, *, prefix: str = ""
+) -> None:
+    """Refuse ``uri`` when it is committed to under a one-writer opt-in
+    (:func:`one_writer_opt_in`) and its writers cannot be held to one, for the reason ``why``.
+    Raises :class:`~spark_groups.errors.OptionError` on ``option``, naming the opt-in."""
     opt_in = one_writer_opt_in(uri, storage_options)
-    if opt_in is not None:
-        raise OptionError(
-            option,
-            f"the Delta table {uri} is committed to as check-then-rename ({prefix}{opt_in}"
-            "=true), safe for one writer only, and Spark's tasks write it, several at once, "
-            "so their commits could overwrite each other's. Put it where commits are atomic: "
-            "a local disk, or the object store itself (abfss://, gs://, or s3:// with "
-            f'{prefix}aws_conditional_put=etag) (docs/storage.md, "One writer")',
-        )
+    if opt_in is None:
+        return
+    raise OptionError(
+        option,
+        f"the Delta table {uri} is committed to as check-then-rename ({prefix}{opt_in}=true), "
+        f"safe for one writer only, and {why}. Put it where commits are atomic: a local disk, "
+        f"or the object store itself (abfss://, gs://, or s3:// with "
+        f'{prefix}aws_conditional_put=etag) (docs/storage.md, "One writer")',
+    )
 
 
 def _fuse_opted_in(given: Mapping[str, str]) -> bool:
