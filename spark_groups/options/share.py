@@ -69,10 +69,9 @@ class ShareOptions:
     poll_budget_ms: int = 1000
     lock_margin_ms: int = 5000
     include_headers: bool = False
-    #: Where records on their last delivery go (None: they are read into the batch), and
-    #: those that cannot be decoded (None: the query fails at the first).
-    dead_letter_path: str | None = None
-    #: ``key.format``, ``value.format`` and the registry (docs/formats.md).
+    #: ``key.format``, ``value.format``, the registry (docs/formats.md) and
+    #: ``deadLetter.table``: where records on their last delivery go (None: they are read into
+    #: the batch) and those that cannot be decoded (None: the query fails at the first).
     formats: FormatOptions = field(default_factory=FormatOptions)
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
@@ -149,7 +148,6 @@ def parse_share_options(options: Mapping[str, str]) -> ShareOptions:
         poll_budget_ms=given.whole_number("pollBudgetMs"),
         lock_margin_ms=given.whole_number("lockMarginMs"),
         include_headers=given.boolean("includeHeaders"),
-        dead_letter_path=dead_letters,
         formats=parse_formats(given, options, topics),
         kafka=kafka,
         storage_options=storage,

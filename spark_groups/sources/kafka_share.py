@@ -120,10 +120,10 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             from spark_groups.kafka.share_client import share_group_settings
 
             self._group = share_group_settings(o.consumer_config(), o.group_id)
-            if o.dead_letter_path is not None:
+            if o.formats.dead_letter_table is not None:
                 from spark_groups.share.dead_letters import ensure_table
 
-                ensure_table(o.dead_letter_path, o.storage_options)
+                ensure_table(o.formats.dead_letter_table, o.storage_options)
         lock_s = self._group.lock_ms / 1000
         task = ShareTask(
             config=o.consumer_config(),
@@ -135,7 +135,7 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             include_headers=o.include_headers,
             storage_options=dict(o.storage_options),
             delivery_limit=self._group.delivery_limit,
-            dead_letter_table=o.dead_letter_path,
+            dead_letter_table=o.formats.dead_letter_table,
             decode=self.decode,
         )
         return [ShareTaskPartition(task) for _ in range(o.tasks)]

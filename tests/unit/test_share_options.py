@@ -15,10 +15,10 @@ BASE = {
 
 def test_the_defaults_and_a_dead_letter_table() -> None:
     parsed = parse_share_options({**BASE, "deadLetter.table": "/lake/orders_dead"})
-    assert (parsed.tasks, parsed.max_records_per_task, parsed.dead_letter_path) == (
+    assert (parsed.tasks, parsed.max_records_per_task, parsed.formats.dead_letter_table) == (
         2, 10_000, "/lake/orders_dead"
     )  # fmt: skip
-    assert parse_share_options(BASE).dead_letter_path is None
+    assert parse_share_options(BASE).formats.dead_letter_table is None
 
 
 def test_the_record_formats_of_kafka_group() -> None:
