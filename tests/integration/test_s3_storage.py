@@ -10,7 +10,6 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from spark_groups.group.history import history_path, read_history
 from spark_groups.ledger.offset_ledger import OffsetLedger
 from spark_groups.offsets import BatchOffset, TopicPartition
 from spark_groups.sink import committed_positions
@@ -22,7 +21,7 @@ from spark_groups.tools.s3_server import S3Server
 from support.broker import produce_ids, unique, wait_until
 from support.options import group_options
 from support.s3 import put_object
-from support.spark import run_into_sink
+from support.tables import files_holding
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -88,62 +87,6 @@ def test_conditional_put_lets_exactly_one_of_two_commits_of_a_version_win(
         before = DeltaTable(uri, version=version - 1, storage_options=options)
         earlier = before.to_pyarrow_table().column("writer").to_pylist()
         assert sorted(later) == sorted([*earlier, winner])
-
-
-def _files_holding(root: Path, secrets: list[str]) -> list[str]:
-    """Files under ``root`` whose bytes hold one of ``secrets`` (logs, JSON, Parquet pages)."""
-    found = []
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        if any(s.encode() in data for s in secrets):
-            found.append(str(path))
-    return found
-
-
-def test_a_group_query_with_ledger_history_and_sink_on_s3_lands_every_record_once(
-    spark, bootstrap_servers: str, make_topic, s3_server: S3Server, s3_bucket: str, tmp_path
-) -> None:
-    topic, group = make_topic(3), unique("s3")
-    ledger, table = f"{s3_bucket}/_offsets/{group}", f"{s3_bucket}/tables/orders"
-    storage = {f"storage.{k}": v for k, v in s3_server.storage_options().items()}
-    checkpoint = tmp_path / "checkpoint"  # Spark's checkpoint on S3 needs S3A: a later step
-
-    def run() -> None:
-        df = (
-            spark.readStream.format("kafka-group")
-            .options(**group_options(bootstrap_servers, topic, group, ledger, **storage))
-            .option("sink.table", table)
-            .load()
-            .selectExpr("cast(cast(value as string) as long) as id", "topic", "partition", "offset")
-        )
-        assert run_into_sink(spark, df, table, checkpoint, group, 240, **storage) is None
-
-    counts = produce_ids(bootstrap_servers, topic, range(300), 3, chunk_sizes=[40, 90])
-    run()
-    more = produce_ids(bootstrap_servers, topic, range(300, 360), 3)
-    run()  # resumes from the ledger on S3
-    options = s3_server.storage_options()
-
-    # The sink's table, read back from S3 with delta-rs: every id once.
-    sink = DeltaTable(table, storage_options=options)
-    ids = sink.to_pyarrow_table(columns=["id"]).column("id").to_pylist()
-    assert sorted(ids) == list(range(360)), "a record is missing or written twice on S3"
-    assert all(u.startswith(f"{s3_bucket}/tables/orders/") for u in sink.file_uris())
-    ends = {TopicPartition(topic, p): counts[p] + more[p] for p in range(3)}
-    assert committed_positions(table, group, list(ends), options) == ends
-
-    # The ledger and the rebalance history, on S3 too.
-    assert OffsetLedger(ledger, group, storage_options=options).latest_positions() == ends
-    history = read_history(history_path(ledger), options)
-    assert history.num_rows > 0
-    assert set(history.column("group_id").to_pylist()) == {group}
-    assert not (tmp_path / "_offsets").exists() and not Path("s3:").exists()
-
-    # The credentials are nowhere in what the run wrote: the tables' objects (commit info
-    # included), the ledger's and history's rows, Spark's checkpoint.
-    secrets = [s3_server.secret_key, s3_server.access_key]
-    assert _files_holding(s3_server.data_dir, secrets) == []
-    assert _files_holding(checkpoint, secrets) == []
 
 
 def test_a_query_whose_ledger_on_s3_has_no_safe_commit_fails_at_load_naming_the_option(
@@ -254,7 +197,7 @@ def test_a_query_with_its_checkpoint_on_s3a_stops_resumes_from_it_and_lands_ever
     assert sorted(read_batch_plan(chk, last, options).ranges.values()) == sorted(end.ranges)
     assert not Path("s3a:").exists()
     secrets = [s3_server.secret_key, s3_server.access_key]
-    assert _files_holding(s3_server.data_dir, secrets) == []
+    assert files_holding(s3_server.data_dir, secrets) == []
 
 
 def test_a_checkpoint_on_s3a_that_python_cannot_reach_fails_the_query_naming_the_option(

@@ -66,3 +66,12 @@ def unfinished_batch(checkpoint: str) -> list[OffsetRange]:
     if not ids or is_committed(checkpoint, ids[-1]):
         return []
     return list(read_batch_plan(checkpoint, ids[-1]).ranges.values())
+
+
+def files_holding(root: Path, secrets: list[str]) -> list[str]:
+    """Files under ``root`` whose bytes hold one of ``secrets`` (logs, JSON, Parquet pages)."""
+    return [
+        str(path)
+        for path in sorted(p for p in root.rglob("*") if p.is_file())
+        if any(s.encode() in path.read_bytes() for s in secrets)
+    ]
