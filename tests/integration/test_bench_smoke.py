@@ -15,7 +15,7 @@ from deltalake import write_deltalake
 from bench.harness.docs import with_markers
 from bench.harness.procfs import executor_read_path
 from bench.scenarios._core_report import render, write_plot
-from bench.scenarios._soak_watch import BatchWatch, quantile, window
+from bench.scenarios._soak_watch import BatchWatch, batch_lines, quantile, window
 from bench.scenarios.core import SECTION, TINY, run_all
 from spark_groups.tools.spark_jars import spark_jars
 
@@ -269,3 +269,19 @@ def test_soak_quantiles_and_windows() -> None:
     assert quantile([3.0, 1.0, 2.0], 0.5) == 2.0
     rows = [{"at_s": float(t)} for t in range(10)]
     assert [r["at_s"] for r in window(rows, 2.0, 5.0)] == [2.0, 3.0, 4.0]
+
+
+def test_soak_reads_the_jobs_batch_lines_with_spark_phases() -> None:
+    # The ingest job's line (jobs/ingest.py batch_line), after Spark's console progress bar,
+    # and an older line without timing, which says nothing of the phases.
+    text = (
+        "[Stage 3:=====>   (2 + 1) / 6]2026-12-03 20:24:01,123 INFO spark_groups.jobs.ingest "
+        "batch 5: 2000 records, lag 3, 6 partitions assigned (generation 1, 1 rebalances); "
+        "312 ms (latestOffset 20, walCommit 15, addBatch 250, commitOffsets 12)\n"
+        "2026-12-03 20:24:02,000 INFO spark_groups.jobs.ingest batch 6: 10 records, lag 0\n"
+        "2026-12-03 20:24:03,500 INFO spark_groups.group.committer committed batch 5\n"
+    )
+    (row,) = batch_lines(text)
+    assert row["batch"] == 5 and row["records"] == 2000 and row["trigger_ms"] == 312
+    assert (row["latestOffset_ms"], row["addBatch_ms"], row["commitOffsets_ms"]) == (20, 250, 12)
+    assert row["at_s"] % 1 == pytest.approx(0.123)
